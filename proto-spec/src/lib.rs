@@ -1,0 +1,47 @@
+//! Wire types, method names and error codes of the conversation orchestrator's protocol.
+//!
+//! This crate is the protocol's single source of truth: serde types for every object that
+//! travels, the method and notification names, and the error-code table with the one mapping
+//! to the wire. It has no runtime: no tokio, no SQLite. `PROTOCOL.md` beside this crate is the
+//! normative text; `openrpc.json` and `schemas/` are generated from these types (see [`spec`]).
+//!
+//! # Layout
+//! - [`event`]: events, kinds, finality, message payloads.
+//! - [`guidance`]: guidance, conversation status, snapshots.
+//! - [`method`]: method names ([`method::names`]) and every params and result type.
+//! - [`error`]: the error-code table ([`error::codes`], [`ErrorCode`]) and [`RpcError::to_wire`].
+//! - [`spec`]: the OpenRPC document and JSON Schemas generated from the types.
+//!
+//! # Example
+//! ```
+//! use proto_spec::{ErrorCode, RpcError, SendMessageParams, Finality, MessagePayload};
+//!
+//! let p: SendMessageParams = serde_json::from_value(serde_json::json!({
+//!     "conversationId": "c1",
+//!     "payload": {"text": "hello"},
+//!     "finality": "turn",
+//!     "turnHint": {"turn": 3}
+//! })).unwrap();
+//! assert_eq!(p.finality, Finality::Turn);
+//! assert_eq!(p.payload, MessagePayload::text("hello"));
+//!
+//! let wire = RpcError::new(ErrorCode::TurnMismatch, "turn 3 is not current")
+//!     .with_data(serde_json::json!({"currentTurn": 4}))
+//!     .to_wire();
+//! assert_eq!(wire.code, -32013);
+//! assert_eq!(wire.data.unwrap()["error"], "TurnMismatch");
+//! ```
+
+pub mod error;
+pub mod event;
+pub mod guidance;
+pub mod method;
+pub mod spec;
+
+pub use error::{codes, ErrorCode, ErrorObject, RpcError};
+pub use event::{Attachment, Event, EventKind, Finality, MessagePayload};
+pub use guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
+pub use method::*;
+
+/// The author of events the orchestrator writes itself.
+pub const ORCHESTRATOR_AUTHOR: &str = "orchestrator";

@@ -1,0 +1,338 @@
+//! Method and notification names, and every method's params and result.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::{Event, Finality, MessagePayload};
+use crate::guidance::{ConversationStatus, Guidance};
+
+/// Method names, as they travel.
+pub mod names {
+    /// Authenticate the connection with a token.
+    pub const AUTHENTICATE: &str = "authenticate";
+    /// Create a conversation (admins).
+    pub const CREATE_CONVERSATION: &str = "createConversation";
+    /// A snapshot of a conversation with guidance for the caller.
+    pub const GET_CONVERSATION: &str = "getConversation";
+    /// Events after a cursor.
+    pub const TAIL: &str = "tail";
+    /// Wait until the log grows past a cursor, or a timeout.
+    pub const WAIT_FOR_CHANGE: &str = "waitForChange";
+    /// Messages after a cursor with guidance, waiting for change if there are none.
+    pub const GET_UPDATES_OR_GUIDANCE: &str = "getUpdatesOrGuidance";
+    /// Append a message.
+    pub const SEND_MESSAGE: &str = "sendMessage";
+    /// Append a trace.
+    pub const SEND_TRACE: &str = "sendTrace";
+    /// Subscribe to events (notification `event`).
+    pub const SUBSCRIBE: &str = "subscribe";
+    /// End a subscription made with `subscribe`.
+    pub const UNSUBSCRIBE: &str = "unsubscribe";
+    /// Become a push-claim executor (notification `request_turn`).
+    pub const REGISTER_EXECUTOR: &str = "registerExecutor";
+    /// End a `registerExecutor` subscription.
+    pub const UNREGISTER_EXECUTOR: &str = "unregisterExecutor";
+    /// Claim a turn offered by `request_turn`.
+    pub const CLAIM_TURN: &str = "claimTurn";
+    /// Pause a conversation (admins).
+    pub const PAUSE_CONVERSATION: &str = "pauseConversation";
+    /// Resume a paused conversation (admins).
+    pub const RESUME_CONVERSATION: &str = "resumeConversation";
+    /// Fork a conversation at a seq.
+    pub const FORK_CONVERSATION: &str = "forkConversation";
+    /// Notification: a committed event on a subscription.
+    pub const EVENT: &str = "event";
+    /// Notification: a turn offered to a push-claim executor.
+    pub const REQUEST_TURN: &str = "request_turn";
+}
+
+/// `authenticate` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthenticateParams {
+    /// The token printed by `orchestrator token create`.
+    pub token: String,
+}
+
+/// `authenticate` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthenticateResult {
+    /// Always true (a wrong token is an `Unauthenticated` error).
+    pub ok: bool,
+    /// The identity the connection now speaks as.
+    pub agent_id: String,
+}
+
+/// `createConversation` params.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateConversationParams {
+    /// The id to use; one is generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    /// An inline scenario.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<Value>,
+    /// The name of a scenario the server knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario_name: Option<String>,
+    /// The agents that take part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<String>>,
+    /// Free JSON kept with the conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// `createConversation` and `forkConversation` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateConversationResult {
+    /// The new conversation's id.
+    pub conversation_id: String,
+}
+
+/// Params naming one conversation: `getConversation`, `pauseConversation`, `resumeConversation`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConversationParams {
+    /// The conversation.
+    pub conversation_id: String,
+}
+
+/// `tail` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TailParams {
+    /// The conversation.
+    pub conversation_id: String,
+    /// Return events with seq greater than this (0 for all).
+    #[serde(default)]
+    pub since_seq: u64,
+    /// At most this many events (the server caps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `tail` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TailResult {
+    /// Events after the cursor, in seq order.
+    pub events: Vec<Event>,
+    /// The latest seq of the conversation when read.
+    pub latest_seq: u64,
+}
+
+/// `waitForChange` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaitForChangeParams {
+    /// The conversation.
+    pub conversation_id: String,
+    /// Wait until the latest seq is greater than this.
+    pub since_seq: u64,
+    /// How long to wait at most (the server caps it).
+    pub timeout_ms: u64,
+}
+
+/// `waitForChange` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitForChangeResult {
+    /// The latest seq when the wait ended.
+    pub latest_seq: u64,
+    /// True when the wait ended by timeout with nothing new.
+    pub timed_out: bool,
+}
+
+/// `getUpdatesOrGuidance` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GetUpdatesParams {
+    /// The conversation.
+    pub conversation_id: String,
+    /// Messages with seq greater than this (0 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_seq: Option<u64>,
+    /// At most this many messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// When nothing is new, wait this long for a change first (0 or absent: answer at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `getUpdatesOrGuidance` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GetUpdatesResult {
+    /// Message events after the cursor (traces and system events are left out).
+    pub messages: Vec<Event>,
+    /// Guidance for the caller.
+    pub guidance: Guidance,
+    /// The latest seq covered by this answer; pass it as the next `sinceSeq`.
+    pub latest_seq: u64,
+    /// The conversation's status.
+    pub status: ConversationStatus,
+    /// True when the call waited and nothing changed.
+    pub timed_out: bool,
+}
+
+/// The compare-and-set on the turn: the append succeeds only in this turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TurnHint {
+    /// The turn the writer believes is current.
+    pub turn: u64,
+}
+
+/// `sendMessage` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendMessageParams {
+    /// The conversation.
+    pub conversation_id: String,
+    /// What is said.
+    pub payload: MessagePayload,
+    /// `none`, `turn` or `conversation`.
+    pub finality: Finality,
+    /// Append only if this is still the current turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_hint: Option<TurnHint>,
+    /// Idempotency key: a retry with the same key appends nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+}
+
+/// `sendTrace` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendTraceParams {
+    /// The conversation.
+    pub conversation_id: String,
+    /// Free JSON for observability.
+    pub payload: Value,
+    /// The turn the trace belongs to; the current turn when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
+    /// Idempotency key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    /// Never valid: a trace carries no finality. Present only so that a trace
+    /// sent with one is answered `InvalidFinality` rather than ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finality: Option<Value>,
+}
+
+/// `sendMessage` and `sendTrace` result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResult {
+    /// The seq of the appended event (of the original, for a duplicate).
+    pub seq: u64,
+    /// The turn it belongs to.
+    pub turn: u64,
+    /// True when this was a retry of an earlier append: nothing was appended.
+    pub duplicate: bool,
+}
+
+/// `subscribe` params.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubscribeParams {
+    /// One conversation; absent: every conversation the caller takes part in, new ones included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    /// Replay events with seq greater than this first. Absent: only what is committed from now on
+    /// (with `conversationId`, the same as the latest seq).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_seq: Option<u64>,
+}
+
+/// The `event` notification's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventNotification {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The committed event.
+    pub event: Event,
+}
+
+/// How an executor takes turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorMode {
+    /// The orchestrator offers turns with `request_turn`; the executor claims them.
+    Push,
+}
+
+/// `registerExecutor` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterExecutorParams {
+    /// Only `push`.
+    pub mode: ExecutorMode,
+}
+
+/// The `request_turn` notification's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestTurnNotification {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The agent whose turn it is.
+    pub agent_id: String,
+    /// Pass this to `claimTurn`.
+    pub claim_id: String,
+    /// How long the turn may take, in milliseconds from the claim.
+    pub deadline_ms: u64,
+    /// Read the log after this seq for context.
+    pub since_seq: u64,
+}
+
+/// `claimTurn` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimTurnParams {
+    /// From `request_turn`.
+    pub claim_id: String,
+}
+
+/// `claimTurn` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimTurnResult {
+    /// True when this executor holds the turn.
+    pub granted: bool,
+    /// The conversation.
+    pub conversation_id: String,
+    /// The turn claimed; use it as `turnHint`.
+    pub turn: u64,
+    /// When the claim expires, RFC 3339.
+    pub deadline: String,
+}
+
+/// `pauseConversation` and `resumeConversation` result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeqResult {
+    /// The seq of the system event that records the change.
+    pub seq: u64,
+}
+
+/// `forkConversation` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkConversationParams {
+    /// The conversation to fork.
+    pub conversation_id: String,
+    /// The new conversation starts with the events up to this seq.
+    pub at_seq: u64,
+    /// The new id; one is generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_conversation_id: Option<String>,
+}

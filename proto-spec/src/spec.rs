@@ -1,0 +1,338 @@
+//! The machine-readable protocol: an OpenRPC document and JSON Schemas, generated from the types.
+//!
+//! The committed copies live in `proto-spec/openrpc.json` and `proto-spec/schemas/`; the test
+//! `spec_drift` fails when they no longer match the types (run it with `UPDATE_SPEC=1` to rewrite
+//! them).
+
+use std::collections::BTreeMap;
+
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde_json::{json, Map, Value};
+
+use crate::error::{ErrorCode, ErrorObject};
+use crate::event::{Attachment, Event, EventKind, Finality, MessagePayload};
+use crate::guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
+use crate::method::*;
+
+/// One method of the protocol as the OpenRPC document describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct MethodSpec {
+    /// The wire name.
+    pub name: &'static str,
+    /// One line on what it does.
+    pub summary: &'static str,
+    /// Whether it needs an authenticated connection.
+    pub needs_auth: bool,
+    /// The errors it can return besides the standard ones.
+    pub errors: &'static [ErrorCode],
+    params: fn(&mut SchemaGenerator) -> Schema,
+    result: fn(&mut SchemaGenerator) -> Schema,
+    /// For subscriptions, the notification name.
+    pub notification: Option<&'static str>,
+}
+
+fn s<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+fn subscription_id(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({"description": "The subscription id.", "type": ["string", "integer"]})
+}
+
+use ErrorCode as E;
+const READ_ERRORS: &[ErrorCode] = &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound];
+const APPEND_ERRORS: &[ErrorCode] = &[
+    E::Unauthenticated,
+    E::Forbidden,
+    E::ConversationNotFound,
+    E::ConversationClosed,
+    E::TurnClosed,
+    E::NotYourTurn,
+    E::TurnMismatch,
+    E::InvalidFinality,
+    E::IdempotencyKeyReused,
+    E::ConversationPaused,
+    E::PayloadTooLarge,
+    E::RateLimited,
+];
+
+/// Every method of the protocol.
+pub const METHODS: &[MethodSpec] = &[
+    MethodSpec {
+        name: names::AUTHENTICATE,
+        summary: "Authenticate the connection; every other method needs it first.",
+        needs_auth: false,
+        errors: &[E::Unauthenticated],
+        params: s::<AuthenticateParams>,
+        result: s::<AuthenticateResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::CREATE_CONVERSATION,
+        summary: "Create a conversation with its participants (admins only).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationExists, E::InvalidParams],
+        params: s::<CreateConversationParams>,
+        result: s::<CreateConversationResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::GET_CONVERSATION,
+        summary: "A snapshot of a conversation, with guidance for the caller.",
+        needs_auth: true,
+        errors: READ_ERRORS,
+        params: s::<ConversationParams>,
+        result: s::<Snapshot>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::TAIL,
+        summary: "Events with seq greater than sinceSeq, in order.",
+        needs_auth: true,
+        errors: READ_ERRORS,
+        params: s::<TailParams>,
+        result: s::<TailResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::WAIT_FOR_CHANGE,
+        summary: "Wait until the latest seq passes sinceSeq, or the (capped) timeout.",
+        needs_auth: true,
+        errors: READ_ERRORS,
+        params: s::<WaitForChangeParams>,
+        result: s::<WaitForChangeResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::GET_UPDATES_OR_GUIDANCE,
+        summary: "New messages and guidance; waits for a change first when there are none.",
+        needs_auth: true,
+        errors: READ_ERRORS,
+        params: s::<GetUpdatesParams>,
+        result: s::<GetUpdatesResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::SEND_MESSAGE,
+        summary: "Append a message; acknowledged once durable.",
+        needs_auth: true,
+        errors: APPEND_ERRORS,
+        params: s::<SendMessageParams>,
+        result: s::<AppendResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::SEND_TRACE,
+        summary: "Append a trace to the current (or named, open) turn; acknowledged once durable.",
+        needs_auth: true,
+        errors: APPEND_ERRORS,
+        params: s::<SendTraceParams>,
+        result: s::<AppendResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::SUBSCRIBE,
+        summary: "Replay events after sinceSeq, then live ones, as `event` notifications.",
+        needs_auth: true,
+        errors: READ_ERRORS,
+        params: s::<SubscribeParams>,
+        result: subscription_id,
+        notification: Some(names::EVENT),
+    },
+    MethodSpec {
+        name: names::REGISTER_EXECUTOR,
+        summary: "Receive turns to claim as `request_turn` notifications.",
+        needs_auth: true,
+        errors: &[E::Unauthenticated],
+        params: s::<RegisterExecutorParams>,
+        result: subscription_id,
+        notification: Some(names::REQUEST_TURN),
+    },
+    MethodSpec {
+        name: names::CLAIM_TURN,
+        summary: "Claim a turn offered by `request_turn`.",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::ClaimNotFound],
+        params: s::<ClaimTurnParams>,
+        result: s::<ClaimTurnResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::PAUSE_CONVERSATION,
+        summary: "Pause a conversation: messages are refused until it resumes (admins only).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound, E::ConversationClosed],
+        params: s::<ConversationParams>,
+        result: s::<SeqResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::RESUME_CONVERSATION,
+        summary: "Resume a paused conversation (admins only).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound, E::ConversationClosed],
+        params: s::<ConversationParams>,
+        result: s::<SeqResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::FORK_CONVERSATION,
+        summary: "A new conversation that starts from a prefix of this one, which stays untouched.",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound, E::ConversationExists],
+        params: s::<ForkConversationParams>,
+        result: s::<CreateConversationResult>,
+        notification: None,
+    },
+];
+
+fn generator(definitions_path: &str) -> SchemaGenerator {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = definitions_path.to_string().into();
+    settings.into_generator()
+}
+
+fn error_entry(code: ErrorCode) -> Value {
+    json!({"code": code.code(), "message": code.name()})
+}
+
+/// The OpenRPC document of the WebSocket protocol, generated from the types.
+pub fn openrpc() -> Value {
+    let mut g = generator("/components/schemas");
+    let mut methods = Vec::new();
+    for m in METHODS {
+        let params_ref = (m.params)(&mut g);
+        let result = (m.result)(&mut g);
+        let def_name = params_ref
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.rsplit('/').next())
+            .map(str::to_string);
+        let params_def = def_name
+            .and_then(|n| g.definitions().get(&n).cloned())
+            .unwrap_or_else(|| params_ref.clone().to_value());
+        let required: Vec<&str> = params_def
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let params: Vec<Value> = params_def
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|props| {
+                props
+                    .iter()
+                    .map(|(name, schema)| {
+                        json!({
+                            "name": name,
+                            "required": required.contains(&name.as_str()),
+                            "schema": schema,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut errors: Vec<Value> = m.errors.iter().copied().map(error_entry).collect();
+        errors.push(error_entry(ErrorCode::InvalidParams));
+        let mut entry = json!({
+            "name": m.name,
+            "summary": m.summary,
+            "paramStructure": "by-name",
+            "params": params,
+            "result": {"name": "result", "schema": result},
+            "errors": errors,
+        });
+        if let Some(n) = m.notification {
+            entry["x-notification"] = json!(n);
+        }
+        if !m.needs_auth {
+            entry["x-authentication"] = json!("none");
+        }
+        methods.push(entry);
+    }
+    let event_schema = g.subschema_for::<EventNotification>();
+    let request_turn = g.subschema_for::<RequestTurnNotification>();
+    let error_schema = g.subschema_for::<ErrorObject>();
+    let mut schemas: BTreeMap<String, Value> = BTreeMap::new();
+    for (k, v) in g.take_definitions(true) {
+        schemas.insert(k, v);
+    }
+    json!({
+        "openrpc": "1.3.2",
+        "info": {
+            "title": "Conversation orchestrator protocol",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "JSON-RPC 2.0 over WebSocket at /rpc. See PROTOCOL.md for the normative text.",
+        },
+        "servers": [{"name": "default", "url": "ws://127.0.0.1:7300/rpc"}],
+        "methods": methods,
+        "components": {"schemas": schemas},
+        "x-notifications": [
+            {"name": names::EVENT, "description": "params: {subscription, result}", "result": event_schema},
+            {"name": names::REQUEST_TURN, "description": "params: {subscription, result}", "result": request_turn},
+        ],
+        "x-errors": ErrorCode::ALL.iter().map(|c| json!({
+            "code": c.code(), "name": c.name(), "httpStatus": c.http_status(),
+        })).collect::<Vec<_>>(),
+        "x-error-object": error_schema,
+    })
+}
+
+fn root<T: JsonSchema>() -> Value {
+    generator("/$defs").into_root_schema_for::<T>().to_value()
+}
+
+/// One JSON Schema per wire type, by type name.
+pub fn json_schemas() -> BTreeMap<&'static str, Value> {
+    let mut m: BTreeMap<&'static str, Value> = BTreeMap::new();
+    m.insert("Event", root::<Event>());
+    m.insert("EventKind", root::<EventKind>());
+    m.insert("Finality", root::<Finality>());
+    m.insert("MessagePayload", root::<MessagePayload>());
+    m.insert("Attachment", root::<Attachment>());
+    m.insert("Guidance", root::<Guidance>());
+    m.insert("GuidanceStatus", root::<GuidanceStatus>());
+    m.insert("ConversationStatus", root::<ConversationStatus>());
+    m.insert("Snapshot", root::<Snapshot>());
+    m.insert("ErrorObject", root::<ErrorObject>());
+    m.insert("AuthenticateParams", root::<AuthenticateParams>());
+    m.insert("AuthenticateResult", root::<AuthenticateResult>());
+    m.insert("CreateConversationParams", root::<CreateConversationParams>());
+    m.insert("CreateConversationResult", root::<CreateConversationResult>());
+    m.insert("ConversationParams", root::<ConversationParams>());
+    m.insert("TailParams", root::<TailParams>());
+    m.insert("TailResult", root::<TailResult>());
+    m.insert("WaitForChangeParams", root::<WaitForChangeParams>());
+    m.insert("WaitForChangeResult", root::<WaitForChangeResult>());
+    m.insert("GetUpdatesParams", root::<GetUpdatesParams>());
+    m.insert("GetUpdatesResult", root::<GetUpdatesResult>());
+    m.insert("SendMessageParams", root::<SendMessageParams>());
+    m.insert("SendTraceParams", root::<SendTraceParams>());
+    m.insert("TurnHint", root::<TurnHint>());
+    m.insert("AppendResult", root::<AppendResult>());
+    m.insert("SubscribeParams", root::<SubscribeParams>());
+    m.insert("EventNotification", root::<EventNotification>());
+    m.insert("RegisterExecutorParams", root::<RegisterExecutorParams>());
+    m.insert("RequestTurnNotification", root::<RequestTurnNotification>());
+    m.insert("ClaimTurnParams", root::<ClaimTurnParams>());
+    m.insert("ClaimTurnResult", root::<ClaimTurnResult>());
+    m.insert("SeqResult", root::<SeqResult>());
+    m.insert("ForkConversationParams", root::<ForkConversationParams>());
+    m
+}
+
+/// Serializes a generated document the way the committed files are written.
+pub fn to_pretty(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// The names of the keys of a JSON object, for tests that walk documents.
+pub fn keys(v: &Value) -> Vec<String> {
+    v.as_object()
+        .map(Map::keys)
+        .map(|k| k.cloned().collect())
+        .unwrap_or_default()
+}
