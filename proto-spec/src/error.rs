@@ -230,12 +230,12 @@ impl RpcError {
     pub fn to_wire(&self) -> ErrorObject {
         let mut data = match &self.data {
             Some(Value::Object(map)) => map.clone(),
+            Some(Value::Null) | None => serde_json::Map::new(),
             Some(other) => {
                 let mut m = serde_json::Map::new();
                 m.insert("detail".into(), other.clone());
                 m
             }
-            None => serde_json::Map::new(),
         };
         data.insert("error".into(), Value::String(self.code.name().into()));
         ErrorObject {
@@ -248,7 +248,13 @@ impl RpcError {
 
 impl std::fmt::Display for RpcError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({}): {}", self.code.name(), self.code.code(), self.message)
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code.name(),
+            self.code.code(),
+            self.message
+        )
     }
 }
 

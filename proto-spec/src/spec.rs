@@ -72,7 +72,12 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::CREATE_CONVERSATION,
         summary: "Create a conversation with its participants (admins only).",
         needs_auth: true,
-        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationExists, E::InvalidParams],
+        errors: &[
+            E::Unauthenticated,
+            E::Forbidden,
+            E::ConversationExists,
+            E::InvalidParams,
+        ],
         params: s::<CreateConversationParams>,
         result: s::<CreateConversationResult>,
         notification: None,
@@ -162,7 +167,12 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::PAUSE_CONVERSATION,
         summary: "Pause a conversation: messages are refused until it resumes (admins only).",
         needs_auth: true,
-        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound, E::ConversationClosed],
+        errors: &[
+            E::Unauthenticated,
+            E::Forbidden,
+            E::ConversationNotFound,
+            E::ConversationClosed,
+        ],
         params: s::<ConversationParams>,
         result: s::<SeqResult>,
         notification: None,
@@ -171,7 +181,12 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::RESUME_CONVERSATION,
         summary: "Resume a paused conversation (admins only).",
         needs_auth: true,
-        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound, E::ConversationClosed],
+        errors: &[
+            E::Unauthenticated,
+            E::Forbidden,
+            E::ConversationNotFound,
+            E::ConversationClosed,
+        ],
         params: s::<ConversationParams>,
         result: s::<SeqResult>,
         notification: None,
@@ -180,7 +195,12 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::FORK_CONVERSATION,
         summary: "A new conversation that starts from a prefix of this one, which stays untouched.",
         needs_auth: true,
-        errors: &[E::Unauthenticated, E::Forbidden, E::ConversationNotFound, E::ConversationExists],
+        errors: &[
+            E::Unauthenticated,
+            E::Forbidden,
+            E::ConversationNotFound,
+            E::ConversationExists,
+        ],
         params: s::<ForkConversationParams>,
         result: s::<CreateConversationResult>,
         notification: None,
@@ -298,8 +318,14 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("ErrorObject", root::<ErrorObject>());
     m.insert("AuthenticateParams", root::<AuthenticateParams>());
     m.insert("AuthenticateResult", root::<AuthenticateResult>());
-    m.insert("CreateConversationParams", root::<CreateConversationParams>());
-    m.insert("CreateConversationResult", root::<CreateConversationResult>());
+    m.insert(
+        "CreateConversationParams",
+        root::<CreateConversationParams>(),
+    );
+    m.insert(
+        "CreateConversationResult",
+        root::<CreateConversationResult>(),
+    );
     m.insert("ConversationParams", root::<ConversationParams>());
     m.insert("TailParams", root::<TailParams>());
     m.insert("TailResult", root::<TailResult>());

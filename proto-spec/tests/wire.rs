@@ -36,13 +36,39 @@ fn every_wire_type_round_trips_its_fixtures() {
         }};
     }
     let seen = check!(
-        Event, EventKind, Finality, MessagePayload, Attachment, Guidance, GuidanceStatus,
-        ConversationStatus, Snapshot, ErrorObject, AuthenticateParams, AuthenticateResult,
-        CreateConversationParams, CreateConversationResult, ConversationParams, TailParams,
-        TailResult, WaitForChangeParams, WaitForChangeResult, GetUpdatesParams, GetUpdatesResult,
-        SendMessageParams, SendTraceParams, TurnHint, AppendResult, SubscribeParams,
-        EventNotification, RegisterExecutorParams, RequestTurnNotification, ClaimTurnParams,
-        ClaimTurnResult, SeqResult, ForkConversationParams,
+        Event,
+        EventKind,
+        Finality,
+        MessagePayload,
+        Attachment,
+        Guidance,
+        GuidanceStatus,
+        ConversationStatus,
+        Snapshot,
+        ErrorObject,
+        AuthenticateParams,
+        AuthenticateResult,
+        CreateConversationParams,
+        CreateConversationResult,
+        ConversationParams,
+        TailParams,
+        TailResult,
+        WaitForChangeParams,
+        WaitForChangeResult,
+        GetUpdatesParams,
+        GetUpdatesResult,
+        SendMessageParams,
+        SendTraceParams,
+        TurnHint,
+        AppendResult,
+        SubscribeParams,
+        EventNotification,
+        RegisterExecutorParams,
+        RequestTurnNotification,
+        ClaimTurnParams,
+        ClaimTurnResult,
+        SeqResult,
+        ForkConversationParams,
     );
     // Every type that has a generated schema has fixtures, and the other way round.
     let schema_names: Vec<&str> = json_schemas().keys().copied().collect();
@@ -85,7 +111,10 @@ fn spec_drift() {
     let mut expected: BTreeMap<PathBuf, String> = BTreeMap::new();
     expected.insert(dir.join("openrpc.json"), to_pretty(&openrpc()));
     for (name, schema) in json_schemas() {
-        expected.insert(dir.join("schemas").join(format!("{name}.json")), to_pretty(&schema));
+        expected.insert(
+            dir.join("schemas").join(format!("{name}.json")),
+            to_pretty(&schema),
+        );
     }
     if update {
         let _ = std::fs::remove_dir_all(dir.join("schemas"));

@@ -1,0 +1,63 @@
+//! Identity and tokens: random tokens shown once, stored only as a SHA-256 hash.
+
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use crate::error::Result;
+use crate::store::{Store, TokenRecord};
+
+/// Who a connection or request speaks as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The agent id: the author of everything it writes.
+    pub agent_id: String,
+    /// Admins create conversations and may read every conversation.
+    pub admin: bool,
+}
+
+impl Identity {
+    /// An identity (for in-process callers and tests).
+    pub fn new(agent_id: impl Into<String>, admin: bool) -> Self {
+        Identity {
+            agent_id: agent_id.into(),
+            admin,
+        }
+    }
+}
+
+/// The prefix of every token, so that one is recognisable in a leak scan.
+pub const TOKEN_PREFIX: &str = "oct_";
+
+/// A new random token (256 bits).
+pub fn generate_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{TOKEN_PREFIX}{}", hex::encode(bytes))
+}
+
+/// The stored form of a token.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// Mints a token for `agent_id`, stores its hash, and returns the token (shown once).
+pub fn create_token(store: &dyn Store, agent_id: &str, admin: bool) -> Result<String> {
+    let token = generate_token();
+    store.insert_token(
+        &hash_token(&token),
+        &TokenRecord {
+            agent_id: agent_id.to_string(),
+            admin,
+        },
+    )?;
+    Ok(token)
+}
+
+/// Checks that an agent id is usable: 1–128 characters of `[A-Za-z0-9._:@-]`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
+}

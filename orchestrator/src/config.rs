@@ -1,0 +1,39 @@
+//! Limits and settings, with the defaults a careful deployment starts from.
+
+use std::time::Duration;
+
+/// Every limit the server enforces, each answered with its own error.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest WebSocket frame or HTTP body (`FrameTooLarge`, -32007).
+    pub max_frame_bytes: u32,
+    /// Largest message or trace payload, serialized (`PayloadTooLarge`, -32030).
+    pub max_payload_bytes: usize,
+    /// Open connections at once (HTTP 429 at the handshake).
+    pub max_connections: u32,
+    /// Calls in flight on one connection (`RateLimited`, -32029).
+    pub max_in_flight_per_connection: usize,
+    /// Subscriptions open on one connection.
+    pub max_subscriptions_per_connection: u32,
+    /// The longest wait a long-poll may ask for; longer timeouts are capped.
+    pub max_wait: Duration,
+    /// The most events one `tail` returns.
+    pub max_tail: usize,
+    /// The most participants a conversation may have.
+    pub max_participants: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: 1024 * 1024,
+            max_payload_bytes: 256 * 1024,
+            max_connections: 1024,
+            max_in_flight_per_connection: 256,
+            max_subscriptions_per_connection: 64,
+            max_wait: Duration::from_secs(60),
+            max_tail: 1000,
+            max_participants: 256,
+        }
+    }
+}

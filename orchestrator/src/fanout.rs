@@ -1,0 +1,201 @@
+//! Reading the log by cursor, and feeds: the backlog after a cursor, then live events, with no
+//! gap and no duplicate, for one conversation or for all of an agent's conversations.
+//!
+//! A feed never holds the writer back. It reads what it needs from the conversation's ring of
+//! recent events, or from the store when it is further behind; it learns of new events from
+//! the conversation's head (`watch`) or the global broadcast, and when that broadcast reports
+//! that the feed lagged, it re-reads every conversation whose head passed its cursor.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use proto_spec::Event;
+use tokio::sync::{broadcast, watch};
+
+use crate::error::{Error, Result};
+use crate::hub::{ConvShared, Hub};
+use crate::store::Store;
+
+/// How many events one read of the store takes.
+pub const PAGE: usize = 512;
+
+/// Events of `conv` with seq > `after`, at most `limit`: from memory when it has them,
+/// otherwise from the store.
+pub async fn read_after(
+    store: &Arc<dyn Store>,
+    conv: &ConvShared,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<Arc<Event>>> {
+    if let Some(evs) = conv.recent_after(after, limit) {
+        return Ok(evs);
+    }
+    let store = store.clone();
+    let id = conv.id.clone();
+    let events = tokio::task::spawn_blocking(move || store.read_events(&id, after, limit))
+        .await
+        .map_err(|e| Error::Corrupt(format!("reader task: {e}")))??;
+    Ok(events.into_iter().map(Arc::new).collect())
+}
+
+/// A stream of committed events in seq order per conversation.
+#[derive(Debug)]
+pub struct Feed {
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    backlog: VecDeque<Arc<Event>>,
+    closing: watch::Receiver<bool>,
+    mode: Mode,
+}
+
+#[derive(Debug)]
+enum Mode {
+    One {
+        conv: Arc<ConvShared>,
+        cursor: u64,
+        head: watch::Receiver<u64>,
+    },
+    All {
+        agent: String,
+        /// Cursor per conversation the agent takes part in; `None` for one it does not.
+        cursors: HashMap<String, Option<u64>>,
+        /// Conversations to re-read after a lag.
+        stale: VecDeque<Arc<ConvShared>>,
+        rx: broadcast::Receiver<Arc<Event>>,
+    },
+}
+
+impl Feed {
+    /// Events of one conversation with seq > `since`, then live ones.
+    pub fn one(store: Arc<dyn Store>, hub: Arc<Hub>, conv: Arc<ConvShared>, since: u64) -> Feed {
+        let head = conv.watch();
+        let closing = hub.closing();
+        Feed {
+            store,
+            hub,
+            backlog: VecDeque::new(),
+            closing,
+            mode: Mode::One {
+                conv,
+                cursor: since,
+                head,
+            },
+        }
+    }
+
+    /// Events of every conversation `agent` takes part in, new ones included. With `since`,
+    /// each existing conversation replays its events after that seq; without, only what is
+    /// committed from now on. A conversation created later is followed from its first event.
+    pub fn all(store: Arc<dyn Store>, hub: Arc<Hub>, agent: &str, since: Option<u64>) -> Feed {
+        let rx = hub.global();
+        let mut cursors = HashMap::new();
+        let mut stale = VecDeque::new();
+        for conv in hub.conversations_of(agent) {
+            let cursor = since.unwrap_or_else(|| conv.head());
+            cursors.insert(conv.id.clone(), Some(cursor));
+            if cursor < conv.head() {
+                stale.push_back(conv);
+            }
+        }
+        let closing = hub.closing();
+        Feed {
+            store,
+            hub,
+            backlog: VecDeque::new(),
+            closing,
+            mode: Mode::All {
+                agent: agent.to_string(),
+                cursors,
+                stale,
+                rx,
+            },
+        }
+    }
+
+    /// The next event; `None` once the server is stopping.
+    pub async fn next(&mut self) -> Result<Option<Arc<Event>>> {
+        loop {
+            if let Some(e) = self.backlog.pop_front() {
+                return Ok(Some(e));
+            }
+            if *self.closing.borrow() {
+                return Ok(None);
+            }
+            match &mut self.mode {
+                Mode::One { conv, cursor, head } => {
+                    let h = *head.borrow_and_update();
+                    if *cursor < h {
+                        let evs = read_after(&self.store, conv, *cursor, PAGE).await?;
+                        if let Some(last) = evs.last() {
+                            *cursor = last.seq;
+                        }
+                        self.backlog.extend(evs);
+                        continue;
+                    }
+                    tokio::select! {
+                        r = head.changed() => if r.is_err() { return Ok(None) },
+                        _ = self.closing.changed() => return Ok(None),
+                    }
+                }
+                Mode::All {
+                    agent,
+                    cursors,
+                    stale,
+                    rx,
+                } => {
+                    if let Some(conv) = stale.pop_front() {
+                        let cursor = cursors.get(&conv.id).copied().flatten().unwrap_or(0);
+                        if cursor < conv.head() {
+                            let evs = read_after(&self.store, &conv, cursor, PAGE).await?;
+                            if let Some(last) = evs.last() {
+                                cursors.insert(conv.id.clone(), Some(last.seq));
+                                if last.seq < conv.head() {
+                                    stale.push_back(conv.clone());
+                                }
+                            }
+                            self.backlog.extend(evs);
+                        }
+                        continue;
+                    }
+                    let received = tokio::select! {
+                        r = rx.recv() => r,
+                        _ = self.closing.changed() => return Ok(None),
+                    };
+                    match received {
+                        Ok(ev) => {
+                            let entry =
+                                cursors
+                                    .entry(ev.conversation_id.clone())
+                                    .or_insert_with(|| {
+                                        self.hub
+                                            .get(&ev.conversation_id)
+                                            .filter(|c| c.is_participant(agent))
+                                            .map(|_| 0)
+                                    });
+                            let Some(cursor) = entry else { continue };
+                            if ev.seq <= *cursor {
+                                continue;
+                            }
+                            if ev.seq == *cursor + 1 {
+                                *cursor = ev.seq;
+                                return Ok(Some(ev));
+                            }
+                            if let Some(conv) = self.hub.get(&ev.conversation_id) {
+                                stale.push_back(conv);
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            for conv in self.hub.conversations_of(agent) {
+                                let cursor = *cursors.entry(conv.id.clone()).or_insert(Some(0));
+                                if cursor.unwrap_or(0) < conv.head() {
+                                    stale.push_back(conv);
+                                }
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return Ok(None),
+                    }
+                }
+            }
+        }
+    }
+}

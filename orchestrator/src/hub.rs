@@ -1,0 +1,201 @@
+//! Hot state in memory and the fanout of committed events.
+//!
+//! The writer thread is the only one that changes anything here, and only after a commit:
+//! it appends the committed events to each conversation's ring of recent events, updates the
+//! conversation's [`Core`], moves its head (a `watch`, which wakes long-polls and
+//! subscriptions) and sends every event on one global broadcast (for subscriptions that follow
+//! all of an agent's conversations). Readers never block the writer: a reader that falls
+//! behind the ring reads the log from the store by cursor (see [`crate::fanout`]).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
+
+use dashmap::DashMap;
+use proto_spec::{ConversationStatus, Event, Snapshot};
+use tokio::sync::{broadcast, watch};
+
+use crate::state::{guidance_for, Core};
+
+/// How many recent events each conversation keeps in memory.
+pub const RECENT_EVENTS: usize = 64;
+/// The global broadcast's buffer; a subscriber further behind is resumed from the log.
+pub const GLOBAL_BUFFER: usize = 4096;
+
+/// One conversation's shared, read-mostly state.
+#[derive(Debug)]
+pub struct ConvShared {
+    /// The conversation id.
+    pub id: String,
+    /// The agents that take part.
+    pub participants: Vec<String>,
+    /// Who created it.
+    pub created_by: String,
+    core: RwLock<Core>,
+    head: watch::Sender<u64>,
+    recent: Mutex<VecDeque<Arc<Event>>>,
+}
+
+impl ConvShared {
+    /// Whether `agent` takes part.
+    pub fn is_participant(&self, agent: &str) -> bool {
+        self.participants.iter().any(|p| p == agent)
+    }
+
+    /// Head, turn, speaker, status as of the last commit.
+    pub fn core(&self) -> Core {
+        self.core
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// The latest committed seq.
+    pub fn head(&self) -> u64 {
+        *self.head.borrow()
+    }
+
+    /// A receiver woken whenever the head moves. Take it before reading the head, so that no
+    /// wake-up is lost.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.head.subscribe()
+    }
+
+    /// Events with seq > `after` from the ring, if the ring covers them.
+    pub fn recent_after(&self, after: u64, limit: usize) -> Option<Vec<Arc<Event>>> {
+        let ring = self.recent.lock().ok()?;
+        let first = ring.front().map(|e| e.seq);
+        match first {
+            Some(f) if f <= after + 1 => {
+                let skip = (after + 1 - f) as usize;
+                Some(ring.iter().skip(skip).take(limit).cloned().collect())
+            }
+            None if after >= self.head() => Some(Vec::new()),
+            _ => None,
+        }
+    }
+
+    /// The snapshot as `agent` sees it.
+    pub fn snapshot(&self, agent: &str) -> Snapshot {
+        let core = self.core();
+        let status = if core.closed {
+            ConversationStatus::Closed
+        } else if core.paused {
+            ConversationStatus::Paused
+        } else {
+            ConversationStatus::Active
+        };
+        Snapshot {
+            conversation_id: self.id.clone(),
+            status,
+            latest_seq: core.head,
+            turn: core.turn,
+            speaker: core.speaker.clone(),
+            participants: self.participants.clone(),
+            guidance: guidance_for(&self.participants, &core, agent),
+        }
+    }
+}
+
+/// All conversations' shared state, and the global event broadcast.
+#[derive(Debug)]
+pub struct Hub {
+    convs: DashMap<String, Arc<ConvShared>>,
+    global: broadcast::Sender<Arc<Event>>,
+    closing: watch::Sender<bool>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            convs: DashMap::new(),
+            global: broadcast::channel(GLOBAL_BUFFER).0,
+            closing: watch::channel(false).0,
+        }
+    }
+}
+
+impl Hub {
+    /// Registers a conversation (at creation, or at start from the log).
+    pub fn insert(
+        &self,
+        id: &str,
+        participants: Vec<String>,
+        created_by: String,
+        core: Core,
+    ) -> Arc<ConvShared> {
+        let shared = Arc::new(ConvShared {
+            id: id.to_string(),
+            participants,
+            created_by,
+            head: watch::channel(core.head).0,
+            core: RwLock::new(core),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
+        });
+        self.convs.insert(id.to_string(), shared.clone());
+        shared
+    }
+
+    /// Forgets a conversation whose creation did not commit.
+    pub fn remove(&self, id: &str) {
+        self.convs.remove(id);
+    }
+
+    /// A conversation's shared state.
+    pub fn get(&self, id: &str) -> Option<Arc<ConvShared>> {
+        self.convs.get(id).map(|c| c.clone())
+    }
+
+    /// Every conversation `agent` takes part in.
+    pub fn conversations_of(&self, agent: &str) -> Vec<Arc<ConvShared>> {
+        self.convs
+            .iter()
+            .filter(|c| c.is_participant(agent))
+            .map(|c| c.clone())
+            .collect()
+    }
+
+    /// How many conversations are known.
+    pub fn len(&self) -> usize {
+        self.convs.len()
+    }
+
+    /// Whether no conversation is known.
+    pub fn is_empty(&self) -> bool {
+        self.convs.is_empty()
+    }
+
+    /// A receiver of every committed event, for subscriptions across conversations.
+    pub fn global(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.global.subscribe()
+    }
+
+    /// Publishes committed events of one conversation (writer thread only, after the commit).
+    pub fn publish(&self, conv: &ConvShared, core: Core, events: &[Arc<Event>]) {
+        if let Ok(mut ring) = conv.recent.lock() {
+            for e in events {
+                if ring.len() == RECENT_EVENTS {
+                    ring.pop_front();
+                }
+                ring.push_back(e.clone());
+            }
+        }
+        let head = core.head;
+        if let Ok(mut c) = conv.core.write() {
+            *c = core;
+        }
+        conv.head.send_replace(head);
+        for e in events {
+            let _ = self.global.send(e.clone());
+        }
+    }
+
+    /// Tells every waiter and subscription that the server is stopping.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// A receiver that turns true when the server is stopping.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+}

@@ -1,0 +1,226 @@
+//! JSON-RPC 2.0 over WebSocket: the jsonrpsee module that maps each method onto the method core.
+//!
+//! Every connection carries a [`Session`] (put into the upgrade request's extensions by the
+//! HTTP host, so every call on the connection sees it): who authenticated, and how many calls
+//! are in flight. Params are parsed strictly (unknown fields, such as a forged `author`, are
+//! refused); errors are mapped to the wire by [`proto_spec::RpcError::to_wire`] only.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use jsonrpsee::core::SubscriptionResult;
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use jsonrpsee::{Extensions, RpcModule};
+use proto_spec::method::names;
+use proto_spec::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::auth::Identity;
+use crate::error::Result;
+use crate::service::Orchestrator;
+
+/// Per-connection state.
+#[derive(Debug, Default)]
+pub struct Session {
+    identity: RwLock<Option<Identity>>,
+    in_flight: AtomicUsize,
+}
+
+/// Counts one call in flight on a connection while it lives.
+#[derive(Debug)]
+pub struct InFlightGuard(Arc<Session>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Session {
+    /// The authenticated identity, or `Unauthenticated`.
+    pub fn identity(&self) -> Result<Identity, RpcError> {
+        self.identity
+            .read()
+            .ok()
+            .and_then(|i| i.clone())
+            .ok_or_else(|| {
+                RpcError::new(
+                    ErrorCode::Unauthenticated,
+                    "call authenticate with a token first",
+                )
+            })
+    }
+
+    fn set_identity(&self, who: Identity) {
+        if let Ok(mut i) = self.identity.write() {
+            *i = Some(who);
+        }
+    }
+
+    /// Counts a call in flight, or refuses it when the connection is at its limit.
+    pub fn enter(self: &Arc<Self>, limit: usize) -> Result<InFlightGuard, RpcError> {
+        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let guard = InFlightGuard(self.clone());
+        if before >= limit {
+            return Err(RpcError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "too many calls in flight on this connection (limit {limit}); wait for answers"
+                ),
+            )
+            .with_data(serde_json::json!({"limit": limit})));
+        }
+        Ok(guard)
+    }
+}
+
+/// The one conversion of a protocol error into jsonrpsee's error object.
+pub fn wire(e: RpcError) -> ErrorObjectOwned {
+    let w = e.to_wire();
+    ErrorObjectOwned::owned(w.code, w.message, w.data)
+}
+
+fn session_of(ext: &Extensions) -> Result<Arc<Session>, RpcError> {
+    ext.get::<Arc<Session>>()
+        .cloned()
+        .ok_or_else(|| RpcError::new(ErrorCode::Internal, "connection has no session"))
+}
+
+fn parse<P: DeserializeOwned>(params: &Params<'_>) -> Result<P, RpcError> {
+    let raw = params.as_str().unwrap_or("{}");
+    serde_json::from_str(raw).map_err(|e| {
+        RpcError::new(ErrorCode::InvalidParams, format!("invalid params: {e}"))
+            .with_data(serde_json::json!({"hint": "params are one object with camelCase fields; see PROTOCOL.md"}))
+    })
+}
+
+type Ctx = Arc<Orchestrator>;
+
+fn add<P, R, F, Fut>(
+    m: &mut RpcModule<Ctx>,
+    name: &'static str,
+    f: F,
+) -> Result<(), jsonrpsee::core::RegisterMethodError>
+where
+    P: DeserializeOwned + Send + 'static,
+    R: Serialize + Clone + Send + 'static,
+    F: Fn(Ctx, Identity, P) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<R>> + Send + 'static,
+{
+    m.register_async_method(name, move |params, ctx, ext| {
+        let f = f.clone();
+        async move {
+            let session = session_of(&ext).map_err(wire)?;
+            let orch: Ctx = (*ctx).clone();
+            let _guard = session
+                .enter(orch.limits().max_in_flight_per_connection)
+                .map_err(wire)?;
+            let who = session.identity().map_err(wire)?;
+            let p: P = parse(&params).map_err(wire)?;
+            f(orch, who, p).await.map_err(|e| wire(e.to_rpc()))
+        }
+    })?;
+    Ok(())
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventRef<'a> {
+    conversation_id: &'a str,
+    event: &'a Event,
+}
+
+/// Builds the module with every method this server implements.
+pub fn module(
+    orch: Arc<Orchestrator>,
+) -> Result<RpcModule<Ctx>, jsonrpsee::core::RegisterMethodError> {
+    let mut m = RpcModule::new(orch);
+    m.register_async_method(names::AUTHENTICATE, |params, ctx, ext| async move {
+        let session = session_of(&ext).map_err(wire)?;
+        let p: AuthenticateParams = parse(&params).map_err(wire)?;
+        let who = ctx
+            .authenticate(&p.token)
+            .await
+            .map_err(|e| wire(e.to_rpc()))?;
+        let result = AuthenticateResult {
+            ok: true,
+            agent_id: who.agent_id.clone(),
+        };
+        session.set_identity(who);
+        Ok::<_, ErrorObjectOwned>(result)
+    })?;
+    add(
+        &mut m,
+        names::CREATE_CONVERSATION,
+        |o: Ctx, who, p| async move { o.create_conversation(&who, p).await },
+    )?;
+    add(
+        &mut m,
+        names::GET_CONVERSATION,
+        |o: Ctx, who, p| async move { o.get_conversation(&who, p) },
+    )?;
+    add(&mut m, names::TAIL, |o: Ctx, who, p| async move {
+        o.tail(&who, p).await
+    })?;
+    add(
+        &mut m,
+        names::WAIT_FOR_CHANGE,
+        |o: Ctx, who, p| async move { o.wait_for_change(&who, p).await },
+    )?;
+    add(
+        &mut m,
+        names::GET_UPDATES_OR_GUIDANCE,
+        |o: Ctx, who, p| async move { o.get_updates(&who, p).await },
+    )?;
+    add(&mut m, names::SEND_MESSAGE, |o: Ctx, who, p| async move {
+        o.send_message(&who, p).await
+    })?;
+    add(&mut m, names::SEND_TRACE, |o: Ctx, who, p| async move {
+        o.send_trace(&who, p).await
+    })?;
+    m.register_subscription(
+        names::SUBSCRIBE,
+        names::EVENT,
+        names::UNSUBSCRIBE,
+        |params, pending, ctx, ext| async move {
+            let started = (|| {
+                let session = session_of(&ext)?;
+                let who = session.identity()?;
+                let p: SubscribeParams = parse(&params)?;
+                ctx.subscribe(&who, p).map_err(|e| e.to_rpc())
+            })();
+            let mut feed = match started {
+                Ok(feed) => feed,
+                Err(e) => {
+                    pending.reject(wire(e)).await;
+                    return Ok(());
+                }
+            };
+            let sink = pending.accept().await?;
+            loop {
+                let next = tokio::select! {
+                    _ = sink.closed() => break,
+                    n = feed.next() => n,
+                };
+                match next {
+                    Ok(Some(ev)) => {
+                        let msg = serde_json::value::to_raw_value(&EventRef {
+                            conversation_id: &ev.conversation_id,
+                            event: &ev,
+                        })?;
+                        sink.send(msg).await?;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let e = e.to_rpc();
+                        return Err(e.message.into());
+                    }
+                }
+            }
+            SubscriptionResult::Ok(())
+        },
+    )?;
+    Ok(m)
+}

@@ -1,0 +1,140 @@
+//! The HTTP host: axum on one port, with jsonrpsee mounted at `/rpc` as a tower service.
+//!
+//! Each request to `/rpc` gets a fresh [`Session`] in its extensions before it reaches
+//! jsonrpsee; a WebSocket upgrade is one request, so the session lives as long as the
+//! connection. [`RunningServer::stop`] ends feeds and waits, closes every WebSocket session,
+//! stops accepting, and stops the writer once every queued append is committed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::{Json, Router};
+use jsonrpsee::server::{
+    stop_channel, BatchRequestConfig, ServerConfig, ServerHandle, StopHandle, TowerServiceBuilder,
+};
+use jsonrpsee::Methods;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tower::Service;
+
+use crate::error::Result;
+use crate::rpc::{self, Session};
+use crate::service::Orchestrator;
+
+/// How many calls one JSON-RPC batch may hold.
+pub const MAX_BATCH_CALLS: u32 = 64;
+
+#[derive(Clone)]
+struct AppState {
+    orch: Arc<Orchestrator>,
+    methods: Methods,
+    stop: StopHandle,
+    rpc: TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>,
+}
+
+/// A server that is running; stop it with [`RunningServer::stop`].
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    orch: Arc<Orchestrator>,
+    rpc_handle: ServerHandle,
+    http_stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The WebSocket URL of `/rpc`.
+    pub fn rpc_url(&self) -> String {
+        format!("ws://{}/rpc", self.addr)
+    }
+
+    /// The orchestrator it serves.
+    pub fn orchestrator(&self) -> &Arc<Orchestrator> {
+        &self.orch
+    }
+
+    /// Stops gracefully: open subscriptions and waits end, WebSocket sessions close, and every
+    /// acknowledged event is on disk when this returns.
+    pub async fn stop(self) {
+        self.orch.hub().close();
+        let _ = self.rpc_handle.stop();
+        let _ = self.http_stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.rpc_handle.stopped()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+        self.orch.shutdown().await;
+    }
+}
+
+/// Starts serving on `listener`.
+pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<RunningServer> {
+    let limits = orch.limits().clone();
+    let module =
+        rpc::module(orch.clone()).map_err(|e| crate::error::Error::Corrupt(e.to_string()))?;
+    let (stop, rpc_handle) = stop_channel();
+    let config = ServerConfig::builder()
+        .max_request_body_size(limits.max_frame_bytes)
+        .max_response_body_size(limits.max_frame_bytes.saturating_mul(16))
+        .max_connections(limits.max_connections)
+        .max_subscriptions_per_connection(limits.max_subscriptions_per_connection)
+        .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
+        .build();
+    let rpc = jsonrpsee::server::Server::builder()
+        .set_config(config)
+        .to_service_builder();
+    let state = AppState {
+        orch: orch.clone(),
+        methods: module.into(),
+        stop,
+        rpc,
+    };
+    let app = Router::new()
+        .route("/rpc", any(rpc_route))
+        .route("/healthz", get(healthz))
+        .with_state(state);
+    let addr = listener.local_addr()?;
+    let (http_stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "http server failed");
+        }
+    });
+    Ok(RunningServer {
+        addr,
+        orch,
+        rpc_handle,
+        http_stop,
+        task,
+    })
+}
+
+async fn rpc_route(State(app): State<AppState>, mut req: Request<Body>) -> Response {
+    req.extensions_mut().insert(Arc::new(Session::default()));
+    let mut svc = app.rpc.clone().build(app.methods.clone(), app.stop.clone());
+    match svc.call(req).await {
+        Ok(resp) => resp.map(Body::new),
+        Err(e) => {
+            tracing::warn!(error = %e, "rpc service failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+async fn healthz(State(app): State<AppState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok", "conversations": app.orch.hub().len()}))
+}

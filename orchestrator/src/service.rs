@@ -1,0 +1,383 @@
+//! The method core: every protocol method as a plain async function of (identity, params).
+//!
+//! WebSocket JSON-RPC ([`crate::rpc`]), the HTTP routes and the in-process client all call
+//! these functions; none of them re-implements a rule. Appends go through the writer (and so
+//! through the state machine); reads come from the hub's memory or the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_spec::*;
+use tokio::time::Instant;
+
+use crate::auth::{hash_token, valid_id, Identity};
+use crate::config::Limits;
+use crate::error::{refuse, Error, Result};
+use crate::fanout::{read_after, Feed, PAGE};
+use crate::hub::{ConvShared, Hub};
+use crate::state::AppendRequest;
+use crate::store::Store;
+use crate::writer::WriterHandle;
+
+/// The orchestrator: the store, the hot state, the writer and the limits.
+#[derive(Debug)]
+pub struct Orchestrator {
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    writer: WriterHandle,
+    limits: Limits,
+}
+
+impl Orchestrator {
+    /// Rebuilds the state from the log and starts the writer.
+    pub fn open(store: Arc<dyn Store>, limits: Limits) -> Result<Arc<Orchestrator>> {
+        let hub = Arc::new(Hub::default());
+        let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
+        Ok(Arc::new(Orchestrator {
+            store,
+            hub,
+            writer,
+            limits,
+        }))
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The hot state and fanout.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The writer (its counters are in `writer().stats`).
+    pub fn writer(&self) -> &WriterHandle {
+        &self.writer
+    }
+
+    /// Ends waits and feeds, finishes queued appends and stops the writer. Every acknowledged
+    /// event is durable before this returns.
+    pub async fn shutdown(&self) {
+        self.hub.close();
+        self.writer.stop().await;
+    }
+
+    /// Checks a token; the identity it speaks as.
+    pub async fn authenticate(&self, token: &str) -> Result<Identity> {
+        let store = self.store.clone();
+        let hash = hash_token(token);
+        let found = tokio::task::spawn_blocking(move || store.find_token(&hash))
+            .await
+            .map_err(|e| Error::Corrupt(e.to_string()))??;
+        match found {
+            Some(t) => Ok(Identity {
+                agent_id: t.agent_id,
+                admin: t.admin,
+            }),
+            None => Err(refuse(ErrorCode::Unauthenticated, "unknown token")),
+        }
+    }
+
+    /// The conversation, if `who` may read it.
+    fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvShared>> {
+        let conv = self.hub.get(id).ok_or_else(|| {
+            refuse(
+                ErrorCode::ConversationNotFound,
+                format!("no conversation {id}"),
+            )
+        })?;
+        if who.admin || conv.is_participant(&who.agent_id) {
+            Ok(conv)
+        } else {
+            Err(refuse(
+                ErrorCode::Forbidden,
+                format!("{} does not take part in conversation {id}", who.agent_id),
+            ))
+        }
+    }
+
+    /// `createConversation` (admins only).
+    pub async fn create_conversation(
+        &self,
+        who: &Identity,
+        p: CreateConversationParams,
+    ) -> Result<CreateConversationResult> {
+        if !who.admin {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only admins create conversations",
+            ));
+        }
+        if p.scenario.is_some() || p.scenario_name.is_some() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "scenarios are not supported by this server yet: create an open conversation with `participants`",
+            ));
+        }
+        let id =
+            match p.conversation_id {
+                Some(id) if valid_id(&id) => id,
+                Some(id) => return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
+                    ),
+                )),
+                None => uuid::Uuid::new_v4().simple().to_string(),
+            };
+        let participants = p.participants.unwrap_or_default();
+        if participants.is_empty() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "participants: at least one agent id is needed",
+            ));
+        }
+        if participants.len() > self.limits.max_participants {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                format!(
+                    "participants: at most {} agents",
+                    self.limits.max_participants
+                ),
+            ));
+        }
+        for (i, a) in participants.iter().enumerate() {
+            if !valid_id(a) || a == ORCHESTRATOR_AUTHOR {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!("participants[{i}]: {a:?} is not a usable agent id"),
+                ));
+            }
+            if participants[..i].contains(a) {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!("participants[{i}]: {a:?} is listed twice"),
+                ));
+            }
+        }
+        if let Some(m) = &p.metadata {
+            if m.to_string().len() > self.limits.max_payload_bytes {
+                return Err(refuse(
+                    ErrorCode::PayloadTooLarge,
+                    "metadata is over the payload limit",
+                ));
+            }
+        }
+        self.writer
+            .create(id.clone(), participants, p.metadata, who.agent_id.clone())
+            .await?;
+        Ok(CreateConversationResult {
+            conversation_id: id,
+        })
+    }
+
+    /// `getConversation`.
+    pub fn get_conversation(&self, who: &Identity, p: ConversationParams) -> Result<Snapshot> {
+        Ok(self
+            .readable(who, &p.conversation_id)?
+            .snapshot(&who.agent_id))
+    }
+
+    /// `tail`.
+    pub async fn tail(&self, who: &Identity, p: TailParams) -> Result<TailResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        let latest_seq = conv.head();
+        let limit = p
+            .limit
+            .map(|l| l as usize)
+            .unwrap_or(self.limits.max_tail)
+            .min(self.limits.max_tail);
+        let events = read_after(&self.store, &conv, p.since_seq, limit).await?;
+        Ok(TailResult {
+            events: events.iter().map(|e| (**e).clone()).collect(),
+            latest_seq,
+        })
+    }
+
+    fn capped(&self, timeout_ms: u64) -> Duration {
+        Duration::from_millis(timeout_ms).min(self.limits.max_wait)
+    }
+
+    /// Waits until the head of `conv` passes `since` or the deadline; true if it did.
+    async fn wait_past(&self, conv: &ConvShared, since: u64, deadline: Instant) -> bool {
+        let mut head = conv.watch();
+        let mut closing = self.hub.closing();
+        if *head.borrow_and_update() > since {
+            return true;
+        }
+        let wait = head.wait_for(|h| *h > since);
+        tokio::select! {
+            r = wait => r.is_ok(),
+            _ = tokio::time::sleep_until(deadline) => false,
+            _ = closing.wait_for(|c| *c) => conv.head() > since,
+        }
+    }
+
+    /// `waitForChange`: the waiter is registered before the head is read, so no wake-up is lost.
+    pub async fn wait_for_change(
+        &self,
+        who: &Identity,
+        p: WaitForChangeParams,
+    ) -> Result<WaitForChangeResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        let deadline = Instant::now() + self.capped(p.timeout_ms);
+        let changed = self.wait_past(&conv, p.since_seq, deadline).await;
+        Ok(WaitForChangeResult {
+            latest_seq: conv.head(),
+            timed_out: !changed,
+        })
+    }
+
+    /// `getUpdatesOrGuidance`: new messages and guidance; when there are no new messages and a
+    /// timeout is given, waits for some first.
+    pub async fn get_updates(
+        &self,
+        who: &Identity,
+        p: GetUpdatesParams,
+    ) -> Result<GetUpdatesResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        let limit = p
+            .limit
+            .map(|l| l as usize)
+            .unwrap_or(self.limits.max_tail)
+            .clamp(1, self.limits.max_tail);
+        let deadline = Instant::now() + self.capped(p.timeout_ms.unwrap_or(0));
+        let mut cursor = p.since_seq.unwrap_or(0);
+        let mut messages = Vec::new();
+        let mut timed_out = false;
+        loop {
+            let head = conv.head();
+            while cursor < head && messages.len() < limit {
+                let evs = read_after(&self.store, &conv, cursor, PAGE).await?;
+                let Some(last) = evs.last() else { break };
+                let last_seq = last.seq;
+                for e in evs {
+                    cursor = e.seq;
+                    if e.kind == EventKind::Message {
+                        messages.push((*e).clone());
+                        if messages.len() == limit {
+                            break;
+                        }
+                    }
+                }
+                if cursor < last_seq {
+                    break;
+                }
+            }
+            let closed = conv.core().closed;
+            if !messages.is_empty() || closed || Instant::now() >= deadline {
+                break;
+            }
+            if !self.wait_past(&conv, cursor, deadline).await {
+                timed_out = true;
+                break;
+            }
+        }
+        let snapshot = conv.snapshot(&who.agent_id);
+        Ok(GetUpdatesResult {
+            messages,
+            guidance: snapshot.guidance,
+            latest_seq: cursor,
+            status: snapshot.status,
+            timed_out,
+        })
+    }
+
+    fn check_payload(&self, json: &str) -> Result<()> {
+        if json.len() > self.limits.max_payload_bytes {
+            return Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "payload is {} bytes; the limit is {}",
+                        json.len(),
+                        self.limits.max_payload_bytes
+                    ),
+                )
+                .with_data(
+                    serde_json::json!({"limit": self.limits.max_payload_bytes, "size": json.len()}),
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_key(key: &Option<String>) -> Result<()> {
+        match key {
+            Some(k) if k.is_empty() || k.len() > 256 => Err(refuse(
+                ErrorCode::InvalidParams,
+                "clientRequestId: 1-256 characters",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `sendMessage`: acknowledged once durable.
+    pub async fn send_message(&self, who: &Identity, p: SendMessageParams) -> Result<AppendResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        Self::check_key(&p.client_request_id)?;
+        let payload =
+            serde_json::to_value(&p.payload).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let req = AppendRequest::new(
+            who.agent_id.clone(),
+            EventKind::Message,
+            Some(p.finality),
+            payload,
+        )
+        .with_turn_hint(p.turn_hint.map(|h| h.turn))
+        .with_client_request_id(p.client_request_id);
+        self.check_payload(&req.payload_json)?;
+        self.writer.append(conv.id.clone(), req).await
+    }
+
+    /// `sendTrace`: acknowledged once durable.
+    pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        if p.finality.is_some() {
+            return Err(refuse(
+                ErrorCode::InvalidFinality,
+                "only messages carry finality; a trace cannot",
+            ));
+        }
+        Self::check_key(&p.client_request_id)?;
+        let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
+            .with_turn(p.turn)
+            .with_client_request_id(p.client_request_id);
+        self.check_payload(&req.payload_json)?;
+        self.writer.append(conv.id.clone(), req).await
+    }
+
+    /// Appends a system event as the orchestrator (policy decisions, pause, resume).
+    pub async fn append_system(
+        &self,
+        conversation_id: &str,
+        payload: serde_json::Value,
+    ) -> Result<AppendResult> {
+        self.writer
+            .append(conversation_id.to_string(), AppendRequest::system(payload))
+            .await
+    }
+
+    /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
+    pub fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
+        match p.conversation_id {
+            Some(id) => {
+                let conv = self.readable(who, &id)?;
+                let since = p.since_seq.unwrap_or_else(|| conv.head());
+                Ok(Feed::one(self.store.clone(), self.hub.clone(), conv, since))
+            }
+            None => Ok(Feed::all(
+                self.store.clone(),
+                self.hub.clone(),
+                &who.agent_id,
+                p.since_seq,
+            )),
+        }
+    }
+}

@@ -1,0 +1,490 @@
+//! The per-conversation state machine: every invariant of the log, in one place.
+//!
+//! A conversation's state is a fold over its log: [`ConvState::observe`] applies one committed
+//! event, and recovery rebuilds the state by observing every event again. Deciding what a request
+//! appends is [`ConvState::apply`]: it validates the request against the state and, only when it
+//! is valid, returns the events to append and moves the state past them. A refused request leaves
+//! the state untouched, so `apply` behaves as the pure function
+//! `(state, request) → (events, new state) | error`; it does no I/O and reads no clock.
+//! Storage and transports call it; none of them re-implements a rule.
+
+use std::collections::HashMap;
+
+use proto_spec::{
+    AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, RpcError,
+    ORCHESTRATOR_AUTHOR,
+};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// A digest of a request's body, to tell a retry from a reuse of its idempotency key.
+pub type BodyHash = [u8; 16];
+
+/// Hashes the parts of a request that make it "the same request".
+pub fn body_hash(
+    kind: EventKind,
+    finality: Option<Finality>,
+    payload_json: &str,
+    turn: Option<u64>,
+    turn_hint: Option<u64>,
+) -> BodyHash {
+    let mut h = Sha256::new();
+    h.update(kind.as_str().as_bytes());
+    h.update([0]);
+    h.update(finality.map(Finality::as_str).unwrap_or("-").as_bytes());
+    h.update([0]);
+    h.update(turn.map(|t| t as i128).unwrap_or(-1).to_le_bytes());
+    h.update(turn_hint.map(|t| t as i128).unwrap_or(-1).to_le_bytes());
+    h.update(payload_json.as_bytes());
+    let full = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// A request to append one event.
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    /// The authenticated author (never a param).
+    pub author: String,
+    /// `message`, `trace` or `system`.
+    pub kind: EventKind,
+    /// Finality; required for messages, refused for anything else.
+    pub finality: Option<Finality>,
+    /// The payload.
+    pub payload: Value,
+    /// The payload as stored (serialized once, by the caller).
+    pub payload_json: String,
+    /// For traces and system events: the turn they name (the current one when absent).
+    pub turn: Option<u64>,
+    /// For messages: append only in this turn.
+    pub turn_hint: Option<u64>,
+    /// The idempotency key.
+    pub client_request_id: Option<String>,
+    /// Digest of the body, for idempotency.
+    pub hash: BodyHash,
+    /// System events the orchestrator appends in the same transaction after this one
+    /// (a policy decision such as `next_speaker`).
+    pub follow_ups: Vec<Value>,
+}
+
+impl AppendRequest {
+    /// Builds a request, serializing and hashing the payload.
+    pub fn new(
+        author: impl Into<String>,
+        kind: EventKind,
+        finality: Option<Finality>,
+        payload: Value,
+    ) -> Self {
+        let payload_json = payload.to_string();
+        let hash = body_hash(kind, finality, &payload_json, None, None);
+        AppendRequest {
+            author: author.into(),
+            kind,
+            finality,
+            payload,
+            payload_json,
+            turn: None,
+            turn_hint: None,
+            client_request_id: None,
+            hash,
+            follow_ups: Vec::new(),
+        }
+    }
+
+    /// A system event written by the orchestrator.
+    pub fn system(payload: Value) -> Self {
+        AppendRequest::new(ORCHESTRATOR_AUTHOR, EventKind::System, None, payload)
+    }
+
+    /// Sets the named turn (traces, system events).
+    pub fn with_turn(mut self, turn: Option<u64>) -> Self {
+        self.turn = turn;
+        self.rehash();
+        self
+    }
+
+    /// Sets the turn hint (messages).
+    pub fn with_turn_hint(mut self, hint: Option<u64>) -> Self {
+        self.turn_hint = hint;
+        self.rehash();
+        self
+    }
+
+    /// Sets the idempotency key.
+    pub fn with_client_request_id(mut self, key: Option<String>) -> Self {
+        self.client_request_id = key;
+        self
+    }
+
+    fn rehash(&mut self) {
+        self.hash = body_hash(
+            self.kind,
+            self.finality,
+            &self.payload_json,
+            self.turn,
+            self.turn_hint,
+        );
+    }
+}
+
+/// An event decided by the state machine, not yet committed (it has no timestamp).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    /// Its seq.
+    pub seq: u64,
+    /// Its kind.
+    pub kind: EventKind,
+    /// Its author.
+    pub author: String,
+    /// Its turn.
+    pub turn: u64,
+    /// Its finality (messages only).
+    pub finality: Option<Finality>,
+    /// Its payload.
+    pub payload: Value,
+    /// The payload as stored.
+    pub payload_json: String,
+    /// Its idempotency key.
+    pub client_request_id: Option<String>,
+    /// The body digest stored with the key.
+    pub hash: Option<BodyHash>,
+}
+
+/// What a valid request does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// New events to commit, and the answer for the caller.
+    Append(Vec<Draft>, AppendResult),
+    /// A retry of an earlier request: nothing to append; the original answer.
+    Duplicate(AppendResult),
+}
+
+/// What an idempotency key refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdemRecord {
+    hash: BodyHash,
+    seq: u64,
+    turn: u64,
+}
+
+/// The small, cheaply cloned part of a conversation's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Core {
+    /// The latest seq (0: empty log).
+    pub head: u64,
+    /// The current turn (starts at 1).
+    pub turn: u64,
+    /// Who holds the turn; `None`: open to every participant.
+    pub speaker: Option<String>,
+    /// A message with finality `conversation` was appended.
+    pub closed: bool,
+    /// Paused by an admin.
+    pub paused: bool,
+}
+
+/// A conversation's state, rebuilt from its log.
+#[derive(Debug, Clone)]
+pub struct ConvState {
+    /// The conversation id.
+    pub id: String,
+    /// The agents that take part.
+    pub participants: Vec<String>,
+    /// Head, turn, speaker, status.
+    pub core: Core,
+    idem: HashMap<(String, String), IdemRecord>,
+}
+
+/// Guidance for one agent, from the participants and the core state.
+pub fn guidance_for(participants: &[String], c: &Core, agent: &str) -> Guidance {
+    let (status, reason) = if c.closed {
+        (GuidanceStatus::Closed, None)
+    } else if c.paused {
+        (GuidanceStatus::Wait, Some("paused"))
+    } else if !participants.iter().any(|p| p == agent) {
+        (GuidanceStatus::Wait, Some("not_a_participant"))
+    } else if c.speaker.as_deref().is_some_and(|s| s != agent) {
+        (GuidanceStatus::Wait, Some("not_your_turn"))
+    } else {
+        (GuidanceStatus::MaySpeak, None)
+    };
+    Guidance {
+        status,
+        turn: c.turn,
+        speaker: c.speaker.clone(),
+        deadline: None,
+        reason: reason.map(str::to_string),
+    }
+}
+
+fn err(code: ErrorCode, message: impl Into<String>, data: Value) -> RpcError {
+    RpcError::new(code, message).with_data(data)
+}
+
+impl ConvState {
+    /// An empty conversation, before its `created` event.
+    pub fn new(id: impl Into<String>, participants: Vec<String>) -> Self {
+        ConvState {
+            id: id.into(),
+            participants,
+            core: Core {
+                head: 0,
+                turn: 1,
+                speaker: None,
+                closed: false,
+                paused: false,
+            },
+            idem: HashMap::new(),
+        }
+    }
+
+    /// The `created` system event that opens every conversation's log.
+    pub fn created_event(
+        participants: &[String],
+        metadata: Option<&Value>,
+        created_by: &str,
+    ) -> AppendRequest {
+        let mut payload =
+            json!({"type": "created", "participants": participants, "createdBy": created_by});
+        if let Some(m) = metadata {
+            payload["metadata"] = m.clone();
+        }
+        AppendRequest::system(payload)
+    }
+
+    /// Whether `agent` takes part.
+    pub fn is_participant(&self, agent: &str) -> bool {
+        self.participants.iter().any(|p| p == agent)
+    }
+
+    /// How many idempotency keys are remembered.
+    pub fn idempotency_keys(&self) -> usize {
+        self.idem.len()
+    }
+
+    /// Guidance for one agent.
+    pub fn guidance(&self, agent: &str) -> Guidance {
+        guidance_for(&self.participants, &self.core, agent)
+    }
+
+    fn position(&self) -> Value {
+        json!({"currentTurn": self.core.turn, "latestSeq": self.core.head})
+    }
+
+    /// Validates a request and, when it is valid, moves the state past the events it appends.
+    /// On error the state is unchanged.
+    pub fn apply(&mut self, req: &AppendRequest) -> Result<Applied, RpcError> {
+        self.check(req)?;
+        if let Some(key) = &req.client_request_id {
+            if let Some(rec) = self.idem.get(&(req.author.clone(), key.clone())) {
+                return if rec.hash == req.hash {
+                    Ok(Applied::Duplicate(AppendResult {
+                        seq: rec.seq,
+                        turn: rec.turn,
+                        duplicate: true,
+                    }))
+                } else {
+                    Err(err(
+                        ErrorCode::IdempotencyKeyReused,
+                        format!("clientRequestId {key:?} was used before with another body"),
+                        json!({"clientRequestId": key, "originalSeq": rec.seq}),
+                    ))
+                };
+            }
+        }
+        self.check_open(req)?;
+        let first = Draft {
+            seq: self.core.head + 1,
+            kind: req.kind,
+            author: req.author.clone(),
+            turn: req.turn.unwrap_or(self.core.turn),
+            finality: req.finality,
+            payload: req.payload.clone(),
+            payload_json: req.payload_json.clone(),
+            client_request_id: req.client_request_id.clone(),
+            hash: req.client_request_id.as_ref().map(|_| req.hash),
+        };
+        let result = AppendResult {
+            seq: first.seq,
+            turn: first.turn,
+            duplicate: false,
+        };
+        self.observe(&first);
+        let mut drafts = vec![first];
+        for follow in &req.follow_ups {
+            if self.core.closed {
+                break;
+            }
+            let d = Draft {
+                seq: self.core.head + 1,
+                kind: EventKind::System,
+                author: ORCHESTRATOR_AUTHOR.to_string(),
+                turn: self.core.turn,
+                finality: None,
+                payload: follow.clone(),
+                payload_json: follow.to_string(),
+                client_request_id: None,
+                hash: None,
+            };
+            self.observe(&d);
+            drafts.push(d);
+        }
+        Ok(Applied::Append(drafts, result))
+    }
+
+    /// Checks that hold whatever the log says: finality only on messages, authorship.
+    fn check(&self, req: &AppendRequest) -> Result<(), RpcError> {
+        match (req.kind, req.finality) {
+            (EventKind::Message, None) => {
+                return Err(err(
+                    ErrorCode::InvalidFinality,
+                    "a message needs finality: none, turn or conversation",
+                    Value::Null,
+                ))
+            }
+            (EventKind::Trace | EventKind::System, Some(_)) => {
+                return Err(err(
+                    ErrorCode::InvalidFinality,
+                    format!(
+                        "only messages carry finality; a {} cannot",
+                        req.kind.as_str()
+                    ),
+                    Value::Null,
+                ))
+            }
+            _ => {}
+        }
+        if req.kind == EventKind::System && req.author != ORCHESTRATOR_AUTHOR {
+            return Err(err(
+                ErrorCode::Forbidden,
+                "only the orchestrator writes system events",
+                Value::Null,
+            ));
+        }
+        if req.author != ORCHESTRATOR_AUTHOR && !self.is_participant(&req.author) {
+            return Err(err(
+                ErrorCode::Forbidden,
+                format!(
+                    "{} does not take part in conversation {}",
+                    req.author, self.id
+                ),
+                Value::Null,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks against the current state of the log.
+    fn check_open(&self, req: &AppendRequest) -> Result<(), RpcError> {
+        let c = &self.core;
+        if c.closed {
+            return Err(err(
+                ErrorCode::ConversationClosed,
+                format!("conversation {} is closed", self.id),
+                self.position(),
+            ));
+        }
+        match req.kind {
+            EventKind::Message => {
+                if c.paused {
+                    return Err(err(
+                        ErrorCode::ConversationPaused,
+                        format!("conversation {} is paused", self.id),
+                        self.position(),
+                    ));
+                }
+                if let Some(hint) = req.turn_hint {
+                    if hint != c.turn {
+                        return Err(err(
+                            ErrorCode::TurnMismatch,
+                            format!("turnHint {hint} is not the current turn {}", c.turn),
+                            self.position(),
+                        ));
+                    }
+                }
+                if let Some(speaker) = c.speaker.as_deref() {
+                    if speaker != req.author {
+                        let mut data = self.position();
+                        data["speaker"] = json!(speaker);
+                        return Err(err(
+                            ErrorCode::NotYourTurn,
+                            format!("turn {} belongs to {speaker}", c.turn),
+                            data,
+                        ));
+                    }
+                }
+            }
+            EventKind::Trace | EventKind::System => {
+                if let Some(t) = req.turn {
+                    if t < c.turn {
+                        return Err(err(
+                            ErrorCode::TurnClosed,
+                            format!("turn {t} is closed; the current turn is {}", c.turn),
+                            self.position(),
+                        ));
+                    }
+                    if t > c.turn {
+                        return Err(err(
+                            ErrorCode::TurnMismatch,
+                            format!("turn {t} has not started; the current turn is {}", c.turn),
+                            self.position(),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the state past one committed event. Recovery calls this for every event in the log.
+    pub fn observe(&mut self, d: &Draft) {
+        let c = &mut self.core;
+        c.head = d.seq;
+        match d.kind {
+            EventKind::Message => match d.finality {
+                Some(Finality::Turn) => {
+                    c.turn = d.turn + 1;
+                    c.speaker = None;
+                }
+                Some(Finality::Conversation) => c.closed = true,
+                _ => {}
+            },
+            EventKind::System => match d.payload.get("type").and_then(Value::as_str) {
+                Some("created") => {
+                    if let Some(ps) = d.payload.get("participants").and_then(Value::as_array) {
+                        self.participants = ps
+                            .iter()
+                            .filter_map(|p| p.as_str().map(str::to_string))
+                            .collect();
+                    }
+                }
+                Some("next_speaker") => {
+                    c.speaker = d
+                        .payload
+                        .get("speaker")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                }
+                Some("paused") => c.paused = true,
+                Some("resumed") => c.paused = false,
+                _ => {}
+            },
+            EventKind::Trace => {}
+        }
+        if let (Some(key), Some(hash)) = (&d.client_request_id, d.hash) {
+            self.idem.insert(
+                (d.author.clone(), key.clone()),
+                IdemRecord {
+                    hash,
+                    seq: d.seq,
+                    turn: d.turn,
+                },
+            );
+        }
+    }
+
+    /// Forgets idempotency keys recorded at or after `seq` (undo of an uncommitted batch).
+    pub fn forget_keys_from(&mut self, seq: u64) {
+        self.idem.retain(|_, r| r.seq < seq);
+    }
+}

@@ -1,0 +1,42 @@
+//! The versioned schema. Each entry moves the schema from version `i` to `i + 1`; the version
+//! lives in `PRAGMA user_version` and every pending step runs at open, in one transaction.
+
+/// The schema steps, oldest first. Never edit a released step: add a new one.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: conversations, the event log with its idempotency index, tokens.
+    r#"
+    CREATE TABLE conversations (
+        num          INTEGER PRIMARY KEY,
+        id           TEXT NOT NULL UNIQUE,
+        created_by   TEXT NOT NULL,
+        participants TEXT NOT NULL,
+        metadata     TEXT
+    );
+    CREATE TABLE events (
+        conv              INTEGER NOT NULL REFERENCES conversations(num),
+        seq               INTEGER NOT NULL,
+        kind              TEXT NOT NULL,
+        author            TEXT NOT NULL,
+        turn              INTEGER NOT NULL,
+        finality          TEXT,
+        payload           TEXT NOT NULL,
+        client_request_id TEXT,
+        request_hash      BLOB,
+        ts_ms             INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX events_by_seq ON events (conv, seq);
+    CREATE UNIQUE INDEX events_idempotency ON events (conv, author, client_request_id)
+        WHERE client_request_id IS NOT NULL;
+    CREATE TABLE tokens (
+        hash       TEXT PRIMARY KEY,
+        agent_id   TEXT NOT NULL,
+        admin      INTEGER NOT NULL,
+        created_ms INTEGER NOT NULL
+    );
+    "#,
+];
+
+/// The schema version this build writes.
+pub fn latest() -> i64 {
+    MIGRATIONS.len() as i64
+}

@@ -1,0 +1,283 @@
+//! The embedded default backend: SQLite through rusqlite, WAL, `synchronous=FULL` unless told.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use proto_spec::{Event, EventKind};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde_json::Value;
+
+use super::migrations::{latest, MIGRATIONS};
+use super::{
+    finality_from, format_ts, hash_from, kind_from, ConversationRecord, LogWriter, NewConversation,
+    NewRow, RecoveredEvent, Store, TokenRecord,
+};
+use crate::error::{Error, Result};
+use crate::state::Draft;
+
+/// How hard SQLite syncs a commit to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// fsync on every commit: an acknowledged event survives power loss (the default).
+    #[default]
+    Full,
+    /// fsync at checkpoints only: survives a crash of the process, not of the machine.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// The SQLite store: a path, the sync mode, and a pool of read connections.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    sync: Synchronous,
+    readers: Mutex<Vec<Connection>>,
+}
+
+const READERS_KEPT: usize = 8;
+
+fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connection> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    if !read_only {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+    }
+    conn.pragma_update(None, "synchronous", sync.pragma())?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it to the latest schema.
+    pub fn open(path: impl AsRef<Path>, sync: Synchronous) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = open_conn(&path, sync, false)?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore {
+            path,
+            sync,
+            readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self
+            .readers
+            .lock()
+            .map_err(|_| Error::Corrupt("reader pool poisoned".into()))?
+            .pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => open_conn(&self.path, self.sync, true)?,
+        };
+        let out = f(&conn);
+        if let Ok(mut pool) = self.readers.lock() {
+            if pool.len() < READERS_KEPT {
+                pool.push(conn);
+            }
+        }
+        out
+    }
+}
+
+/// Runs every pending migration in one transaction.
+pub fn migrate(conn: &mut Connection) -> Result<()> {
+    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if current > latest() {
+        return Err(Error::Corrupt(format!(
+            "the database has schema version {current}, newer than this build's {}",
+            latest()
+        )));
+    }
+    if current == latest() {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.execute_batch(step)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The writer's connection.
+#[derive(Debug)]
+pub struct SqliteWriter {
+    conn: Connection,
+}
+
+impl LogWriter for SqliteWriter {
+    fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut ins_conv = tx.prepare_cached(
+                "INSERT INTO conversations (num, id, created_by, participants, metadata) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for c in convs {
+                let participants = serde_json::to_string(&c.participants).unwrap_or_default();
+                let metadata = c.metadata.as_ref().map(Value::to_string);
+                ins_conv.execute(params![c.num, c.id, c.created_by, participants, metadata])?;
+            }
+            let mut ins = tx.prepare_cached(
+                "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            for r in rows {
+                let d = r.draft;
+                ins.execute(params![
+                    r.conv,
+                    d.seq as i64,
+                    d.kind.as_str(),
+                    d.author,
+                    d.turn as i64,
+                    d.finality.map(|f| f.as_str()),
+                    d.payload_json,
+                    d.client_request_id,
+                    d.hash.as_ref().map(|h| &h[..]),
+                    r.ts_ms,
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn max_conversation_num(&mut self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(num), 0) FROM conversations", [], |r| {
+                r.get(0)
+            })?)
+    }
+}
+
+impl Store for SqliteStore {
+    fn writer(&self) -> Result<Box<dyn LogWriter>> {
+        Ok(Box::new(SqliteWriter {
+            conn: open_conn(&self.path, self.sync, false)?,
+        }))
+    }
+
+    fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
+        self.with_reader(|conn| {
+            let mut convs = conn.prepare("SELECT num, id, created_by, participants, metadata FROM conversations ORDER BY num")?;
+            let mut evs = conn.prepare(
+                "SELECT seq, kind, author, turn, finality,
+                        CASE WHEN kind = 'system' THEN payload END,
+                        client_request_id, request_hash
+                 FROM events WHERE conv = ?1 ORDER BY seq",
+            )?;
+            let mut rows = convs.query([])?;
+            while let Some(row) = rows.next()? {
+                let num: i64 = row.get(0)?;
+                let participants: String = row.get(3)?;
+                let metadata: Option<String> = row.get(4)?;
+                let record = ConversationRecord {
+                    num,
+                    id: row.get(1)?,
+                    created_by: row.get(2)?,
+                    participants: serde_json::from_str(&participants).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
+                };
+                let mut events = Vec::new();
+                let mut er = evs.query([num])?;
+                while let Some(e) = er.next()? {
+                    let payload_json: Option<String> = e.get(5)?;
+                    let payload = payload_json
+                        .as_deref()
+                        .map(serde_json::from_str)
+                        .transpose()
+                        .map_err(|e| Error::Corrupt(e.to_string()))?
+                        .unwrap_or(Value::Null);
+                    events.push(RecoveredEvent {
+                        draft: Draft {
+                            seq: e.get::<_, i64>(0)? as u64,
+                            kind: kind_from(&e.get::<_, String>(1)?)?,
+                            author: e.get(2)?,
+                            turn: e.get::<_, i64>(3)? as u64,
+                            finality: finality_from(e.get(4)?)?,
+                            payload,
+                            payload_json: payload_json.unwrap_or_default(),
+                            client_request_id: e.get(6)?,
+                            hash: hash_from(e.get(7)?),
+                        },
+                    });
+                }
+                each(record, events);
+            }
+            Ok(())
+        })
+    }
+
+    fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT e.seq, e.kind, e.author, e.turn, e.finality, e.payload, e.client_request_id, e.ts_ms
+                 FROM events e JOIN conversations c ON e.conv = c.num
+                 WHERE c.id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3",
+            )?;
+            let mut rows = st.query(params![conversation, after as i64, limit as i64])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let payload: String = r.get(5)?;
+                let kind: EventKind = kind_from(&r.get::<_, String>(1)?)?;
+                out.push(Event {
+                    conversation_id: conversation.to_string(),
+                    seq: r.get::<_, i64>(0)? as u64,
+                    kind,
+                    author: r.get(2)?,
+                    turn: r.get::<_, i64>(3)? as u64,
+                    finality: finality_from(r.get(4)?)?,
+                    payload: serde_json::from_str(&payload).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    client_request_id: r.get(6)?,
+                    ts: format_ts(r.get(7)?),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+        let conn = open_conn(&self.path, self.sync, false)?;
+        conn.execute(
+            "INSERT INTO tokens (hash, agent_id, admin, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![hash, record.agent_id, record.admin, super::now_ms()],
+        )?;
+        Ok(())
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.with_reader(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT agent_id, admin FROM tokens WHERE hash = ?1")?
+                .query_row([hash], |r| {
+                    Ok(TokenRecord {
+                        agent_id: r.get(0)?,
+                        admin: r.get(1)?,
+                    })
+                })
+                .optional()?)
+        })
+    }
+}

@@ -1,0 +1,406 @@
+//! The log writer: one thread that owns the write connection and commits in groups.
+//!
+//! Callers send [`Job`]s over a bounded channel. The thread takes everything queued (up to
+//! [`MAX_BATCH`]), runs each job through the state machine against its authoritative per-
+//! conversation state, writes every resulting event in one transaction, and only after the
+//! commit publishes the events to the [`Hub`] and answers the callers. If the commit fails the
+//! in-memory state is rolled back and every caller of the batch gets `Internal`: nothing is
+//! acknowledged that is not durable, and seq stays dense.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use proto_spec::{AppendResult, ErrorCode, RpcError};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::hub::{ConvShared, Hub};
+use crate::state::{AppendRequest, Applied, ConvState, Core, Draft};
+use crate::store::{now_ms, to_event, LogWriter, NewConversation, NewRow, Store};
+
+/// The most jobs one transaction takes.
+pub const MAX_BATCH: usize = 4096;
+const QUEUE: usize = 65_536;
+
+/// Work for the writer.
+#[derive(Debug)]
+pub enum Job {
+    /// Append through the state machine.
+    Append {
+        /// The conversation.
+        conversation: String,
+        /// What to append.
+        request: AppendRequest,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<AppendResult, RpcError>>,
+    },
+    /// Create a conversation with its `created` event.
+    Create {
+        /// Its id.
+        id: String,
+        /// Its participants.
+        participants: Vec<String>,
+        /// Its metadata.
+        metadata: Option<Value>,
+        /// Who creates it.
+        created_by: String,
+        /// Answered after the commit.
+        reply: oneshot::Sender<Result<(), RpcError>>,
+    },
+    /// Finish the queued work and stop.
+    Stop,
+}
+
+/// Counters of the writer's work.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Transactions committed.
+    pub batches: AtomicU64,
+    /// Events committed.
+    pub events: AtomicU64,
+    /// Jobs handled (appends, duplicates, refusals, creations).
+    pub jobs: AtomicU64,
+}
+
+/// A cloneable handle to the writer thread.
+#[derive(Debug, Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Job>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// The writer's counters.
+    pub stats: Arc<WriterStats>,
+}
+
+struct Slot {
+    num: i64,
+    state: ConvState,
+    shared: Option<Arc<ConvShared>>,
+    created_by: String,
+}
+
+enum Undo {
+    Created,
+    Core(Core),
+}
+
+enum Reply {
+    Append(
+        oneshot::Sender<Result<AppendResult, RpcError>>,
+        Result<AppendResult, RpcError>,
+    ),
+    Create(oneshot::Sender<Result<(), RpcError>>, Result<(), RpcError>),
+}
+
+struct Writer {
+    log: Box<dyn LogWriter>,
+    hub: Arc<Hub>,
+    convs: HashMap<String, Slot>,
+    next_num: i64,
+    stats: Arc<WriterStats>,
+}
+
+impl WriterHandle {
+    /// Rebuilds every conversation's state from the log, registers it in the hub, and starts
+    /// the writer thread.
+    pub fn start(store: &dyn Store, hub: Arc<Hub>) -> Result<WriterHandle> {
+        let mut log = store.writer()?;
+        let mut convs = HashMap::new();
+        store.recover(&mut |record, events| {
+            let mut state = ConvState::new(record.id.clone(), record.participants.clone());
+            for e in &events {
+                state.observe(&e.draft);
+            }
+            let shared = hub.insert(
+                &record.id,
+                state.participants.clone(),
+                record.created_by.clone(),
+                state.core.clone(),
+            );
+            convs.insert(
+                record.id.clone(),
+                Slot {
+                    num: record.num,
+                    state,
+                    shared: Some(shared),
+                    created_by: record.created_by,
+                },
+            );
+        })?;
+        let next_num = log.max_conversation_num()? + 1;
+        let stats = Arc::new(WriterStats::default());
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let mut writer = Writer {
+            log,
+            hub,
+            convs,
+            next_num,
+            stats: stats.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(move || writer.run(rx))?;
+        Ok(WriterHandle {
+            tx,
+            thread: Arc::new(Mutex::new(Some(thread))),
+            stats,
+        })
+    }
+
+    /// Appends through the state machine; answers once the event is durable.
+    pub async fn append(
+        &self,
+        conversation: String,
+        request: AppendRequest,
+    ) -> Result<AppendResult> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Append {
+                conversation,
+                request,
+                reply,
+            })
+            .await
+            .map_err(|_| Error::WriterGone)?;
+        Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    }
+
+    /// Creates a conversation; answers once it is durable.
+    pub async fn create(
+        &self,
+        id: String,
+        participants: Vec<String>,
+        metadata: Option<Value>,
+        created_by: String,
+    ) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Create {
+                id,
+                participants,
+                metadata,
+                created_by,
+                reply,
+            })
+            .await
+            .map_err(|_| Error::WriterGone)?;
+        Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    }
+
+    /// Finishes every queued job, then stops the thread and waits for it.
+    pub async fn stop(&self) {
+        let _ = self.tx.send(Job::Stop).await;
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+impl Writer {
+    fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let Some(first) = rx.blocking_recv() else {
+                return;
+            };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let stop = batch.iter().any(|j| matches!(j, Job::Stop));
+            self.process(&mut batch);
+            if stop {
+                rx.close();
+                while let Ok(job) = rx.try_recv() {
+                    batch.push(job);
+                }
+                self.process(&mut batch);
+                return;
+            }
+        }
+    }
+
+    fn process(&mut self, batch: &mut Vec<Job>) {
+        let ts_ms = now_ms();
+        let num_before = self.next_num;
+        let mut undo: HashMap<String, Undo> = HashMap::new();
+        let mut touched: Vec<(String, Vec<Draft>)> = Vec::new();
+        let mut touched_idx: HashMap<String, usize> = HashMap::new();
+        let mut new_convs: Vec<NewConversation> = Vec::new();
+        let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+        let jobs = batch.len() as u64;
+        for job in batch.drain(..) {
+            match job {
+                Job::Stop => {}
+                Job::Create {
+                    id,
+                    participants,
+                    metadata,
+                    created_by,
+                    reply,
+                } => {
+                    if self.convs.contains_key(&id) {
+                        let e = RpcError::new(
+                            ErrorCode::ConversationExists,
+                            format!("conversation {id} exists already"),
+                        );
+                        replies.push(Reply::Create(reply, Err(e)));
+                        continue;
+                    }
+                    let num = self.next_num;
+                    self.next_num += 1;
+                    let mut state = ConvState::new(id.clone(), participants.clone());
+                    let created =
+                        ConvState::created_event(&participants, metadata.as_ref(), &created_by);
+                    let drafts = match state.apply(&created) {
+                        Ok(Applied::Append(d, _)) => d,
+                        _ => Vec::new(),
+                    };
+                    new_convs.push(NewConversation {
+                        id: id.clone(),
+                        num,
+                        participants,
+                        created_by: created_by.clone(),
+                        metadata,
+                    });
+                    self.convs.insert(
+                        id.clone(),
+                        Slot {
+                            num,
+                            state,
+                            shared: None,
+                            created_by,
+                        },
+                    );
+                    undo.insert(id.clone(), Undo::Created);
+                    touched_idx.insert(id.clone(), touched.len());
+                    touched.push((id, drafts));
+                    replies.push(Reply::Create(reply, Ok(())));
+                }
+                Job::Append {
+                    conversation,
+                    request,
+                    reply,
+                } => {
+                    let Some(slot) = self.convs.get_mut(&conversation) else {
+                        let e = RpcError::new(
+                            ErrorCode::ConversationNotFound,
+                            format!("no conversation {conversation}"),
+                        );
+                        replies.push(Reply::Append(reply, Err(e)));
+                        continue;
+                    };
+                    undo.entry(conversation.clone())
+                        .or_insert_with(|| Undo::Core(slot.state.core.clone()));
+                    let result = match slot.state.apply(&request) {
+                        Ok(Applied::Append(drafts, result)) => {
+                            let i = *touched_idx.entry(conversation.clone()).or_insert_with(|| {
+                                touched.push((conversation.clone(), Vec::new()));
+                                touched.len() - 1
+                            });
+                            touched[i].1.extend(drafts);
+                            Ok(result)
+                        }
+                        Ok(Applied::Duplicate(result)) => Ok(result),
+                        Err(e) => Err(e),
+                    };
+                    replies.push(Reply::Append(reply, result));
+                }
+            }
+        }
+        self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
+        if touched.iter().all(|(_, d)| d.is_empty()) && new_convs.is_empty() {
+            answer(replies);
+            return;
+        }
+        let rows: Vec<NewRow<'_>> = touched
+            .iter()
+            .flat_map(|(id, drafts)| {
+                let num = self.convs.get(id).map(|s| s.num).unwrap_or_default();
+                drafts.iter().map(move |draft| NewRow {
+                    conv: num,
+                    draft,
+                    ts_ms,
+                })
+            })
+            .collect();
+        let n_rows = rows.len() as u64;
+        match self.log.commit(&new_convs, &rows) {
+            Ok(()) => {
+                drop(rows);
+                self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
+                for (id, drafts) in &touched {
+                    let Some(slot) = self.convs.get_mut(id) else {
+                        continue;
+                    };
+                    let shared = slot.shared.get_or_insert_with(|| {
+                        let empty = ConvState::new(id.clone(), Vec::new()).core;
+                        self.hub.insert(
+                            id,
+                            slot.state.participants.clone(),
+                            slot.created_by.clone(),
+                            empty,
+                        )
+                    });
+                    let events: Vec<_> = drafts
+                        .iter()
+                        .map(|d| Arc::new(to_event(id, d, ts_ms)))
+                        .collect();
+                    self.hub.publish(shared, slot.state.core.clone(), &events);
+                }
+                answer(replies);
+            }
+            Err(e) => {
+                drop(rows);
+                tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
+                for (id, u) in undo {
+                    match u {
+                        Undo::Created => {
+                            self.convs.remove(&id);
+                        }
+                        Undo::Core(core) => {
+                            if let Some(slot) = self.convs.get_mut(&id) {
+                                let first_new = core.head + 1;
+                                slot.state.core = core;
+                                slot.state.forget_keys_from(first_new);
+                            }
+                        }
+                    }
+                }
+                self.next_num = num_before;
+                let internal =
+                    || RpcError::new(ErrorCode::Internal, "the append could not be made durable");
+                for r in replies {
+                    match r {
+                        Reply::Append(tx, _) => {
+                            let _ = tx.send(Err(internal()));
+                        }
+                        Reply::Create(tx, _) => {
+                            let _ = tx.send(Err(internal()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn answer(replies: Vec<Reply>) {
+    for r in replies {
+        match r {
+            Reply::Append(tx, res) => {
+                let _ = tx.send(res);
+            }
+            Reply::Create(tx, res) => {
+                let _ = tx.send(res);
+            }
+        }
+    }
+}
