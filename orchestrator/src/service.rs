@@ -120,17 +120,18 @@ impl Orchestrator {
                 "scenarios are not supported by this server yet: create an open conversation with `participants`",
             ));
         }
-        let id =
-            match p.conversation_id {
-                Some(id) if valid_id(&id) => id,
-                Some(id) => return Err(refuse(
+        let id = match p.conversation_id {
+            Some(id) if valid_id(&id) => id,
+            Some(id) => {
+                return Err(refuse(
                     ErrorCode::InvalidParams,
                     format!(
                         "conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
                     ),
-                )),
-                None => uuid::Uuid::new_v4().simple().to_string(),
-            };
+                ))
+            }
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
         let participants = p.participants.unwrap_or_default();
         if participants.is_empty() {
             return Err(refuse(

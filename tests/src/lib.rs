@@ -1,1 +1,219 @@
-//! x
+//! End-to-end tests across crates, and the shared test harness.
+//!
+//! The harness starts the real server on `127.0.0.1:0` over a fresh SQLite database, mints
+//! tokens, and hands out clients: the jsonrpsee WebSocket client for what a library would send,
+//! and a raw WebSocket for what a library would never send. Every wait is bounded.
+//!
+//! # Layout
+//! - `tests/rpc.rs`: methods, subscriptions and access over WebSocket.
+//! - `tests/malformed.rs`: invalid input and limits, each with its own error.
+//! - `tests/restart.rs`: durability and recovery across a restart.
+//! - `tests/fanout.rs`: slow subscribers resumed from the log.
+//! - `python/`: black-box clients in Python against the release binary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use jsonrpsee::core::client::ClientT;
+use jsonrpsee::core::traits::ToRpcParams;
+use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use orchestrator::config::Limits;
+use orchestrator::server::{self, RunningServer};
+use orchestrator::service::Orchestrator;
+use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+/// The bound on any single wait in the tests.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Object params for the jsonrpsee client.
+#[derive(Debug, Clone)]
+pub struct P(pub Value);
+
+impl ToRpcParams for P {
+    fn to_rpc_params(self) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
+        serde_json::value::to_raw_value(&self.0).map(Some)
+    }
+}
+
+/// A running server over its own database, with tokens for `admin` (an admin), `alice`,
+/// `bob` and `carol`.
+#[derive(Debug)]
+pub struct TestServer {
+    /// The running server (None while stopped).
+    pub server: Option<RunningServer>,
+    /// The database file.
+    pub db: PathBuf,
+    /// Tokens by agent id.
+    pub tokens: std::collections::HashMap<String, String>,
+    /// The limits it runs with.
+    pub limits: Limits,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Starts a server with the default limits.
+    pub async fn start() -> TestServer {
+        TestServer::with_limits(Limits::default()).await
+    }
+
+    /// Starts a server with these limits.
+    pub async fn with_limits(limits: Limits) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("test.db");
+        let store = SqliteStore::open(&db, Synchronous::Normal).expect("open store");
+        let mut tokens = std::collections::HashMap::new();
+        for (agent, admin) in [
+            ("admin", true),
+            ("alice", false),
+            ("bob", false),
+            ("carol", false),
+        ] {
+            let t = orchestrator::auth::create_token(&store, agent, admin).expect("token");
+            tokens.insert(agent.to_string(), t);
+        }
+        let mut ts = TestServer {
+            server: None,
+            db,
+            tokens,
+            limits,
+            _dir: dir,
+        };
+        ts.boot().await;
+        ts
+    }
+
+    async fn boot(&mut self) {
+        let store = Arc::new(SqliteStore::open(&self.db, Synchronous::Normal).expect("open store"));
+        let orch = Orchestrator::open(store, self.limits.clone()).expect("open orchestrator");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        self.server = Some(server::start(orch, listener).await.expect("start"));
+    }
+
+    /// Stops the server gracefully.
+    pub async fn stop(&mut self) {
+        if let Some(s) = self.server.take() {
+            tokio::time::timeout(WAIT, s.stop())
+                .await
+                .expect("stop in time");
+        }
+    }
+
+    /// Stops and starts again on the same database (on a new port).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.boot().await;
+    }
+
+    /// The running server.
+    pub fn running(&self) -> &RunningServer {
+        self.server.as_ref().expect("server running")
+    }
+
+    /// The WebSocket URL.
+    pub fn url(&self) -> String {
+        self.running().rpc_url()
+    }
+
+    /// The token of an agent.
+    pub fn token(&self, agent: &str) -> &str {
+        &self.tokens[agent]
+    }
+
+    /// A jsonrpsee client authenticated as `agent`.
+    pub async fn client(&self, agent: &str) -> WsClient {
+        let c = WsClientBuilder::default()
+            .build(self.url())
+            .await
+            .expect("connect");
+        let r: Value = c
+            .request("authenticate", P(json!({"token": self.token(agent)})))
+            .await
+            .expect("authenticate");
+        assert_eq!(r["agentId"], agent);
+        c
+    }
+
+    /// A raw WebSocket, not authenticated.
+    pub async fn raw(&self) -> RawWs {
+        let (ws, _) = tokio_tungstenite::connect_async(self.url())
+            .await
+            .expect("connect raw");
+        RawWs { ws }
+    }
+
+    /// Creates a conversation as admin.
+    pub async fn create(&self, id: &str, participants: &[&str]) {
+        let admin = self.client("admin").await;
+        let r: Value = admin
+            .request(
+                "createConversation",
+                P(json!({"conversationId": id, "participants": participants})),
+            )
+            .await
+            .expect("create");
+        assert_eq!(r["conversationId"], id);
+    }
+}
+
+/// A raw WebSocket speaking JSON text frames.
+#[derive(Debug)]
+pub struct RawWs {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl RawWs {
+    /// Sends one text frame.
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws
+            .send(Message::text(text.to_string()))
+            .await
+            .expect("send");
+    }
+
+    /// The next text frame as JSON (pings and pongs are skipped).
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let msg = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("answer in time");
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    return serde_json::from_str(&t).expect("json answer")
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => panic!("unexpected frame: {other:?}"),
+            }
+        }
+    }
+
+    /// Sends a call and returns the next frame.
+    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send_text(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        )
+        .await;
+        self.recv().await
+    }
+
+    /// Authenticates.
+    pub async fn authenticate(&mut self, token: &str) {
+        let r = self.call(0, "authenticate", json!({"token": token})).await;
+        assert_eq!(r["result"]["ok"], true, "{r}");
+    }
+}
+
+/// The JSON-RPC error code of a jsonrpsee client result.
+pub fn error_code<T: std::fmt::Debug>(r: Result<T, jsonrpsee::core::ClientError>) -> i32 {
+    match r {
+        Err(jsonrpsee::core::ClientError::Call(e)) => e.code(),
+        other => panic!("expected a call error, got {other:?}"),
+    }
+}

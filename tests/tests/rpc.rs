@@ -1,0 +1,464 @@
+//! Methods, subscriptions and access over WebSocket, driven by the jsonrpsee client.
+
+use std::collections::HashSet;
+
+use jsonrpsee::core::client::{ClientT, SubscriptionClientT};
+use proto_spec::codes;
+use serde_json::{json, Value};
+use tests::{error_code, TestServer, P, WAIT};
+
+async fn send(c: &jsonrpsee::ws_client::WsClient, conv: &str, text: &str, finality: &str) -> Value {
+    c.request(
+        "sendMessage",
+        P(json!({"conversationId": conv, "payload": {"text": text}, "finality": finality})),
+    )
+    .await
+    .expect("sendMessage")
+}
+
+#[tokio::test]
+async fn append_read_and_guidance() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let alice = ts.client("alice").await;
+    let bob = ts.client("bob").await;
+
+    let r = send(&alice, "c1", "hello", "none").await;
+    assert_eq!(r, json!({"seq": 2, "turn": 1, "duplicate": false}));
+    let r = send(&alice, "c1", "hello, done", "turn").await;
+    assert_eq!(r, json!({"seq": 3, "turn": 1, "duplicate": false}));
+    let tr: Value = bob
+        .request(
+            "sendTrace",
+            P(json!({"conversationId": "c1", "payload": {"type": "thinking"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tr["turn"], 2);
+
+    let tail: Value = bob
+        .request("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = tail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4]);
+    assert_eq!(tail["latestSeq"], 4);
+    assert_eq!(tail["events"][0]["kind"], "system");
+    assert_eq!(tail["events"][1]["author"], "alice");
+    let limited: Value = bob
+        .request(
+            "tail",
+            P(json!({"conversationId": "c1", "sinceSeq": 1, "limit": 2})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(limited["events"].as_array().unwrap().len(), 2);
+
+    let snap: Value = bob
+        .request("getConversation", P(json!({"conversationId": "c1"})))
+        .await
+        .unwrap();
+    assert_eq!(snap["status"], "active");
+    assert_eq!(snap["turn"], 2);
+    assert_eq!(snap["latestSeq"], 4);
+    assert_eq!(snap["guidance"]["status"], "may_speak");
+
+    // getUpdatesOrGuidance returns messages only, and a cursor past the traces.
+    let up: Value = bob
+        .request(
+            "getUpdatesOrGuidance",
+            P(json!({"conversationId": "c1", "sinceSeq": 1})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(up["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(up["latestSeq"], 4);
+    assert_eq!(up["timedOut"], false);
+
+    // A stale turn hint is refused; the current one is accepted.
+    let stale = bob
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "c1", "payload": {"text": "x"}, "finality": "turn", "turnHint": {"turn": 1}})),
+        )
+        .await;
+    assert_eq!(error_code(stale), codes::TURN_MISMATCH);
+    let ok: Value = bob
+        .request(
+            "sendMessage",
+            P(json!({"conversationId": "c1", "payload": {"text": "bye"}, "finality": "conversation", "turnHint": {"turn": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok["seq"], 5);
+    // Nothing after finality conversation; guidance says closed.
+    assert_eq!(
+        error_code(alice.request::<Value, _>("sendMessage", P(json!({"conversationId": "c1", "payload": {"text": "late"}, "finality": "turn"}))).await),
+        codes::CONVERSATION_CLOSED
+    );
+    assert_eq!(
+        error_code(
+            alice
+                .request::<Value, _>(
+                    "sendTrace",
+                    P(json!({"conversationId": "c1", "payload": {}}))
+                )
+                .await
+        ),
+        codes::CONVERSATION_CLOSED
+    );
+    let snap: Value = alice
+        .request("getConversation", P(json!({"conversationId": "c1"})))
+        .await
+        .unwrap();
+    assert_eq!(snap["status"], "closed");
+    assert_eq!(snap["guidance"]["status"], "closed");
+}
+
+#[tokio::test]
+async fn idempotent_retries_and_invariant_errors() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let alice = ts.client("alice").await;
+    let msg = json!({"conversationId": "c1", "payload": {"text": "once"}, "finality": "turn", "clientRequestId": "r-1"});
+    let first: Value = alice.request("sendMessage", P(msg.clone())).await.unwrap();
+    let retry: Value = alice.request("sendMessage", P(msg.clone())).await.unwrap();
+    assert_eq!(first["duplicate"], false);
+    assert_eq!(
+        retry,
+        json!({"seq": first["seq"], "turn": first["turn"], "duplicate": true})
+    );
+    let mut other = msg.clone();
+    other["payload"]["text"] = json!("twice");
+    assert_eq!(
+        error_code(alice.request::<Value, _>("sendMessage", P(other)).await),
+        codes::IDEMPOTENCY_KEY_REUSED
+    );
+    // The same key from another author is another key.
+    let bob = ts.client("bob").await;
+    let b: Value = bob.request("sendMessage", P(msg)).await.unwrap();
+    assert_eq!(b["duplicate"], false);
+    // A trace with finality, and a trace for a closed turn.
+    assert_eq!(
+        error_code(
+            alice
+                .request::<Value, _>(
+                    "sendTrace",
+                    P(json!({"conversationId": "c1", "payload": {}, "finality": "turn"}))
+                )
+                .await
+        ),
+        codes::INVALID_FINALITY
+    );
+    assert_eq!(
+        error_code(
+            alice
+                .request::<Value, _>(
+                    "sendTrace",
+                    P(json!({"conversationId": "c1", "payload": {}, "turn": 1}))
+                )
+                .await
+        ),
+        codes::TURN_CLOSED
+    );
+    let tail: Value = alice
+        .request("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
+        .await
+        .unwrap();
+    assert_eq!(
+        tail["latestSeq"], 3,
+        "refused and retried requests appended nothing"
+    );
+}
+
+#[tokio::test]
+async fn access_is_checked() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let carol = ts.client("carol").await;
+    let alice = ts.client("alice").await;
+    for (m, p) in [
+        ("getConversation", json!({"conversationId": "c1"})),
+        ("tail", json!({"conversationId": "c1", "sinceSeq": 0})),
+        (
+            "sendMessage",
+            json!({"conversationId": "c1", "payload": {"text": "hi"}, "finality": "turn"}),
+        ),
+        ("sendTrace", json!({"conversationId": "c1", "payload": {}})),
+        (
+            "waitForChange",
+            json!({"conversationId": "c1", "sinceSeq": 0, "timeoutMs": 10}),
+        ),
+    ] {
+        assert_eq!(
+            error_code(carol.request::<Value, _>(m, P(p)).await),
+            codes::FORBIDDEN,
+            "{m}"
+        );
+    }
+    assert_eq!(
+        error_code(
+            carol
+                .subscribe::<Value, _>(
+                    "subscribe",
+                    P(json!({"conversationId": "c1"})),
+                    "unsubscribe"
+                )
+                .await
+        ),
+        codes::FORBIDDEN
+    );
+    assert_eq!(
+        error_code(
+            alice
+                .request::<Value, _>("createConversation", P(json!({"participants": ["alice"]})))
+                .await
+        ),
+        codes::FORBIDDEN
+    );
+    assert_eq!(
+        error_code(
+            alice
+                .request::<Value, _>("getConversation", P(json!({"conversationId": "nope"})))
+                .await
+        ),
+        codes::CONVERSATION_NOT_FOUND
+    );
+    let admin = ts.client("admin").await;
+    assert_eq!(
+        error_code(
+            admin
+                .request::<Value, _>(
+                    "createConversation",
+                    P(json!({"conversationId": "c1", "participants": ["alice"]}))
+                )
+                .await
+        ),
+        codes::CONVERSATION_EXISTS
+    );
+    assert_eq!(
+        error_code(
+            admin
+                .request::<Value, _>("createConversation", P(json!({"participants": []})))
+                .await
+        ),
+        codes::INVALID_PARAMS
+    );
+    let generated: Value = admin
+        .request("createConversation", P(json!({"participants": ["bob"]})))
+        .await
+        .unwrap();
+    assert!(generated["conversationId"].as_str().unwrap().len() >= 16);
+    // An admin reads any conversation.
+    let snap: Value = admin
+        .request("getConversation", P(json!({"conversationId": "c1"})))
+        .await
+        .unwrap();
+    assert_eq!(snap["latestSeq"], 1);
+    // A wrong token.
+    let c = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(ts.url())
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(
+            c.request::<Value, _>("authenticate", P(json!({"token": "oct_wrong"})))
+                .await
+        ),
+        codes::UNAUTHENTICATED
+    );
+    assert_eq!(
+        error_code(
+            c.request::<Value, _>("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
+                .await
+        ),
+        codes::UNAUTHENTICATED
+    );
+}
+
+#[tokio::test]
+async fn wait_for_change_wakes_on_append_and_times_out() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let alice = ts.client("alice").await;
+    let bob = ts.client("bob").await;
+    let waiter = tokio::spawn(async move {
+        let r: Value = bob
+            .request(
+                "waitForChange",
+                P(json!({"conversationId": "c1", "sinceSeq": 1, "timeoutMs": 5000})),
+            )
+            .await
+            .unwrap();
+        r
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    send(&alice, "c1", "wake", "turn").await;
+    let r = tokio::time::timeout(WAIT, waiter).await.unwrap().unwrap();
+    assert_eq!(r, json!({"latestSeq": 2, "timedOut": false}));
+    let t0 = std::time::Instant::now();
+    let r: Value = alice
+        .request(
+            "waitForChange",
+            P(json!({"conversationId": "c1", "sinceSeq": 2, "timeoutMs": 200})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r, json!({"latestSeq": 2, "timedOut": true}));
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(190));
+    // getUpdatesOrGuidance waits for a message, skipping traces.
+    let alice2 = ts.client("alice").await;
+    let bob2 = ts.client("bob").await;
+    let waiter = tokio::spawn(async move {
+        let r: Value = alice2
+            .request(
+                "getUpdatesOrGuidance",
+                P(json!({"conversationId": "c1", "sinceSeq": 2, "timeoutMs": 5000})),
+            )
+            .await
+            .unwrap();
+        r
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let _: Value = bob2
+        .request(
+            "sendTrace",
+            P(json!({"conversationId": "c1", "payload": {"type": "t"}})),
+        )
+        .await
+        .unwrap();
+    send(&bob2, "c1", "answer", "turn").await;
+    let r = tokio::time::timeout(WAIT, waiter).await.unwrap().unwrap();
+    assert_eq!(r["messages"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["messages"][0]["payload"]["text"], "answer");
+    assert_eq!(r["latestSeq"], 4);
+}
+
+#[tokio::test]
+async fn subscribe_replays_then_follows_without_gap_or_duplicate() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let alice = ts.client("alice").await;
+    for i in 0..50 {
+        send(&alice, "c1", &format!("m{i}"), "none").await;
+    }
+    let bob = ts.client("bob").await;
+    let mut sub = bob
+        .subscribe::<Value, _>(
+            "subscribe",
+            P(json!({"conversationId": "c1", "sinceSeq": 10})),
+            "unsubscribe",
+        )
+        .await
+        .unwrap();
+    let writer = tokio::spawn(async move {
+        for i in 50..150 {
+            send(&alice, "c1", &format!("m{i}"), "none").await;
+        }
+    });
+    let mut expect = 11u64;
+    while expect <= 151 {
+        let n = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .expect("event in time")
+            .unwrap()
+            .unwrap();
+        assert_eq!(n["conversationId"], "c1");
+        assert_eq!(n["event"]["seq"], expect, "no gap, no duplicate");
+        expect += 1;
+    }
+    writer.await.unwrap();
+}
+
+#[tokio::test]
+async fn subscribe_without_conversation_follows_all_of_mine_and_new_ones() {
+    let ts = TestServer::start().await;
+    ts.create("a", &["alice", "bob"]).await;
+    ts.create("b", &["alice", "carol"]).await;
+    ts.create("not-mine", &["bob", "carol"]).await;
+    let alice = ts.client("alice").await;
+    let carol = ts.client("carol").await;
+    send(&alice, "a", "before", "none").await;
+    let mut sub = alice
+        .subscribe::<Value, _>("subscribe", P(json!({"sinceSeq": 0})), "unsubscribe")
+        .await
+        .unwrap();
+    ts.create("c-new", &["alice"]).await;
+    send(&alice, "c-new", "in the new one", "turn").await;
+    send(&carol, "not-mine", "hidden", "turn").await;
+    send(&carol, "b", "visible", "turn").await;
+    let mut seen = HashSet::new();
+    let mut per_conv: std::collections::HashMap<String, u64> = Default::default();
+    while seen.len() < 6 {
+        let n = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .expect("event in time")
+            .unwrap()
+            .unwrap();
+        let conv = n["conversationId"].as_str().unwrap().to_string();
+        let seq = n["event"]["seq"].as_u64().unwrap();
+        assert_ne!(conv, "not-mine");
+        let last = per_conv.entry(conv.clone()).or_insert(0);
+        assert_eq!(seq, *last + 1, "in order per conversation");
+        *last = seq;
+        assert!(seen.insert((conv, seq)));
+    }
+    // a: created + before; b: created + visible; c-new: created + its message; nothing of not-mine.
+    let expected: HashSet<(String, u64)> = [
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+        ("b", 2),
+        ("c-new", 1),
+        ("c-new", 2),
+    ]
+    .iter()
+    .map(|(c, s)| (c.to_string(), *s))
+    .collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn stop_ends_open_subscriptions_promptly() {
+    let mut ts = TestServer::start().await;
+    ts.create("c1", &["alice"]).await;
+    let alice = ts.client("alice").await;
+    let mut sub = alice
+        .subscribe::<Value, _>(
+            "subscribe",
+            P(json!({"conversationId": "c1"})),
+            "unsubscribe",
+        )
+        .await
+        .unwrap();
+    let waiting = {
+        let c = ts.client("alice").await;
+        tokio::spawn(async move {
+            c.request::<Value, _>(
+                "waitForChange",
+                P(json!({"conversationId": "c1", "sinceSeq": 1, "timeoutMs": 60000})),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let t0 = std::time::Instant::now();
+    ts.stop().await;
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(3),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    let end = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("subscription ended");
+    assert!(end.is_none() || end.unwrap().is_err());
+    let _ = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("wait ended");
+}
