@@ -90,6 +90,12 @@ fn session_of(ext: &Extensions) -> Result<Arc<Session>, RpcError> {
 
 fn parse<P: DeserializeOwned>(params: &Params<'_>) -> Result<P, RpcError> {
     let raw = params.as_str().unwrap_or("{}");
+    if !raw.trim_start().starts_with('{') {
+        return Err(RpcError::new(
+            ErrorCode::InvalidParams,
+            "params must be one object, by name (positional params are not accepted)",
+        ));
+    }
     serde_json::from_str(raw).map_err(|e| {
         RpcError::new(ErrorCode::InvalidParams, format!("invalid params: {e}"))
             .with_data(serde_json::json!({"hint": "params are one object with camelCase fields; see PROTOCOL.md"}))

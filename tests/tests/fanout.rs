@@ -1,0 +1,163 @@
+//! Slow subscribers: a feed that falls behind the memory ring or the global broadcast is
+//! resumed from the log by cursor, never skips, and never holds the writer back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use orchestrator::auth::Identity;
+use orchestrator::config::Limits;
+use orchestrator::hub::{GLOBAL_BUFFER, RECENT_EVENTS};
+use orchestrator::service::Orchestrator;
+use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use proto_spec::{
+    CreateConversationParams, Finality, MessagePayload, SendMessageParams, SubscribeParams,
+};
+use tests::WAIT;
+
+async fn orchestrator() -> (Arc<Orchestrator>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("f.db"), Synchronous::Normal).unwrap());
+    (Orchestrator::open(store, Limits::default()).unwrap(), dir)
+}
+
+async fn append_many(orch: &Arc<Orchestrator>, who: &Identity, convs: &[&str], n: usize) {
+    let mut tasks = Vec::new();
+    for c in convs {
+        let orch = orch.clone();
+        let who = who.clone();
+        let c = c.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut batch = Vec::new();
+            for i in 0..n {
+                let p = SendMessageParams {
+                    conversation_id: c.clone(),
+                    payload: MessagePayload::text(format!("{c}-{i}")),
+                    finality: Finality::None,
+                    turn_hint: None,
+                    client_request_id: None,
+                };
+                let orch = orch.clone();
+                let who = who.clone();
+                batch.push(tokio::spawn(async move {
+                    orch.send_message(&who, p).await.unwrap()
+                }));
+                if batch.len() == 256 {
+                    for t in batch.drain(..) {
+                        t.await.unwrap();
+                    }
+                }
+            }
+            for t in batch {
+                t.await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
+    let (orch, _dir) = orchestrator().await;
+    let admin = Identity::new("admin", true);
+    let alice = Identity::new("alice", false);
+    for c in ["x", "y", "z"] {
+        let p = CreateConversationParams {
+            conversation_id: Some(c.into()),
+            participants: Some(vec!["alice".into()]),
+            ..Default::default()
+        };
+        orch.create_conversation(&admin, p).await.unwrap();
+    }
+    let mut feed = orch
+        .subscribe(
+            &alice,
+            SubscribeParams {
+                conversation_id: None,
+                since_seq: Some(0),
+            },
+        )
+        .unwrap();
+    // Nobody reads the feed while far more than the broadcast buffer is appended: the writer
+    // does not wait for it.
+    let per_conv = GLOBAL_BUFFER / 2;
+    tokio::time::timeout(
+        WAIT * 6,
+        append_many(&orch, &alice, &["x", "y", "z"], per_conv),
+    )
+    .await
+    .expect("appends are not held back by an idle subscriber");
+    let mut last: HashMap<String, u64> = HashMap::new();
+    let total = 3 * (per_conv + 1);
+    for _ in 0..total {
+        let ev = tokio::time::timeout(WAIT, feed.next())
+            .await
+            .expect("event in time")
+            .unwrap()
+            .unwrap();
+        let l = last.entry(ev.conversation_id.clone()).or_insert(0);
+        assert_eq!(
+            ev.seq,
+            *l + 1,
+            "no gap, no duplicate in {}",
+            ev.conversation_id
+        );
+        *l = ev.seq;
+    }
+    for c in ["x", "y", "z"] {
+        assert_eq!(last[c], per_conv as u64 + 1);
+    }
+    // Live events keep coming after the catch-up.
+    append_many(&orch, &alice, &["y"], 1).await;
+    let ev = tokio::time::timeout(WAIT, feed.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (ev.conversation_id.as_str(), ev.seq),
+        ("y", per_conv as u64 + 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_behind_the_memory_ring_reads_the_store() {
+    let (orch, _dir) = orchestrator().await;
+    let admin = Identity::new("admin", true);
+    let alice = Identity::new("alice", false);
+    let p = CreateConversationParams {
+        conversation_id: Some("c".into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    };
+    orch.create_conversation(&admin, p).await.unwrap();
+    let mut feed = orch
+        .subscribe(
+            &alice,
+            SubscribeParams {
+                conversation_id: Some("c".into()),
+                since_seq: Some(0),
+            },
+        )
+        .unwrap();
+    let n = RECENT_EVENTS * 10;
+    append_many(&orch, &alice, &["c"], n).await;
+    for expect in 1..=(n as u64 + 1) {
+        let ev = tokio::time::timeout(WAIT, feed.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(ev.seq, expect);
+    }
+    orch.shutdown().await;
+    assert!(
+        tokio::time::timeout(WAIT, feed.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_none(),
+        "feeds end at shutdown"
+    );
+}

@@ -1,0 +1,114 @@
+//! Durability across a restart: everything acknowledged is there, seq continues without a gap,
+//! a retried clientRequestId is still recognised, and state is rebuilt from the log.
+
+use jsonrpsee::core::client::ClientT;
+use proto_spec::codes;
+use serde_json::{json, Value};
+use tests::{error_code, TestServer, P};
+
+#[tokio::test]
+async fn everything_acknowledged_survives_a_restart() {
+    let mut ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    ts.create("closed", &["alice"]).await;
+    let alice = ts.client("alice").await;
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let finality = if i % 5 == 4 { "turn" } else { "none" };
+        let r: Value = alice
+            .request(
+                "sendMessage",
+                P(json!({"conversationId": "c1", "payload": {"text": format!("m{i}")}, "finality": finality, "clientRequestId": format!("k{i}")})),
+            )
+            .await
+            .unwrap();
+        acked.push(r);
+    }
+    let _: Value = alice
+        .request("sendMessage", P(json!({"conversationId": "closed", "payload": {"text": "end"}, "finality": "conversation"})))
+        .await
+        .unwrap();
+    drop(alice);
+
+    ts.restart().await;
+
+    let alice = ts.client("alice").await;
+    let tail: Value = alice
+        .request("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
+        .await
+        .unwrap();
+    let events = tail["events"].as_array().unwrap();
+    assert_eq!(events.len(), 21);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["seq"], i as u64 + 1);
+    }
+    for (i, r) in acked.iter().enumerate() {
+        let e = &events[r["seq"].as_u64().unwrap() as usize - 1];
+        assert_eq!(e["payload"]["text"], format!("m{i}"));
+        assert_eq!(e["clientRequestId"], format!("k{i}"));
+        assert_eq!(e["turn"], r["turn"]);
+    }
+    // Turn rebuilt from the log: four turns closed.
+    let snap: Value = alice
+        .request("getConversation", P(json!({"conversationId": "c1"})))
+        .await
+        .unwrap();
+    assert_eq!(snap["turn"], 5);
+    assert_eq!(snap["participants"], json!(["alice", "bob"]));
+    // A retry of an acknowledged append is recognised after the restart.
+    let retry: Value = alice
+        .request("sendMessage", P(json!({"conversationId": "c1", "payload": {"text": "m7"}, "finality": "none", "clientRequestId": "k7"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry,
+        json!({"seq": acked[7]["seq"], "turn": acked[7]["turn"], "duplicate": true})
+    );
+    let reused = alice
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "c1", "payload": {"text": "other"}, "finality": "none", "clientRequestId": "k7"})),
+        )
+        .await;
+    assert_eq!(error_code(reused), codes::IDEMPOTENCY_KEY_REUSED);
+    // Seq continues without a gap.
+    let next: Value = alice
+        .request(
+            "sendMessage",
+            P(json!({"conversationId": "c1", "payload": {"text": "after"}, "finality": "turn"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next["seq"], 22);
+    // A closed conversation stays closed; a new conversation gets a fresh number.
+    let late = alice
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "closed", "payload": {"text": "x"}, "finality": "turn"})),
+        )
+        .await;
+    assert_eq!(error_code(late), codes::CONVERSATION_CLOSED);
+    ts.create("c2", &["alice"]).await;
+    let r: Value = alice
+        .request(
+            "sendMessage",
+            P(json!({"conversationId": "c2", "payload": {"text": "hi"}, "finality": "turn"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["seq"], 2);
+    // And once more, with the new conversation in the log.
+    drop(alice);
+    ts.restart().await;
+    let alice = ts.client("alice").await;
+    let tail: Value = alice
+        .request("tail", P(json!({"conversationId": "c2", "sinceSeq": 0})))
+        .await
+        .unwrap();
+    assert_eq!(tail["latestSeq"], 2);
+    let tail: Value = alice
+        .request("tail", P(json!({"conversationId": "c1", "sinceSeq": 21})))
+        .await
+        .unwrap();
+    assert_eq!(tail["events"][0]["payload"]["text"], "after");
+}
