@@ -1,1 +1,364 @@
-fn main() {}
+//! Acknowledged durable appends per second: in-process and over WebSocket, beside the raw
+//! rusqlite ceiling measured in the same run.
+//!
+//! ```text
+//! cargo bench --workspace --bench appends
+//! BENCH_SECS=10 BENCH_CLIENTS=64 BENCH_DEPTH=16 cargo bench --workspace --bench appends
+//! ```
+//! Every phase uses `synchronous=FULL` (each acknowledged append survives power loss) and
+//! ~300-byte payloads; the load spreads over 1,000 conversations.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use jsonrpsee::core::client::ClientT;
+use jsonrpsee::core::traits::ToRpcParams;
+use jsonrpsee::ws_client::WsClientBuilder;
+use orchestrator::auth::{create_token, Identity};
+use orchestrator::config::Limits;
+use orchestrator::server;
+use orchestrator::service::Orchestrator;
+use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use proto_spec::{CreateConversationParams, Finality, MessagePayload, SendMessageParams};
+use serde_json::{json, Value};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const CONVERSATIONS: usize = 1000;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn text() -> String {
+    "lorem ipsum dolor sit amet, consectetur adipiscing elit ".repeat(5)[..280].to_string()
+}
+
+struct P(Value);
+impl ToRpcParams for P {
+    fn to_rpc_params(self) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
+        serde_json::value::to_raw_value(&self.0).map(Some)
+    }
+}
+
+/// Raw rusqlite: 1,000-row transactions at FULL, ~300-byte rows. With `indexed`, the rows also
+/// go into a (conv, seq) index spread over 1,000 conversations, as the log's do.
+fn raw_ceiling(dir: &std::path::Path, secs: f64, indexed: bool) -> anyhow::Result<f64> {
+    let conn =
+        rusqlite::Connection::open(dir.join(if indexed { "raw-indexed.db" } else { "raw.db" }))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(
+        "CREATE TABLE rows (id INTEGER PRIMARY KEY, conv INTEGER, seq INTEGER, payload TEXT)",
+    )?;
+    if indexed {
+        conn.execute_batch("CREATE UNIQUE INDEX rows_by_seq ON rows (conv, seq)")?;
+    }
+    let payload = json!({"text": text()}).to_string();
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut st =
+                tx.prepare_cached("INSERT INTO rows (conv, seq, payload) VALUES (?1, ?2, ?3)")?;
+            for i in 0..1000u64 {
+                let k = n + i;
+                st.execute(rusqlite::params![
+                    (k * 7919) as i64 % 1000,
+                    k as i64,
+                    payload
+                ])?;
+            }
+        }
+        tx.commit()?;
+        n += 1000;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+struct Phase {
+    rate: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    mean_batch: f64,
+}
+
+fn percentile(lat: &mut [f64], p: f64) -> f64 {
+    if lat.is_empty() {
+        return 0.0;
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    lat[((lat.len() as f64 - 1.0) * p) as usize]
+}
+
+async fn setup(
+    dir: &std::path::Path,
+    name: &str,
+    clients: usize,
+) -> anyhow::Result<(Arc<Orchestrator>, Vec<String>)> {
+    let store = Arc::new(SqliteStore::open(dir.join(name), Synchronous::Full)?);
+    let mut tokens = Vec::new();
+    for c in 0..clients {
+        tokens.push(create_token(store.as_ref(), &format!("agent-{c}"), false)?);
+    }
+    let limits = Limits {
+        max_connections: 4096,
+        ..Limits::default()
+    };
+    let orch = Orchestrator::open(store, limits)?;
+    let admin = Identity::new("admin", true);
+    let participants: Vec<String> = (0..clients).map(|c| format!("agent-{c}")).collect();
+    let mut creates = FuturesUnordered::new();
+    for i in 0..CONVERSATIONS {
+        let p = CreateConversationParams {
+            conversation_id: Some(format!("conv-{i}")),
+            participants: Some(participants.clone()),
+            ..Default::default()
+        };
+        let orch = orch.clone();
+        let admin = admin.clone();
+        creates.push(async move { orch.create_conversation(&admin, p).await });
+    }
+    while let Some(r) = creates.next().await {
+        r?;
+    }
+    Ok((orch, tokens))
+}
+
+fn summarize(
+    orch: &Orchestrator,
+    done: u64,
+    elapsed: f64,
+    mut lat: Vec<f64>,
+    before: (u64, u64),
+) -> Phase {
+    let stats = &orch.writer().stats;
+    let batches = stats.batches.load(Ordering::Relaxed) - before.0;
+    let events = stats.events.load(Ordering::Relaxed) - before.1;
+    Phase {
+        rate: done as f64 / elapsed,
+        p50_ms: percentile(&mut lat, 0.50),
+        p99_ms: percentile(&mut lat, 0.99),
+        mean_batch: events as f64 / batches.max(1) as f64,
+    }
+}
+
+async fn in_process(
+    dir: &std::path::Path,
+    secs: f64,
+    clients: usize,
+    depth: usize,
+) -> anyhow::Result<Phase> {
+    let (orch, _) = setup(dir, "inproc.db", clients).await?;
+    let before = (
+        orch.writer().stats.batches.load(Ordering::Relaxed),
+        orch.writer().stats.events.load(Ordering::Relaxed),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let orch = orch.clone();
+        let stop = stop.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let who = Identity::new(format!("agent-{c}"), false);
+            let mut lat = Vec::new();
+            let mut inflight = FuturesUnordered::new();
+            let mut i = c;
+            loop {
+                while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
+                    let p = SendMessageParams {
+                        conversation_id: format!("conv-{}", (i * 7919) % CONVERSATIONS),
+                        payload: MessagePayload::text(text()),
+                        finality: Finality::None,
+                        turn_hint: None,
+                        client_request_id: None,
+                    };
+                    i += clients;
+                    let orch = orch.clone();
+                    let who = who.clone();
+                    inflight.push(async move {
+                        let t = Instant::now();
+                        orch.send_message(&who, p)
+                            .await
+                            .map(|_| t.elapsed().as_secs_f64() * 1e3)
+                    });
+                }
+                match inflight.next().await {
+                    Some(Ok(ms)) => {
+                        lat.push(ms);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(Err(e)) => panic!("append failed: {e}"),
+                    None => break,
+                }
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await?);
+    }
+    let phase = summarize(&orch, n, elapsed, lat, before);
+    orch.shutdown().await;
+    Ok(phase)
+}
+
+async fn websocket(
+    dir: &std::path::Path,
+    secs: f64,
+    clients: usize,
+    depth: usize,
+) -> anyhow::Result<Phase> {
+    let (orch, tokens) = setup(dir, "ws.db", clients).await?;
+    let before = (
+        orch.writer().stats.batches.load(Ordering::Relaxed),
+        orch.writer().stats.events.load(Ordering::Relaxed),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let running = server::start(orch.clone(), listener).await?;
+    let url = running.rpc_url();
+    let mut conns = Vec::new();
+    for t in &tokens {
+        let c = WsClientBuilder::default()
+            .max_concurrent_requests(depth * 2)
+            .build(&url)
+            .await?;
+        let _: Value = c.request("authenticate", P(json!({"token": t}))).await?;
+        conns.push(Arc::new(c));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, client) in conns.into_iter().enumerate() {
+        let stop = stop.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut inflight = FuturesUnordered::new();
+            let mut i = c;
+            loop {
+                while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
+                    let params = json!({
+                        "conversationId": format!("conv-{}", (i * 7919) % CONVERSATIONS),
+                        "payload": {"text": text()},
+                        "finality": "none",
+                    });
+                    i += clients;
+                    let client = client.clone();
+                    inflight.push(async move {
+                        let t = Instant::now();
+                        client
+                            .request::<Value, _>("sendMessage", P(params))
+                            .await
+                            .map(|_| t.elapsed().as_secs_f64() * 1e3)
+                    });
+                }
+                match inflight.next().await {
+                    Some(Ok(ms)) => {
+                        lat.push(ms);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(Err(e)) => panic!("append failed: {e}"),
+                    None => break,
+                }
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await?);
+    }
+    let phase = summarize(&orch, n, elapsed, lat, before);
+    running.stop().await;
+    Ok(phase)
+}
+
+fn main() -> anyhow::Result<()> {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let secs = env("BENCH_SECS", 5) as f64;
+    let clients = env("BENCH_CLIENTS", 64) as usize;
+    let depth = env("BENCH_DEPTH", 16) as usize;
+    let dir = tempfile::tempdir()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+
+    println!("appends benchmark: synchronous=FULL, ~300-byte payloads, {CONVERSATIONS} conversations, {secs} s per phase");
+    // For profiling one path alone.
+    match std::env::var("BENCH_ONLY").as_deref() {
+        Ok("websocket") => {
+            let ws = rt.block_on(websocket(dir.path(), secs, clients, depth))?;
+            println!(
+                "websocket: {:.0} appends/s, mean batch {:.0}",
+                ws.rate, ws.mean_batch
+            );
+            return Ok(());
+        }
+        Ok("in-process") => {
+            let p = rt.block_on(in_process(dir.path(), secs, clients, depth))?;
+            println!(
+                "in-process: {:.0} appends/s, mean batch {:.0}",
+                p.rate, p.mean_batch
+            );
+            return Ok(());
+        }
+        _ => {}
+    }
+    let ceiling = raw_ceiling(dir.path(), secs, false)?;
+    println!(
+        "raw rusqlite ceiling (1,000-row transactions, FULL): {:>10.0} rows/s",
+        ceiling
+    );
+    let indexed = raw_ceiling(dir.path(), secs, true)?;
+    println!(
+        "raw rusqlite with a (conv, seq) index over {CONVERSATIONS} conversations: {:>10.0} rows/s ({:.0}% of ceiling)",
+        indexed,
+        100.0 * indexed / ceiling
+    );
+    let inproc = rt.block_on(in_process(dir.path(), secs, clients, depth))?;
+    println!(
+        "in-process ({clients} clients x {depth} in flight):      {:>10.0} appends/s  ({:.1}% of ceiling; goal >= 40%)  p50 {:.2} ms  p99 {:.2} ms  mean batch {:.0}",
+        inproc.rate,
+        100.0 * inproc.rate / ceiling,
+        inproc.p50_ms,
+        inproc.p99_ms,
+        inproc.mean_batch
+    );
+    let ws = rt.block_on(websocket(dir.path(), secs, clients, depth))?;
+    println!(
+        "websocket ({clients} clients x {depth} in flight):       {:>10.0} appends/s  ({:.1}% of ceiling; goal >= 40,000/s)  p50 {:.2} ms  p99 {:.2} ms  mean batch {:.0}",
+        ws.rate,
+        100.0 * ws.rate / ceiling,
+        ws.p50_ms,
+        ws.p99_ms,
+        ws.mean_batch
+    );
+    println!(
+        "ratios: in-process/ceiling {:.2}, websocket/ceiling {:.2}, websocket/in-process {:.2}",
+        inproc.rate / ceiling,
+        ws.rate / ceiling,
+        ws.rate / inproc.rate
+    );
+    Ok(())
+}

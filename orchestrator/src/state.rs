@@ -61,7 +61,7 @@ pub struct AppendRequest {
     pub turn_hint: Option<u64>,
     /// The idempotency key.
     pub client_request_id: Option<String>,
-    /// Digest of the body, for idempotency.
+    /// Digest of the body, for idempotency (computed only when a key is set).
     pub hash: BodyHash,
     /// System events the orchestrator appends in the same transaction after this one
     /// (a policy decision such as `next_speaker`).
@@ -77,7 +77,6 @@ impl AppendRequest {
         payload: Value,
     ) -> Self {
         let payload_json = payload.to_string();
-        let hash = body_hash(kind, finality, &payload_json, None, None);
         AppendRequest {
             author: author.into(),
             kind,
@@ -87,7 +86,7 @@ impl AppendRequest {
             turn: None,
             turn_hint: None,
             client_request_id: None,
-            hash,
+            hash: [0; 16],
             follow_ups: Vec::new(),
         }
     }
@@ -114,17 +113,21 @@ impl AppendRequest {
     /// Sets the idempotency key.
     pub fn with_client_request_id(mut self, key: Option<String>) -> Self {
         self.client_request_id = key;
+        self.rehash();
         self
     }
 
+    /// Digests the body; only a keyed request needs it, so unkeyed ones skip the work.
     fn rehash(&mut self) {
-        self.hash = body_hash(
-            self.kind,
-            self.finality,
-            &self.payload_json,
-            self.turn,
-            self.turn_hint,
-        );
+        if self.client_request_id.is_some() {
+            self.hash = body_hash(
+                self.kind,
+                self.finality,
+                &self.payload_json,
+                self.turn,
+                self.turn_hint,
+            );
+        }
     }
 }
 
@@ -273,8 +276,8 @@ impl ConvState {
 
     /// Validates a request and, when it is valid, moves the state past the events it appends.
     /// On error the state is unchanged.
-    pub fn apply(&mut self, req: &AppendRequest) -> Result<Applied, RpcError> {
-        self.check(req)?;
+    pub fn apply(&mut self, req: AppendRequest) -> Result<Applied, RpcError> {
+        self.check(&req)?;
         if let Some(key) = &req.client_request_id {
             if let Some(rec) = self.idem.get(&(req.author.clone(), key.clone())) {
                 return if rec.hash == req.hash {
@@ -292,17 +295,18 @@ impl ConvState {
                 };
             }
         }
-        self.check_open(req)?;
+        self.check_open(&req)?;
+        let hash = req.client_request_id.as_ref().map(|_| req.hash);
         let first = Draft {
             seq: self.core.head + 1,
             kind: req.kind,
-            author: req.author.clone(),
+            author: req.author,
             turn: req.turn.unwrap_or(self.core.turn),
             finality: req.finality,
-            payload: req.payload.clone(),
-            payload_json: req.payload_json.clone(),
-            client_request_id: req.client_request_id.clone(),
-            hash: req.client_request_id.as_ref().map(|_| req.hash),
+            payload: req.payload,
+            payload_json: req.payload_json,
+            client_request_id: req.client_request_id,
+            hash,
         };
         let result = AppendResult {
             seq: first.seq,
@@ -311,18 +315,19 @@ impl ConvState {
         };
         self.observe(&first);
         let mut drafts = vec![first];
-        for follow in &req.follow_ups {
+        for follow in req.follow_ups {
             if self.core.closed {
                 break;
             }
+            let payload_json = follow.to_string();
             let d = Draft {
                 seq: self.core.head + 1,
                 kind: EventKind::System,
                 author: ORCHESTRATOR_AUTHOR.to_string(),
                 turn: self.core.turn,
                 finality: None,
-                payload: follow.clone(),
-                payload_json: follow.to_string(),
+                payload: follow,
+                payload_json,
                 client_request_id: None,
                 hash: None,
             };

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::{Error, Result};
 use crate::hub::{ConvShared, Hub};
 use crate::state::{AppendRequest, Applied, ConvState, Core, Draft};
-use crate::store::{now_ms, to_event, LogWriter, NewConversation, NewRow, Store};
+use crate::store::{format_ts, now_ms, to_event, LogWriter, NewConversation, NewRow, Store};
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
@@ -229,9 +229,11 @@ impl Writer {
     fn process(&mut self, batch: &mut Vec<Job>) {
         let ts_ms = now_ms();
         let num_before = self.next_num;
-        let mut undo: HashMap<String, Undo> = HashMap::new();
-        let mut touched: Vec<(String, Vec<Draft>)> = Vec::new();
-        let mut touched_idx: HashMap<String, usize> = HashMap::new();
+        // Per conversation touched by this batch (by its id): its state before the batch, and
+        // the events it appends, in order of first touch.
+        let mut undo: HashMap<i64, (String, Undo)> = HashMap::new();
+        let mut touched: Vec<(String, i64, Vec<Draft>)> = Vec::new();
+        let mut touched_idx: HashMap<i64, usize> = HashMap::new();
         let mut new_convs: Vec<NewConversation> = Vec::new();
         let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
         let jobs = batch.len() as u64;
@@ -258,7 +260,7 @@ impl Writer {
                     let mut state = ConvState::new(id.clone(), participants.clone());
                     let created =
                         ConvState::created_event(&participants, metadata.as_ref(), &created_by);
-                    let drafts = match state.apply(&created) {
+                    let drafts = match state.apply(created) {
                         Ok(Applied::Append(d, _)) => d,
                         _ => Vec::new(),
                     };
@@ -278,9 +280,9 @@ impl Writer {
                             created_by,
                         },
                     );
-                    undo.insert(id.clone(), Undo::Created);
-                    touched_idx.insert(id.clone(), touched.len());
-                    touched.push((id, drafts));
+                    undo.insert(num, (id.clone(), Undo::Created));
+                    touched_idx.insert(num, touched.len());
+                    touched.push((id, num, drafts));
                     replies.push(Reply::Create(reply, Ok(())));
                 }
                 Job::Append {
@@ -296,15 +298,17 @@ impl Writer {
                         replies.push(Reply::Append(reply, Err(e)));
                         continue;
                     };
-                    undo.entry(conversation.clone())
-                        .or_insert_with(|| Undo::Core(slot.state.core.clone()));
-                    let result = match slot.state.apply(&request) {
+                    let num = slot.num;
+                    let before = slot.state.core.clone();
+                    let result = match slot.state.apply(request) {
                         Ok(Applied::Append(drafts, result)) => {
-                            let i = *touched_idx.entry(conversation.clone()).or_insert_with(|| {
-                                touched.push((conversation.clone(), Vec::new()));
+                            undo.entry(num)
+                                .or_insert_with(|| (conversation.clone(), Undo::Core(before)));
+                            let i = *touched_idx.entry(num).or_insert_with(|| {
+                                touched.push((conversation, num, Vec::new()));
                                 touched.len() - 1
                             });
-                            touched[i].1.extend(drafts);
+                            touched[i].2.extend(drafts);
                             Ok(result)
                         }
                         Ok(Applied::Duplicate(result)) => Ok(result),
@@ -315,52 +319,53 @@ impl Writer {
             }
         }
         self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
-        if touched.iter().all(|(_, d)| d.is_empty()) && new_convs.is_empty() {
+        if touched.is_empty() {
             answer(replies);
             return;
         }
         let rows: Vec<NewRow<'_>> = touched
             .iter()
-            .flat_map(|(id, drafts)| {
-                let num = self.convs.get(id).map(|s| s.num).unwrap_or_default();
+            .flat_map(|(id, num, drafts)| {
                 drafts.iter().map(move |draft| NewRow {
-                    conv: num,
+                    conv: *num,
+                    conv_id: id,
                     draft,
                     ts_ms,
                 })
             })
             .collect();
         let n_rows = rows.len() as u64;
-        match self.log.commit(&new_convs, &rows) {
+        let committed = self.log.commit(&new_convs, &rows);
+        drop(rows);
+        match committed {
             Ok(()) => {
-                drop(rows);
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
                 self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
-                for (id, drafts) in &touched {
-                    let Some(slot) = self.convs.get_mut(id) else {
+                let ts = format_ts(ts_ms);
+                for (id, _, drafts) in touched {
+                    let Some(slot) = self.convs.get_mut(&id) else {
                         continue;
                     };
                     let shared = slot.shared.get_or_insert_with(|| {
                         let empty = ConvState::new(id.clone(), Vec::new()).core;
                         self.hub.insert(
-                            id,
+                            &id,
                             slot.state.participants.clone(),
                             slot.created_by.clone(),
                             empty,
                         )
                     });
                     let events: Vec<_> = drafts
-                        .iter()
-                        .map(|d| Arc::new(to_event(id, d, ts_ms)))
+                        .into_iter()
+                        .map(|d| Arc::new(to_event(&id, d, &ts)))
                         .collect();
                     self.hub.publish(shared, slot.state.core.clone(), &events);
                 }
                 answer(replies);
             }
             Err(e) => {
-                drop(rows);
                 tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
-                for (id, u) in undo {
+                for (_, (id, u)) in undo {
                     match u {
                         Undo::Created => {
                             self.convs.remove(&id);

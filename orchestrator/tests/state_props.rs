@@ -114,7 +114,7 @@ proptest! {
         let participants = vec!["alice".to_string(), "bob".to_string()];
         let mut state = ConvState::new("c", participants.clone());
         let created = ConvState::created_event(&participants, None, "admin");
-        let mut log: Vec<Draft> = match state.apply(&created) {
+        let mut log: Vec<Draft> = match state.apply(created) {
             Ok(Applied::Append(d, _)) => d,
             other => panic!("create failed: {other:?}"),
         };
@@ -124,7 +124,7 @@ proptest! {
         for op in &ops {
             let req = build(op, &state);
             let before = state.clone();
-            let result = state.apply(&req);
+            let result = state.apply(req.clone());
             let key = req.client_request_id.clone().map(|k| (req.author.clone(), k));
             let known = key.as_ref().and_then(|k| keys.get(k)).copied();
 
@@ -246,13 +246,13 @@ proptest! {
 fn guidance_follows_the_log() {
     let participants = vec!["alice".to_string(), "bob".to_string()];
     let mut s = ConvState::new("c", participants.clone());
-    s.apply(&ConvState::created_event(&participants, None, "admin"))
+    s.apply(ConvState::created_event(&participants, None, "admin"))
         .unwrap();
     assert_eq!(
         s.guidance("alice").status,
         proto_spec::GuidanceStatus::MaySpeak
     );
-    s.apply(&AppendRequest::system(
+    s.apply(AppendRequest::system(
         json!({"type": "next_speaker", "speaker": "bob"}),
     ))
     .unwrap();
@@ -260,10 +260,10 @@ fn guidance_follows_the_log() {
     assert_eq!(g.status, proto_spec::GuidanceStatus::Wait);
     assert_eq!(g.reason.as_deref(), Some("not_your_turn"));
     assert_eq!(g.speaker.as_deref(), Some("bob"));
-    s.apply(&AppendRequest::system(json!({"type": "paused"})))
+    s.apply(AppendRequest::system(json!({"type": "paused"})))
         .unwrap();
     assert_eq!(s.guidance("bob").reason.as_deref(), Some("paused"));
-    s.apply(&AppendRequest::system(json!({"type": "resumed"})))
+    s.apply(AppendRequest::system(json!({"type": "resumed"})))
         .unwrap();
     assert_eq!(
         s.guidance("bob").status,
@@ -275,7 +275,7 @@ fn guidance_follows_the_log() {
         Some(Finality::Conversation),
         json!({"text": "bye"}),
     );
-    s.apply(&close).unwrap();
+    s.apply(close).unwrap();
     assert_eq!(
         s.guidance("alice").status,
         proto_spec::GuidanceStatus::Closed
@@ -286,7 +286,7 @@ fn guidance_follows_the_log() {
 fn a_turn_closing_message_and_its_decision_append_together() {
     let participants = vec!["alice".to_string(), "bob".to_string()];
     let mut s = ConvState::new("c", participants.clone());
-    s.apply(&ConvState::created_event(&participants, None, "admin"))
+    s.apply(ConvState::created_event(&participants, None, "admin"))
         .unwrap();
     let mut req = AppendRequest::new(
         "alice",
@@ -296,7 +296,7 @@ fn a_turn_closing_message_and_its_decision_append_together() {
     );
     req.follow_ups
         .push(json!({"type": "next_speaker", "speaker": "bob"}));
-    match s.apply(&req).unwrap() {
+    match s.apply(req).unwrap() {
         Applied::Append(drafts, res) => {
             assert_eq!(drafts.len(), 2);
             assert_eq!((drafts[0].seq, drafts[0].turn), (2, 1));

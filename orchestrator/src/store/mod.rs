@@ -48,6 +48,8 @@ pub struct NewConversation {
 pub struct NewRow<'a> {
     /// The conversation's number.
     pub conv: i64,
+    /// The conversation's id.
+    pub conv_id: &'a str,
     /// The decided event.
     pub draft: &'a Draft,
     /// Commit time, milliseconds since the epoch.
@@ -104,18 +106,18 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Turns a committed draft into the wire event.
-pub fn to_event(conversation_id: &str, d: &Draft, ts_ms: i64) -> Event {
+/// Turns a committed draft into the wire event (`ts` formatted once per commit).
+pub fn to_event(conversation_id: &str, d: Draft, ts: &str) -> Event {
     Event {
         conversation_id: conversation_id.to_string(),
         seq: d.seq,
         kind: d.kind,
-        author: d.author.clone(),
+        author: d.author,
         turn: d.turn,
         finality: d.finality,
-        payload: d.payload.clone(),
-        client_request_id: d.client_request_id.clone(),
-        ts: format_ts(ts_ms),
+        payload: d.payload,
+        client_request_id: d.client_request_id,
+        ts: ts.to_string(),
     }
 }
 

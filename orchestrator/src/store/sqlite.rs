@@ -1,9 +1,16 @@
 //! The embedded default backend: SQLite through rusqlite, WAL, `synchronous=FULL` unless told.
+//!
+//! The log is one table ordered by `pos` (the global commit order), so every commit appends at
+//! the end of one B-tree. Where each conversation's events are (seq → pos) lives in memory, in
+//! a [`SeqIndex`] that the writer extends after each commit and that [`Store::recover`]
+//! rebuilds from one scan of the table at start (8 bytes per event).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
-use proto_spec::{Event, EventKind};
+use dashmap::DashMap;
+use proto_spec::Event;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde_json::Value;
 
@@ -34,12 +41,50 @@ impl Synchronous {
     }
 }
 
-/// The SQLite store: a path, the sync mode, and a pool of read connections.
+/// Where each conversation's events are in the log: `positions[seq - 1]`.
+#[derive(Debug, Default)]
+pub struct SeqIndex {
+    convs: DashMap<String, Arc<RwLock<Vec<i64>>>>,
+}
+
+impl SeqIndex {
+    fn positions(&self, conversation: &str, after: u64, limit: usize) -> Vec<i64> {
+        let Some(list) = self.convs.get(conversation).map(|l| l.clone()) else {
+            return Vec::new();
+        };
+        let list = list.read().unwrap_or_else(|p| p.into_inner());
+        let start = (after as usize).min(list.len());
+        let end = start.saturating_add(limit).min(list.len());
+        list[start..end].to_vec()
+    }
+
+    fn push(&self, conversation: &str, seq: u64, pos: i64) -> Result<()> {
+        let existing = self.convs.get(conversation).map(|l| l.clone());
+        let list = existing.unwrap_or_else(|| {
+            self.convs
+                .entry(conversation.to_string())
+                .or_default()
+                .clone()
+        });
+        let mut list = list.write().unwrap_or_else(|p| p.into_inner());
+        if list.len() as u64 + 1 != seq {
+            return Err(Error::Corrupt(format!(
+                "conversation {conversation}: seq {seq} follows seq {} in the log",
+                list.len()
+            )));
+        }
+        list.push(pos);
+        Ok(())
+    }
+}
+
+/// The SQLite store: a path, the sync mode, a pool of read connections and the seq index.
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
     sync: Synchronous,
     readers: Mutex<Vec<Connection>>,
+    index: Arc<SeqIndex>,
 }
 
 const READERS_KEPT: usize = 8;
@@ -58,6 +103,7 @@ fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connecti
         conn.pragma_update(None, "journal_mode", "WAL")?;
     }
     conn.pragma_update(None, "synchronous", sync.pragma())?;
+    conn.pragma_update(None, "cache_size", -16_384)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
@@ -72,6 +118,7 @@ impl SqliteStore {
             path,
             sync,
             readers: Mutex::new(Vec::new()),
+            index: Arc::default(),
         })
     }
 
@@ -125,6 +172,8 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 #[derive(Debug)]
 pub struct SqliteWriter {
     conn: Connection,
+    index: Arc<SeqIndex>,
+    next_pos: i64,
 }
 
 impl LogWriter for SqliteWriter {
@@ -140,19 +189,20 @@ impl LogWriter for SqliteWriter {
                 ins_conv.execute(params![c.num, c.id, c.created_by, participants, metadata])?;
             }
             let mut ins = tx.prepare_cached(
-                "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO events (pos, conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?;
-            for r in rows {
+            for (i, r) in rows.iter().enumerate() {
                 let d = r.draft;
                 ins.execute(params![
+                    self.next_pos + i as i64,
                     r.conv,
                     d.seq as i64,
                     d.kind.as_str(),
                     d.author,
                     d.turn as i64,
                     d.finality.map(|f| f.as_str()),
-                    d.payload_json,
+                    &*d.payload_json,
                     d.client_request_id,
                     d.hash.as_ref().map(|h| &h[..]),
                     r.ts_ms,
@@ -160,6 +210,14 @@ impl LogWriter for SqliteWriter {
             }
         }
         tx.commit()?;
+        // Committed: from here on nothing may report failure, or the writer would roll back
+        // state that is already durable.
+        for r in rows {
+            if let Err(e) = self.index.push(r.conv_id, r.draft.seq, self.next_pos) {
+                tracing::error!(error = %e, "seq index out of step with the log");
+            }
+            self.next_pos += 1;
+        }
         Ok(())
     }
 
@@ -174,20 +232,22 @@ impl LogWriter for SqliteWriter {
 
 impl Store for SqliteStore {
     fn writer(&self) -> Result<Box<dyn LogWriter>> {
+        let conn = open_conn(&self.path, self.sync, false)?;
+        let next_pos = conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
+            r.get(0)
+        })?;
         Ok(Box::new(SqliteWriter {
-            conn: open_conn(&self.path, self.sync, false)?,
+            conn,
+            index: self.index.clone(),
+            next_pos,
         }))
     }
 
     fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
         self.with_reader(|conn| {
+            let mut records: HashMap<i64, (ConversationRecord, Vec<RecoveredEvent>)> = HashMap::new();
+            let mut order = Vec::new();
             let mut convs = conn.prepare("SELECT num, id, created_by, participants, metadata FROM conversations ORDER BY num")?;
-            let mut evs = conn.prepare(
-                "SELECT seq, kind, author, turn, finality,
-                        CASE WHEN kind = 'system' THEN payload END,
-                        client_request_id, request_hash
-                 FROM events WHERE conv = ?1 ORDER BY seq",
-            )?;
             let mut rows = convs.query([])?;
             while let Some(row) = rows.next()? {
                 let num: i64 = row.get(0)?;
@@ -200,58 +260,88 @@ impl Store for SqliteStore {
                     participants: serde_json::from_str(&participants).map_err(|e| Error::Corrupt(e.to_string()))?,
                     metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
                 };
-                let mut events = Vec::new();
-                let mut er = evs.query([num])?;
-                while let Some(e) = er.next()? {
-                    let payload_json: Option<String> = e.get(5)?;
-                    let payload = payload_json
-                        .as_deref()
-                        .map(serde_json::from_str)
-                        .transpose()
-                        .map_err(|e| Error::Corrupt(e.to_string()))?
-                        .unwrap_or(Value::Null);
-                    events.push(RecoveredEvent {
-                        draft: Draft {
-                            seq: e.get::<_, i64>(0)? as u64,
-                            kind: kind_from(&e.get::<_, String>(1)?)?,
-                            author: e.get(2)?,
-                            turn: e.get::<_, i64>(3)? as u64,
-                            finality: finality_from(e.get(4)?)?,
-                            payload,
-                            payload_json: payload_json.unwrap_or_default(),
-                            client_request_id: e.get(6)?,
-                            hash: hash_from(e.get(7)?),
-                        },
-                    });
+                order.push(num);
+                records.insert(num, (record, Vec::new()));
+            }
+            let mut evs = conn.prepare(
+                "SELECT pos, conv, seq, kind, author, turn, finality,
+                        CASE WHEN kind = 'system' THEN payload END,
+                        client_request_id, request_hash
+                 FROM events ORDER BY pos",
+            )?;
+            let mut er = evs.query([])?;
+            while let Some(e) = er.next()? {
+                let pos: i64 = e.get(0)?;
+                let conv: i64 = e.get(1)?;
+                let Some((record, events)) = records.get_mut(&conv) else {
+                    return Err(Error::Corrupt(format!("event at {pos} names unknown conversation {conv}")));
+                };
+                let payload_json: Option<String> = e.get(7)?;
+                let payload = payload_json
+                    .as_deref()
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(|e| Error::Corrupt(e.to_string()))?
+                    .unwrap_or(Value::Null);
+                let seq = e.get::<_, i64>(2)? as u64;
+                self.index.push(&record.id, seq, pos)?;
+                events.push(RecoveredEvent {
+                    draft: Draft {
+                        seq,
+                        kind: kind_from(&e.get::<_, String>(3)?)?,
+                        author: e.get(4)?,
+                        turn: e.get::<_, i64>(5)? as u64,
+                        finality: finality_from(e.get(6)?)?,
+                        payload,
+                        payload_json: payload_json.unwrap_or_default().into(),
+                        client_request_id: e.get(8)?,
+                        hash: hash_from(e.get(9)?),
+                    },
+                });
+            }
+            for num in order {
+                if let Some((record, events)) = records.remove(&num) {
+                    each(record, events);
                 }
-                each(record, events);
             }
             Ok(())
         })
     }
 
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let positions = self.index.positions(conversation, after, limit);
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
         self.with_reader(|conn| {
             let mut st = conn.prepare_cached(
-                "SELECT e.seq, e.kind, e.author, e.turn, e.finality, e.payload, e.client_request_id, e.ts_ms
-                 FROM events e JOIN conversations c ON e.conv = c.num
-                 WHERE c.id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3",
+                "SELECT seq, kind, author, turn, finality, payload, client_request_id, ts_ms FROM events WHERE pos = ?1",
             )?;
-            let mut rows = st.query(params![conversation, after as i64, limit as i64])?;
-            let mut out = Vec::new();
-            while let Some(r) = rows.next()? {
-                let payload: String = r.get(5)?;
-                let kind: EventKind = kind_from(&r.get::<_, String>(1)?)?;
+            let mut out = Vec::with_capacity(positions.len());
+            for pos in positions {
+                let event = st.query_row([pos], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, String>(5)?,
+                        r.get::<_, Option<String>>(6)?,
+                        r.get::<_, i64>(7)?,
+                    ))
+                })?;
+                let (seq, kind, author, turn, finality, payload, client_request_id, ts_ms) = event;
                 out.push(Event {
                     conversation_id: conversation.to_string(),
-                    seq: r.get::<_, i64>(0)? as u64,
-                    kind,
-                    author: r.get(2)?,
-                    turn: r.get::<_, i64>(3)? as u64,
-                    finality: finality_from(r.get(4)?)?,
+                    seq: seq as u64,
+                    kind: kind_from(&kind)?,
+                    author,
+                    turn: turn as u64,
+                    finality: finality_from(finality)?,
                     payload: serde_json::from_str(&payload).map_err(|e| Error::Corrupt(e.to_string()))?,
-                    client_request_id: r.get(6)?,
-                    ts: format_ts(r.get(7)?),
+                    client_request_id,
+                    ts: format_ts(ts_ms),
                 });
             }
             Ok(out)
