@@ -293,7 +293,7 @@ impl Store for SqliteStore {
                         turn: e.get::<_, i64>(5)? as u64,
                         finality: finality_from(e.get(6)?)?,
                         payload,
-                        payload_json: payload_json.unwrap_or_default().into(),
+                        payload_json: payload_json.unwrap_or_default(),
                         client_request_id: e.get(8)?,
                         hash: hash_from(e.get(9)?),
                     },
