@@ -13,7 +13,7 @@ use proto_spec::Event;
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{Error, Result};
-use crate::hub::{ConvShared, Hub};
+use crate::hub::{ConvShared, EventBatch, Hub};
 use crate::store::Store;
 
 /// How many events one read of the store takes.
@@ -61,7 +61,7 @@ enum Mode {
         cursors: HashMap<String, Option<u64>>,
         /// Conversations to re-read after a lag.
         stale: VecDeque<Arc<ConvShared>>,
-        rx: broadcast::Receiver<Arc<Event>>,
+        rx: broadcast::Receiver<EventBatch>,
     },
 }
 
@@ -162,26 +162,34 @@ impl Feed {
                         _ = self.closing.changed() => return Ok(None),
                     };
                     match received {
-                        Ok(ev) => {
-                            let entry =
-                                cursors
-                                    .entry(ev.conversation_id.clone())
-                                    .or_insert_with(|| {
-                                        self.hub
-                                            .get(&ev.conversation_id)
-                                            .filter(|c| c.is_participant(agent))
-                                            .map(|_| 0)
-                                    });
+                        Ok(batch) => {
+                            let Some(first) = batch.first() else { continue };
+                            let id = &first.conversation_id;
+                            let entry = match cursors.get_mut(id) {
+                                Some(e) => e,
+                                None => {
+                                    let mine = self
+                                        .hub
+                                        .get(id)
+                                        .filter(|c| c.is_participant(agent))
+                                        .map(|_| 0);
+                                    cursors.entry(id.clone()).or_insert(mine)
+                                }
+                            };
                             let Some(cursor) = entry else { continue };
-                            if ev.seq <= *cursor {
-                                continue;
-                            }
-                            if ev.seq == *cursor + 1 {
+                            for ev in batch.iter() {
+                                if ev.seq <= *cursor {
+                                    continue;
+                                }
+                                if ev.seq != *cursor + 1 {
+                                    // A gap: read the rest of this conversation from the log.
+                                    if let Some(conv) = self.hub.get(id) {
+                                        stale.push_back(conv);
+                                    }
+                                    break;
+                                }
                                 *cursor = ev.seq;
-                                return Ok(Some(ev));
-                            }
-                            if let Some(conv) = self.hub.get(&ev.conversation_id) {
-                                stale.push_back(conv);
+                                self.backlog.push_back(ev.clone());
                             }
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {

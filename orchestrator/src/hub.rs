@@ -18,8 +18,12 @@ use crate::state::{guidance_for, Core};
 
 /// How many recent events each conversation keeps in memory.
 pub const RECENT_EVENTS: usize = 64;
-/// The global broadcast's buffer; a subscriber further behind is resumed from the log.
+/// The global broadcast's buffer (in commits per conversation); a subscriber further behind is
+/// resumed from the log.
 pub const GLOBAL_BUFFER: usize = 4096;
+
+/// Events of one conversation committed together, in seq order.
+pub type EventBatch = Arc<Vec<Arc<Event>>>;
 
 /// One conversation's shared, read-mostly state.
 #[derive(Debug)]
@@ -100,7 +104,7 @@ impl ConvShared {
 #[derive(Debug)]
 pub struct Hub {
     convs: DashMap<String, Arc<ConvShared>>,
-    global: broadcast::Sender<Arc<Event>>,
+    global: broadcast::Sender<EventBatch>,
     closing: watch::Sender<bool>,
 }
 
@@ -164,15 +168,16 @@ impl Hub {
         self.convs.is_empty()
     }
 
-    /// A receiver of every committed event, for subscriptions across conversations.
-    pub fn global(&self) -> broadcast::Receiver<Arc<Event>> {
+    /// A receiver of every committed event (one item per conversation per commit), for
+    /// subscriptions across conversations.
+    pub fn global(&self) -> broadcast::Receiver<EventBatch> {
         self.global.subscribe()
     }
 
     /// Publishes committed events of one conversation (writer thread only, after the commit).
-    pub fn publish(&self, conv: &ConvShared, core: Core, events: &[Arc<Event>]) {
+    pub fn publish(&self, conv: &ConvShared, core: Core, events: Vec<Arc<Event>>) {
         if let Ok(mut ring) = conv.recent.lock() {
-            for e in events {
+            for e in &events {
                 if ring.len() == RECENT_EVENTS {
                     ring.pop_front();
                 }
@@ -184,8 +189,8 @@ impl Hub {
             *c = core;
         }
         conv.head.send_replace(head);
-        for e in events {
-            let _ = self.global.send(e.clone());
+        if self.global.receiver_count() > 0 {
+            let _ = self.global.send(Arc::new(events));
         }
     }
 

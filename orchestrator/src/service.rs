@@ -323,9 +323,9 @@ impl Orchestrator {
     pub async fn send_message(&self, who: &Identity, p: SendMessageParams) -> Result<AppendResult> {
         let conv = self.readable(who, &p.conversation_id)?;
         Self::check_key(&p.client_request_id)?;
-        let payload =
-            serde_json::to_value(&p.payload).map_err(|e| Error::Corrupt(e.to_string()))?;
-        let req = AppendRequest::new(
+        let payload = serde_json::value::to_raw_value(&p.payload)
+            .map_err(|e| Error::Corrupt(e.to_string()))?;
+        let req = AppendRequest::from_raw(
             who.agent_id.clone(),
             EventKind::Message,
             Some(p.finality),
@@ -333,7 +333,7 @@ impl Orchestrator {
         )
         .with_turn_hint(p.turn_hint.map(|h| h.turn))
         .with_client_request_id(p.client_request_id);
-        self.check_payload(&req.payload_json)?;
+        self.check_payload(req.payload.get())?;
         self.writer.append(conv.id.clone(), req).await
     }
 
@@ -350,7 +350,7 @@ impl Orchestrator {
         let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id);
-        self.check_payload(&req.payload_json)?;
+        self.check_payload(req.payload.get())?;
         self.writer.append(conv.id.clone(), req).await
     }
 

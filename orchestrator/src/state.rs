@@ -14,7 +14,13 @@ use proto_spec::{
     AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, RpcError,
     ORCHESTRATOR_AUTHOR,
 };
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+
+/// Serializes a JSON value into the stored form.
+pub fn to_raw(v: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
 use sha2::{Digest, Sha256};
 
 /// A digest of a request's body, to tell a retry from a reuse of its idempotency key.
@@ -51,10 +57,8 @@ pub struct AppendRequest {
     pub kind: EventKind,
     /// Finality; required for messages, refused for anything else.
     pub finality: Option<Finality>,
-    /// The payload.
-    pub payload: Value,
     /// The payload as stored (serialized once, by the caller).
-    pub payload_json: String,
+    pub payload: Box<RawValue>,
     /// For traces and system events: the turn they name (the current one when absent).
     pub turn: Option<u64>,
     /// For messages: append only in this turn.
@@ -76,13 +80,21 @@ impl AppendRequest {
         finality: Option<Finality>,
         payload: Value,
     ) -> Self {
-        let payload_json = payload.to_string();
+        AppendRequest::from_raw(author, kind, finality, to_raw(&payload))
+    }
+
+    /// Builds a request from an already serialized payload.
+    pub fn from_raw(
+        author: impl Into<String>,
+        kind: EventKind,
+        finality: Option<Finality>,
+        payload: Box<RawValue>,
+    ) -> Self {
         AppendRequest {
             author: author.into(),
             kind,
             finality,
             payload,
-            payload_json,
             turn: None,
             turn_hint: None,
             client_request_id: None,
@@ -123,7 +135,7 @@ impl AppendRequest {
             self.hash = body_hash(
                 self.kind,
                 self.finality,
-                &self.payload_json,
+                self.payload.get(),
                 self.turn,
                 self.turn_hint,
             );
@@ -132,7 +144,7 @@ impl AppendRequest {
 }
 
 /// An event decided by the state machine, not yet committed (it has no timestamp).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Draft {
     /// Its seq.
     pub seq: u64,
@@ -144,10 +156,8 @@ pub struct Draft {
     pub turn: u64,
     /// Its finality (messages only).
     pub finality: Option<Finality>,
-    /// Its payload.
-    pub payload: Value,
-    /// The payload as stored.
-    pub payload_json: String,
+    /// Its payload, as stored.
+    pub payload: Box<RawValue>,
     /// Its idempotency key.
     pub client_request_id: Option<String>,
     /// The body digest stored with the key.
@@ -155,7 +165,7 @@ pub struct Draft {
 }
 
 /// What a valid request does.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Applied {
     /// New events to commit, and the answer for the caller.
     Append(Vec<Draft>, AppendResult),
@@ -277,15 +287,31 @@ impl ConvState {
     /// Validates a request and, when it is valid, moves the state past the events it appends.
     /// On error the state is unchanged.
     pub fn apply(&mut self, req: AppendRequest) -> Result<Applied, RpcError> {
+        let mut drafts = Vec::new();
+        let result = self.apply_into(req, &mut drafts)?;
+        Ok(if result.duplicate {
+            Applied::Duplicate(result)
+        } else {
+            Applied::Append(drafts, result)
+        })
+    }
+
+    /// [`ConvState::apply`], pushing the new events onto `out` (nothing for a duplicate or a
+    /// refusal); the writer uses it to collect a batch without a vector per request.
+    pub fn apply_into(
+        &mut self,
+        req: AppendRequest,
+        out: &mut Vec<Draft>,
+    ) -> Result<AppendResult, RpcError> {
         self.check(&req)?;
         if let Some(key) = &req.client_request_id {
             if let Some(rec) = self.idem.get(&(req.author.clone(), key.clone())) {
                 return if rec.hash == req.hash {
-                    Ok(Applied::Duplicate(AppendResult {
+                    Ok(AppendResult {
                         seq: rec.seq,
                         turn: rec.turn,
                         duplicate: true,
-                    }))
+                    })
                 } else {
                     Err(err(
                         ErrorCode::IdempotencyKeyReused,
@@ -304,7 +330,6 @@ impl ConvState {
             turn: req.turn.unwrap_or(self.core.turn),
             finality: req.finality,
             payload: req.payload,
-            payload_json: req.payload_json,
             client_request_id: req.client_request_id,
             hash,
         };
@@ -314,27 +339,25 @@ impl ConvState {
             duplicate: false,
         };
         self.observe(&first);
-        let mut drafts = vec![first];
+        out.push(first);
         for follow in req.follow_ups {
             if self.core.closed {
                 break;
             }
-            let payload_json = follow.to_string();
             let d = Draft {
                 seq: self.core.head + 1,
                 kind: EventKind::System,
                 author: ORCHESTRATOR_AUTHOR.to_string(),
                 turn: self.core.turn,
                 finality: None,
-                payload: follow,
-                payload_json,
+                payload: to_raw(&follow),
                 client_request_id: None,
                 hash: None,
             };
             self.observe(&d);
-            drafts.push(d);
+            out.push(d);
         }
-        Ok(Applied::Append(drafts, result))
+        Ok(result)
     }
 
     /// Checks that hold whatever the log says: finality only on messages, authorship.
@@ -454,26 +477,28 @@ impl ConvState {
                 Some(Finality::Conversation) => c.closed = true,
                 _ => {}
             },
-            EventKind::System => match d.payload.get("type").and_then(Value::as_str) {
-                Some("created") => {
-                    if let Some(ps) = d.payload.get("participants").and_then(Value::as_array) {
-                        self.participants = ps
-                            .iter()
-                            .filter_map(|p| p.as_str().map(str::to_string))
-                            .collect();
+            EventKind::System => {
+                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
+                match payload.get("type").and_then(Value::as_str) {
+                    Some("created") => {
+                        if let Some(ps) = payload.get("participants").and_then(Value::as_array) {
+                            self.participants = ps
+                                .iter()
+                                .filter_map(|p| p.as_str().map(str::to_string))
+                                .collect();
+                        }
                     }
+                    Some("next_speaker") => {
+                        c.speaker = payload
+                            .get("speaker")
+                            .and_then(Value::as_str)
+                            .map(str::to_string);
+                    }
+                    Some("paused") => c.paused = true,
+                    Some("resumed") => c.paused = false,
+                    _ => {}
                 }
-                Some("next_speaker") => {
-                    c.speaker = d
-                        .payload
-                        .get("speaker")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                }
-                Some("paused") => c.paused = true,
-                Some("resumed") => c.paused = false,
-                _ => {}
-            },
+            }
             EventKind::Trace => {}
         }
         if let (Some(key), Some(hash)) = (&d.client_request_id, d.hash) {

@@ -7,12 +7,12 @@
 //! in-memory state is rolled back and every caller of the batch gets `Internal`: nothing is
 //! acknowledged that is not durable, and seq stays dense.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use proto_spec::{AppendResult, ErrorCode, RpcError};
+use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -32,8 +32,8 @@ pub enum Job {
     Append {
         /// The conversation.
         conversation: String,
-        /// What to append.
-        request: AppendRequest,
+        /// What to append (boxed: jobs are moved several times on their way).
+        request: Box<AppendRequest>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<AppendResult, RpcError>>,
     },
@@ -107,7 +107,7 @@ impl WriterHandle {
     /// the writer thread.
     pub fn start(store: &dyn Store, hub: Arc<Hub>) -> Result<WriterHandle> {
         let mut log = store.writer()?;
-        let mut convs = HashMap::new();
+        let mut convs = HashMap::default();
         store.recover(&mut |record, events| {
             let mut state = ConvState::new(record.id.clone(), record.participants.clone());
             for e in &events {
@@ -159,7 +159,7 @@ impl WriterHandle {
         self.tx
             .send(Job::Append {
                 conversation,
-                request,
+                request: Box::new(request),
                 reply,
             })
             .await
@@ -231,9 +231,9 @@ impl Writer {
         let num_before = self.next_num;
         // Per conversation touched by this batch (by its id): its state before the batch, and
         // the events it appends, in order of first touch.
-        let mut undo: HashMap<i64, (String, Undo)> = HashMap::new();
+        let mut undo: HashMap<i64, (String, Undo)> = HashMap::default();
         let mut touched: Vec<(String, i64, Vec<Draft>)> = Vec::new();
-        let mut touched_idx: HashMap<i64, usize> = HashMap::new();
+        let mut touched_idx: HashMap<i64, usize> = HashMap::default();
         let mut new_convs: Vec<NewConversation> = Vec::new();
         let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
         let jobs = batch.len() as u64;
@@ -299,26 +299,23 @@ impl Writer {
                         continue;
                     };
                     let num = slot.num;
-                    let before = slot.state.core.clone();
-                    let result = match slot.state.apply(request) {
-                        Ok(Applied::Append(drafts, result)) => {
-                            undo.entry(num)
-                                .or_insert_with(|| (conversation.clone(), Undo::Core(before)));
-                            let i = *touched_idx.entry(num).or_insert_with(|| {
-                                touched.push((conversation, num, Vec::new()));
-                                touched.len() - 1
-                            });
-                            touched[i].2.extend(drafts);
-                            Ok(result)
-                        }
-                        Ok(Applied::Duplicate(result)) => Ok(result),
-                        Err(e) => Err(e),
-                    };
+                    if !undo.contains_key(&num) {
+                        undo.insert(
+                            num,
+                            (conversation.clone(), Undo::Core(slot.state.core.clone())),
+                        );
+                    }
+                    let i = *touched_idx.entry(num).or_insert_with(|| {
+                        touched.push((conversation, num, Vec::new()));
+                        touched.len() - 1
+                    });
+                    let result = slot.state.apply_into(*request, &mut touched[i].2);
                     replies.push(Reply::Append(reply, result));
                 }
             }
         }
         self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
+        touched.retain(|(_, _, drafts)| !drafts.is_empty());
         if touched.is_empty() {
             answer(replies);
             return;
@@ -359,7 +356,7 @@ impl Writer {
                         .into_iter()
                         .map(|d| Arc::new(to_event(&id, d, &ts)))
                         .collect();
-                    self.hub.publish(shared, slot.state.core.clone(), &events);
+                    self.hub.publish(shared, slot.state.core.clone(), events);
                 }
                 answer(replies);
             }

@@ -2,6 +2,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// What kind of entry an event is.
@@ -70,8 +71,10 @@ impl Finality {
     }
 }
 
+// The payload is kept as the JSON text it was stored as (`RawValue`): an event is serialized to
+// many subscribers, and parsed only by those who look inside (see `Event::payload_value`).
 /// One entry of a conversation's log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     /// The conversation this event belongs to.
@@ -88,12 +91,34 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finality: Option<Finality>,
     /// For a message, a [`MessagePayload`]; for a trace, free JSON; for a system event, an object with `type`.
-    pub payload: Value,
+    #[schemars(with = "Value")]
+    pub payload: Box<RawValue>,
     /// The writer's idempotency key, if it gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
     /// When it was committed, RFC 3339 UTC with milliseconds.
     pub ts: String,
+}
+
+impl Event {
+    /// The payload, parsed.
+    pub fn payload_value(&self) -> Value {
+        serde_json::from_str(self.payload.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.conversation_id == other.conversation_id
+            && self.seq == other.seq
+            && self.kind == other.kind
+            && self.author == other.author
+            && self.turn == other.turn
+            && self.finality == other.finality
+            && self.payload.get() == other.payload.get()
+            && self.client_request_id == other.client_request_id
+            && self.ts == other.ts
+    }
 }
 
 /// A file or blob attached to a message: by `uri`, or inline as `content`.

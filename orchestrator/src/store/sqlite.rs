@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use dashmap::DashMap;
 use proto_spec::Event;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::migrations::{latest, MIGRATIONS};
@@ -58,7 +59,14 @@ impl SeqIndex {
         list[start..end].to_vec()
     }
 
-    fn push(&self, conversation: &str, seq: u64, pos: i64) -> Result<()> {
+    /// Records that `conversation`'s events from `first_seq` on are at `first_pos` onwards.
+    fn push_run(
+        &self,
+        conversation: &str,
+        first_seq: u64,
+        first_pos: i64,
+        count: usize,
+    ) -> Result<()> {
         let existing = self.convs.get(conversation).map(|l| l.clone());
         let list = existing.unwrap_or_else(|| {
             self.convs
@@ -67,13 +75,13 @@ impl SeqIndex {
                 .clone()
         });
         let mut list = list.write().unwrap_or_else(|p| p.into_inner());
-        if list.len() as u64 + 1 != seq {
+        if list.len() as u64 + 1 != first_seq {
             return Err(Error::Corrupt(format!(
-                "conversation {conversation}: seq {seq} follows seq {} in the log",
+                "conversation {conversation}: seq {first_seq} follows seq {} in the log",
                 list.len()
             )));
         }
-        list.push(pos);
+        list.extend((0..count as i64).map(|i| first_pos + i));
         Ok(())
     }
 }
@@ -202,7 +210,7 @@ impl LogWriter for SqliteWriter {
                     d.author,
                     d.turn as i64,
                     d.finality.map(|f| f.as_str()),
-                    &*d.payload_json,
+                    d.payload.get(),
                     d.client_request_id,
                     d.hash.as_ref().map(|h| &h[..]),
                     r.ts_ms,
@@ -212,12 +220,24 @@ impl LogWriter for SqliteWriter {
         tx.commit()?;
         // Committed: from here on nothing may report failure, or the writer would roll back
         // state that is already durable.
-        for r in rows {
-            if let Err(e) = self.index.push(r.conv_id, r.draft.seq, self.next_pos) {
+        // Rows come grouped by conversation, in seq order: one index update per group.
+        let mut start = 0;
+        while start < rows.len() {
+            let conv = rows[start].conv_id;
+            let end = rows[start..]
+                .iter()
+                .position(|r| r.conv_id != conv)
+                .map_or(rows.len(), |n| start + n);
+            let pos = self.next_pos + start as i64;
+            if let Err(e) = self
+                .index
+                .push_run(conv, rows[start].draft.seq, pos, end - start)
+            {
                 tracing::error!(error = %e, "seq index out of step with the log");
             }
-            self.next_pos += 1;
+            start = end;
         }
+        self.next_pos += rows.len() as i64;
         Ok(())
     }
 
@@ -277,14 +297,12 @@ impl Store for SqliteStore {
                     return Err(Error::Corrupt(format!("event at {pos} names unknown conversation {conv}")));
                 };
                 let payload_json: Option<String> = e.get(7)?;
-                let payload = payload_json
-                    .as_deref()
-                    .map(serde_json::from_str)
-                    .transpose()
-                    .map_err(|e| Error::Corrupt(e.to_string()))?
-                    .unwrap_or(Value::Null);
+                let payload = match payload_json {
+                    Some(p) => RawValue::from_string(p).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    None => RawValue::NULL.to_owned(),
+                };
                 let seq = e.get::<_, i64>(2)? as u64;
-                self.index.push(&record.id, seq, pos)?;
+                self.index.push_run(&record.id, seq, pos, 1)?;
                 events.push(RecoveredEvent {
                     draft: Draft {
                         seq,
@@ -293,7 +311,6 @@ impl Store for SqliteStore {
                         turn: e.get::<_, i64>(5)? as u64,
                         finality: finality_from(e.get(6)?)?,
                         payload,
-                        payload_json: payload_json.unwrap_or_default(),
                         client_request_id: e.get(8)?,
                         hash: hash_from(e.get(9)?),
                     },
@@ -339,7 +356,7 @@ impl Store for SqliteStore {
                     author,
                     turn: turn as u64,
                     finality: finality_from(finality)?,
-                    payload: serde_json::from_str(&payload).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    payload: RawValue::from_string(payload).map_err(|e| Error::Corrupt(e.to_string()))?,
                     client_request_id,
                     ts: format_ts(ts_ms),
                 });
