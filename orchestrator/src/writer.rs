@@ -299,12 +299,9 @@ impl Writer {
                         continue;
                     };
                     let num = slot.num;
-                    if !undo.contains_key(&num) {
-                        undo.insert(
-                            num,
-                            (conversation.clone(), Undo::Core(slot.state.core.clone())),
-                        );
-                    }
+                    undo.entry(num).or_insert_with(|| {
+                        (conversation.clone(), Undo::Core(slot.state.core.clone()))
+                    });
                     let i = *touched_idx.entry(num).or_insert_with(|| {
                         touched.push((conversation, num, Vec::new()));
                         touched.len() - 1
