@@ -11,6 +11,9 @@ use orchestrator::service::Orchestrator;
 use orchestrator::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::{auth, server};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "orchestrator",

@@ -27,9 +27,6 @@ use crate::error::Result;
 use crate::rpc::{self, Session};
 use crate::service::Orchestrator;
 
-/// How many calls one JSON-RPC batch may hold.
-pub const MAX_BATCH_CALLS: u32 = 64;
-
 #[derive(Clone)]
 struct AppState {
     orch: Arc<Orchestrator>,
@@ -87,7 +84,9 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
         .max_response_body_size(limits.max_frame_bytes.saturating_mul(16))
         .max_connections(limits.max_connections)
         .max_subscriptions_per_connection(limits.max_subscriptions_per_connection)
-        .set_batch_request_config(BatchRequestConfig::Limit(MAX_BATCH_CALLS))
+        // One call per frame: a batch's library errors would collide with the protocol's codes,
+        // and calls on a connection share its session and in-flight limit anyway.
+        .set_batch_request_config(BatchRequestConfig::Disabled)
         .build();
     let rpc = jsonrpsee::server::Server::builder()
         .set_config(config)

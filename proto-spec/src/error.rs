@@ -16,8 +16,14 @@ pub mod codes {
     pub const INVALID_PARAMS: i32 = -32602;
     /// Internal error; details are logged by the server, never sent.
     pub const INTERNAL: i32 = -32603;
-    /// A WebSocket frame over the frame limit (the JSON-RPC server's own "request is too big").
+    /// A batch (JSON array of calls): this server takes one call per frame.
+    pub const BATCH_NOT_SUPPORTED: i32 = -32005;
+    /// Too many subscriptions open on one connection.
+    pub const TOO_MANY_SUBSCRIPTIONS: i32 = -32006;
+    /// A WebSocket frame over the frame limit.
     pub const FRAME_TOO_LARGE: i32 = -32007;
+    /// An answer over the response limit.
+    pub const RESPONSE_TOO_LARGE: i32 = -32008;
     /// The connection has not authenticated, or the token is wrong.
     pub const UNAUTHENTICATED: i32 = -32001;
     /// The agent may not do this: it does not take part, or it is not an admin.
@@ -61,8 +67,14 @@ pub enum ErrorCode {
     InvalidParams,
     /// -32603: the server failed; nothing about it is sent.
     Internal,
+    /// -32005: a batch; send one call per frame.
+    BatchNotSupported,
+    /// -32006: too many subscriptions on one connection.
+    TooManySubscriptions,
     /// -32007: a WebSocket frame over the frame limit.
     FrameTooLarge,
+    /// -32008: an answer over the response limit (ask for fewer events).
+    ResponseTooLarge,
     /// -32001: no authenticated identity, or a wrong token.
     Unauthenticated,
     /// -32002: not a participant, or not an admin.
@@ -95,13 +107,16 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in table order.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
         ErrorCode::InvalidParams,
         ErrorCode::Internal,
+        ErrorCode::BatchNotSupported,
+        ErrorCode::TooManySubscriptions,
         ErrorCode::FrameTooLarge,
+        ErrorCode::ResponseTooLarge,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
         ErrorCode::ConversationNotFound,
@@ -127,7 +142,10 @@ impl ErrorCode {
             ErrorCode::MethodNotFound => METHOD_NOT_FOUND,
             ErrorCode::InvalidParams => INVALID_PARAMS,
             ErrorCode::Internal => INTERNAL,
+            ErrorCode::BatchNotSupported => BATCH_NOT_SUPPORTED,
+            ErrorCode::TooManySubscriptions => TOO_MANY_SUBSCRIPTIONS,
             ErrorCode::FrameTooLarge => FRAME_TOO_LARGE,
+            ErrorCode::ResponseTooLarge => RESPONSE_TOO_LARGE,
             ErrorCode::Unauthenticated => UNAUTHENTICATED,
             ErrorCode::Forbidden => FORBIDDEN,
             ErrorCode::ConversationNotFound => CONVERSATION_NOT_FOUND,
@@ -158,7 +176,10 @@ impl ErrorCode {
             ErrorCode::MethodNotFound => "MethodNotFound",
             ErrorCode::InvalidParams => "InvalidParams",
             ErrorCode::Internal => "Internal",
+            ErrorCode::BatchNotSupported => "BatchNotSupported",
+            ErrorCode::TooManySubscriptions => "TooManySubscriptions",
             ErrorCode::FrameTooLarge => "FrameTooLarge",
+            ErrorCode::ResponseTooLarge => "ResponseTooLarge",
             ErrorCode::Unauthenticated => "Unauthenticated",
             ErrorCode::Forbidden => "Forbidden",
             ErrorCode::ConversationNotFound => "ConversationNotFound",
@@ -179,7 +200,12 @@ impl ErrorCode {
     /// The HTTP status that goes with the code on the HTTP routes.
     pub fn http_status(self) -> u16 {
         match self {
-            ErrorCode::ParseError | ErrorCode::InvalidRequest | ErrorCode::InvalidParams => 400,
+            ErrorCode::ParseError
+            | ErrorCode::InvalidRequest
+            | ErrorCode::InvalidParams
+            | ErrorCode::BatchNotSupported => 400,
+            ErrorCode::TooManySubscriptions => 429,
+            ErrorCode::ResponseTooLarge => 413,
             ErrorCode::InvalidFinality => 400,
             ErrorCode::MethodNotFound => 404,
             ErrorCode::Internal => 500,

@@ -42,25 +42,22 @@ async fn malformed_input_gets_its_error_and_others_keep_being_served() {
     // Not a request object.
     raw.send_text("{\"jsonrpc\": \"2.0\", \"id\": 4}").await;
     assert_eq!(code(&raw.recv().await), codes::INVALID_REQUEST as i64);
-    // An empty batch, and a batch answered call by call.
+    // A batch, empty or not: one call per frame.
     raw.send_text("[]").await;
-    assert_eq!(code(&raw.recv().await), codes::INVALID_REQUEST as i64);
+    assert_eq!(code(&raw.recv().await), codes::BATCH_NOT_SUPPORTED as i64);
     raw.send_text(
         &json!([
             {"jsonrpc": "2.0", "id": 5, "method": "getConversation", "params": {"conversationId": "c1"}},
-            {"jsonrpc": "2.0", "id": 6, "method": "noSuchMethod"},
-            {"jsonrpc": "2.0", "id": 7, "method": "tail", "params": {"conversationId": 42}}
+            {"jsonrpc": "2.0", "id": 6, "method": "noSuchMethod"}
         ])
         .to_string(),
     )
     .await;
-    let batch = raw.recv().await;
-    let answers = batch.as_array().expect("batch answer is an array");
-    assert_eq!(answers.len(), 3);
-    let by_id = |id: i64| answers.iter().find(|a| a["id"] == id).unwrap().clone();
-    assert_eq!(by_id(5)["result"]["latestSeq"], 1);
-    assert_eq!(code(&by_id(6)), codes::METHOD_NOT_FOUND as i64);
-    assert_eq!(code(&by_id(7)), codes::INVALID_PARAMS as i64);
+    let r = raw.recv().await;
+    assert_eq!(code(&r), codes::BATCH_NOT_SUPPORTED as i64, "{r}");
+    // Wrong param types.
+    let r = raw.call(7, "tail", json!({"conversationId": 42})).await;
+    assert_eq!(code(&r), codes::INVALID_PARAMS as i64);
     // Unknown method.
     let r = raw.call(8, "dropTables", json!({})).await;
     assert_eq!(code(&r), codes::METHOD_NOT_FOUND as i64);
@@ -229,4 +226,28 @@ async fn connection_limit() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(ok, "a slot freed after a connection closed");
+}
+
+#[tokio::test]
+async fn subscription_limit_per_connection() {
+    let limits = Limits {
+        max_subscriptions_per_connection: 1,
+        ..Limits::default()
+    };
+    let ts = TestServer::with_limits(limits).await;
+    ts.create("c1", &["alice"]).await;
+    let mut raw = ts.raw().await;
+    raw.authenticate(ts.token("alice")).await;
+    let r = raw
+        .call(1, "subscribe", json!({"conversationId": "c1"}))
+        .await;
+    assert!(r["result"].is_number() || r["result"].is_string(), "{r}");
+    let r = raw
+        .call(2, "subscribe", json!({"conversationId": "c1"}))
+        .await;
+    assert_eq!(code(&r), codes::TOO_MANY_SUBSCRIPTIONS as i64);
+    let r = raw
+        .call(3, "getConversation", json!({"conversationId": "c1"}))
+        .await;
+    assert_eq!(r["result"]["latestSeq"], 1);
 }

@@ -1,0 +1,139 @@
+"""Black-box harness: runs the release `orchestrator` binary and speaks raw JSON-RPC to it."""
+
+import asyncio
+import itertools
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import websockets
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target" / "release" / "orchestrator"))
+
+
+class Server:
+    """One `orchestrator serve` process over a database in a temporary folder."""
+
+    def __init__(self, db):
+        self.db = str(db)
+        self.proc = None
+        self.url = None
+
+    def token(self, agent, admin=False):
+        args = [BIN, "token", "create", "--agent", agent, "--db", self.db]
+        if admin:
+            args.append("--admin")
+        return subprocess.run(args, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--listen", "127.0.0.1:0", "--db", self.db],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        match = re.search(r"(ws://\S+/rpc)", line)
+        assert match, f"no address in {line!r}"
+        self.url = match.group(1)
+        return self
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=timeout)
+        code = self.proc.returncode if self.proc else None
+        self.proc = None
+        return code
+
+
+class Client:
+    """A raw JSON-RPC 2.0 client: answers by id, notifications into a queue."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.pending = {}
+        self.notifications = asyncio.Queue()
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, url, token=None):
+        ws = await websockets.connect(url, max_size=None)
+        client = cls(ws)
+        if token:
+            result = await client.call("authenticate", {"token": token})
+            assert result["ok"] is True
+        return client
+
+    async def _read(self):
+        try:
+            async for raw in self.ws:
+                msg = json.loads(raw)
+                if "id" in msg and msg["id"] in self.pending:
+                    self.pending.pop(msg["id"]).set_result(msg)
+                else:
+                    await self.notifications.put(msg)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("closed"))
+
+    async def request(self, method, params):
+        i = next(self.ids)
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[i] = fut
+        await self.ws.send(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}))
+        return await asyncio.wait_for(fut, 10)
+
+    async def call(self, method, params):
+        msg = await self.request(method, params)
+        if "error" in msg:
+            raise RpcError(msg["error"])
+        return msg["result"]
+
+    async def next_event(self, timeout=10):
+        msg = await asyncio.wait_for(self.notifications.get(), timeout)
+        assert msg["method"] == "event", msg
+        return msg["params"]["result"]["event"]
+
+    async def close(self):
+        await self.ws.close()
+        self.reader.cancel()
+
+
+class RpcError(Exception):
+    def __init__(self, error):
+        super().__init__(error)
+        self.code = error["code"]
+        self.error = error
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "blackbox.db")
+    s.tokens = {"admin": s.token("admin", admin=True), "alice": s.token("alice"), "bob": s.token("bob")}
+    s.start()
+    yield s
+    s.stop(signal.SIGKILL)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def wait_until(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
