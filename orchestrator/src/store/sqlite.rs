@@ -182,6 +182,51 @@ pub struct SqliteWriter {
     conn: Connection,
     index: Arc<SeqIndex>,
     next_pos: i64,
+    _checkpointer: Option<Checkpointer>,
+}
+
+/// Copies the WAL back into the database file on its own thread, so that the writer's commits
+/// only append to the WAL and sync it. (SQLite would otherwise checkpoint inside a commit.)
+#[derive(Debug)]
+struct Checkpointer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How often the checkpointer runs.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Checkpointer {
+    fn start(path: &Path, sync: Synchronous) -> Result<Checkpointer> {
+        let conn = open_conn(path, sync, false)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("wal-checkpoint".into())
+            .spawn(move || {
+                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(CHECKPOINT_EVERY);
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                    }
+                }
+                let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+            })?;
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl LogWriter for SqliteWriter {
@@ -253,13 +298,16 @@ impl LogWriter for SqliteWriter {
 impl Store for SqliteStore {
     fn writer(&self) -> Result<Box<dyn LogWriter>> {
         let conn = open_conn(&self.path, self.sync, false)?;
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let next_pos = conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
             r.get(0)
         })?;
+        let checkpointer = Some(Checkpointer::start(&self.path, self.sync)?);
         Ok(Box::new(SqliteWriter {
             conn,
             index: self.index.clone(),
             next_pos,
+            _checkpointer: checkpointer,
         }))
     }
 
