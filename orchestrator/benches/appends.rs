@@ -36,6 +36,13 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Latency is sampled on one request in this many, to keep the clients' own cost down.
+const SAMPLE: usize = 16;
+
+fn conversation_ids() -> Arc<Vec<String>> {
+    Arc::new((0..CONVERSATIONS).map(|i| format!("conv-{i}")).collect())
+}
+
 fn text() -> String {
     "lorem ipsum dolor sit amet, consectetur adipiscing elit ".repeat(5)[..280].to_string()
 }
@@ -163,9 +170,13 @@ async fn in_process(
     );
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
+    let ids = conversation_ids();
+    let payload = MessagePayload::text(text());
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
+        let ids = ids.clone();
+        let payload = payload.clone();
         let orch = orch.clone();
         let stop = stop.clone();
         let done = done.clone();
@@ -177,25 +188,26 @@ async fn in_process(
             loop {
                 while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
                     let p = SendMessageParams {
-                        conversation_id: format!("conv-{}", (i * 7919) % CONVERSATIONS),
-                        payload: MessagePayload::text(text()),
+                        conversation_id: ids[(i * 7919) % CONVERSATIONS].clone(),
+                        payload: payload.clone(),
                         finality: Finality::None,
                         turn_hint: None,
                         client_request_id: None,
                     };
+                    let sampled = (i / clients) % SAMPLE == 0;
                     i += clients;
                     let orch = orch.clone();
                     let who = who.clone();
                     inflight.push(async move {
-                        let t = Instant::now();
+                        let t = sampled.then(Instant::now);
                         orch.send_message(&who, p)
                             .await
-                            .map(|_| t.elapsed().as_secs_f64() * 1e3)
+                            .map(|_| t.map(|t| t.elapsed().as_secs_f64() * 1e3))
                     });
                 }
                 match inflight.next().await {
                     Some(Ok(ms)) => {
-                        lat.push(ms);
+                        lat.extend(ms);
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                     Some(Err(e)) => panic!("append failed: {e}"),
@@ -245,7 +257,11 @@ async fn websocket(
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
+    let ids = conversation_ids();
+    let text = text();
     for (c, client) in conns.into_iter().enumerate() {
+        let ids = ids.clone();
+        let text = text.clone();
         let stop = stop.clone();
         let done = done.clone();
         tasks.push(tokio::spawn(async move {
@@ -255,23 +271,24 @@ async fn websocket(
             loop {
                 while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
                     let params = json!({
-                        "conversationId": format!("conv-{}", (i * 7919) % CONVERSATIONS),
-                        "payload": {"text": text()},
+                        "conversationId": ids[(i * 7919) % CONVERSATIONS],
+                        "payload": {"text": text},
                         "finality": "none",
                     });
+                    let sampled = (i / clients) % SAMPLE == 0;
                     i += clients;
                     let client = client.clone();
                     inflight.push(async move {
-                        let t = Instant::now();
+                        let t = sampled.then(Instant::now);
                         client
                             .request::<Value, _>("sendMessage", P(params))
                             .await
-                            .map(|_| t.elapsed().as_secs_f64() * 1e3)
+                            .map(|_| t.map(|t| t.elapsed().as_secs_f64() * 1e3))
                     });
                 }
                 match inflight.next().await {
                     Some(Ok(ms)) => {
-                        lat.push(ms);
+                        lat.extend(ms);
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                     Some(Err(e)) => panic!("append failed: {e}"),

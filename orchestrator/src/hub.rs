@@ -32,6 +32,7 @@ pub struct ConvShared {
     pub id: String,
     /// The agents that take part.
     pub participants: Vec<String>,
+    members: std::collections::HashSet<String, ahash::RandomState>,
     /// Who created it.
     pub created_by: String,
     core: RwLock<Core>,
@@ -42,7 +43,7 @@ pub struct ConvShared {
 impl ConvShared {
     /// Whether `agent` takes part.
     pub fn is_participant(&self, agent: &str) -> bool {
-        self.participants.iter().any(|p| p == agent)
+        self.members.contains(agent)
     }
 
     /// Head, turn, speaker, status as of the last commit.
@@ -103,7 +104,7 @@ impl ConvShared {
 /// All conversations' shared state, and the global event broadcast.
 #[derive(Debug)]
 pub struct Hub {
-    convs: DashMap<String, Arc<ConvShared>>,
+    convs: DashMap<String, Arc<ConvShared>, ahash::RandomState>,
     global: broadcast::Sender<EventBatch>,
     closing: watch::Sender<bool>,
 }
@@ -111,7 +112,7 @@ pub struct Hub {
 impl Default for Hub {
     fn default() -> Self {
         Hub {
-            convs: DashMap::new(),
+            convs: DashMap::default(),
             global: broadcast::channel(GLOBAL_BUFFER).0,
             closing: watch::channel(false).0,
         }
@@ -119,7 +120,30 @@ impl Default for Hub {
 }
 
 impl Hub {
-    /// Registers a conversation (at creation, or at start from the log).
+    /// Makes the shared state of a conversation, not yet visible to readers.
+    pub fn make(
+        id: &str,
+        participants: Vec<String>,
+        created_by: String,
+        core: Core,
+    ) -> Arc<ConvShared> {
+        Arc::new(ConvShared {
+            id: id.to_string(),
+            members: participants.iter().cloned().collect(),
+            participants,
+            created_by,
+            head: watch::channel(core.head).0,
+            core: RwLock::new(core),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
+        })
+    }
+
+    /// Makes a conversation visible to readers.
+    pub fn register(&self, shared: Arc<ConvShared>) {
+        self.convs.insert(shared.id.clone(), shared);
+    }
+
+    /// Makes and registers a conversation (at start, from the log).
     pub fn insert(
         &self,
         id: &str,
@@ -127,15 +151,8 @@ impl Hub {
         created_by: String,
         core: Core,
     ) -> Arc<ConvShared> {
-        let shared = Arc::new(ConvShared {
-            id: id.to_string(),
-            participants,
-            created_by,
-            head: watch::channel(core.head).0,
-            core: RwLock::new(core),
-            recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
-        });
-        self.convs.insert(id.to_string(), shared.clone());
+        let shared = Hub::make(id, participants, created_by, core);
+        self.register(shared.clone());
         shared
     }
 

@@ -77,8 +77,15 @@ pub struct WriterHandle {
 struct Slot {
     num: i64,
     state: ConvState,
-    shared: Option<Arc<ConvShared>>,
-    created_by: String,
+    shared: Arc<ConvShared>,
+}
+
+/// A committed batch, handed to the publisher thread: it makes the events visible to readers
+/// and subscribers, then answers the callers, in commit order.
+struct Committed {
+    ts_ms: i64,
+    convs: Vec<(Arc<ConvShared>, Core, Vec<Draft>, bool)>,
+    replies: Vec<Reply>,
 }
 
 enum Undo {
@@ -96,7 +103,8 @@ enum Reply {
 
 struct Writer {
     log: Box<dyn LogWriter>,
-    hub: Arc<Hub>,
+    publisher: Option<std::sync::mpsc::Sender<Committed>>,
+    publisher_thread: Option<JoinHandle<()>>,
     convs: HashMap<String, Slot>,
     next_num: i64,
     stats: Arc<WriterStats>,
@@ -124,17 +132,21 @@ impl WriterHandle {
                 Slot {
                     num: record.num,
                     state,
-                    shared: Some(shared),
-                    created_by: record.created_by,
+                    shared,
                 },
             );
         })?;
         let next_num = log.max_conversation_num()? + 1;
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
+        let (publisher, committed) = std::sync::mpsc::channel::<Committed>();
+        let publisher_thread = std::thread::Builder::new()
+            .name("log-publisher".into())
+            .spawn(move || publish_loop(&hub, committed))?;
         let mut writer = Writer {
             log,
-            hub,
+            publisher: Some(publisher),
+            publisher_thread: Some(publisher_thread),
             convs,
             next_num,
             stats: stats.clone(),
@@ -200,7 +212,16 @@ impl WriterHandle {
 }
 
 impl Writer {
-    fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
+    fn run(&mut self, rx: mpsc::Receiver<Job>) {
+        self.serve(rx);
+        // Every committed batch is published and answered before the writer is gone.
+        drop(self.publisher.take());
+        if let Some(t) = self.publisher_thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn serve(&mut self, mut rx: mpsc::Receiver<Job>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
             let Some(first) = rx.blocking_recv() else {
@@ -231,7 +252,7 @@ impl Writer {
         let num_before = self.next_num;
         // Per conversation touched by this batch (by its id): its state before the batch, and
         // the events it appends, in order of first touch.
-        let mut undo: HashMap<i64, (String, Undo)> = HashMap::default();
+        let mut undo: HashMap<i64, Undo> = HashMap::default();
         let mut touched: Vec<(String, i64, Vec<Draft>)> = Vec::new();
         let mut touched_idx: HashMap<i64, usize> = HashMap::default();
         let mut new_convs: Vec<NewConversation> = Vec::new();
@@ -271,16 +292,10 @@ impl Writer {
                         created_by: created_by.clone(),
                         metadata,
                     });
-                    self.convs.insert(
-                        id.clone(),
-                        Slot {
-                            num,
-                            state,
-                            shared: None,
-                            created_by,
-                        },
-                    );
-                    undo.insert(num, (id.clone(), Undo::Created));
+                    let empty = ConvState::new(id.clone(), Vec::new()).core;
+                    let shared = Hub::make(&id, state.participants.clone(), created_by, empty);
+                    self.convs.insert(id.clone(), Slot { num, state, shared });
+                    undo.insert(num, Undo::Created);
                     touched_idx.insert(num, touched.len());
                     touched.push((id, num, drafts));
                     replies.push(Reply::Create(reply, Ok(())));
@@ -299,9 +314,8 @@ impl Writer {
                         continue;
                     };
                     let num = slot.num;
-                    undo.entry(num).or_insert_with(|| {
-                        (conversation.clone(), Undo::Core(slot.state.core.clone()))
-                    });
+                    undo.entry(num)
+                        .or_insert_with(|| Undo::Core(slot.state.core.clone()));
                     let i = *touched_idx.entry(num).or_insert_with(|| {
                         touched.push((conversation, num, Vec::new()));
                         touched.len() - 1
@@ -335,42 +349,36 @@ impl Writer {
             Ok(()) => {
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
                 self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
-                let ts = format_ts(ts_ms);
-                for (id, _, drafts) in touched {
-                    let Some(slot) = self.convs.get_mut(&id) else {
+                let mut convs = Vec::with_capacity(touched.len());
+                for (id, num, drafts) in touched {
+                    let Some(slot) = self.convs.get(&id) else {
                         continue;
                     };
-                    let shared = slot.shared.get_or_insert_with(|| {
-                        let empty = ConvState::new(id.clone(), Vec::new()).core;
-                        self.hub.insert(
-                            &id,
-                            slot.state.participants.clone(),
-                            slot.created_by.clone(),
-                            empty,
-                        )
-                    });
-                    let events: Vec<_> = drafts
-                        .into_iter()
-                        .map(|d| Arc::new(to_event(&id, d, &ts)))
-                        .collect();
-                    self.hub.publish(shared, slot.state.core.clone(), events);
+                    let new = matches!(undo.get(&num), Some(Undo::Created));
+                    convs.push((slot.shared.clone(), slot.state.core.clone(), drafts, new));
                 }
-                answer(replies);
+                let committed = Committed {
+                    ts_ms,
+                    convs,
+                    replies,
+                };
+                if let Some(p) = &self.publisher {
+                    if let Err(std::sync::mpsc::SendError(c)) = p.send(committed) {
+                        tracing::error!("the publisher is gone; answering without publishing");
+                        answer(c.replies);
+                    }
+                }
             }
             Err(e) => {
                 tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
-                for (_, (id, u)) in undo {
-                    match u {
-                        Undo::Created => {
-                            self.convs.remove(&id);
-                        }
-                        Undo::Core(core) => {
-                            if let Some(slot) = self.convs.get_mut(&id) {
-                                let first_new = core.head + 1;
-                                slot.state.core = core;
-                                slot.state.forget_keys_from(first_new);
-                            }
-                        }
+                // The rare path: find the touched conversations by number.
+                self.convs
+                    .retain(|_, slot| !matches!(undo.get(&slot.num), Some(Undo::Created)));
+                for slot in self.convs.values_mut() {
+                    if let Some(Undo::Core(core)) = undo.remove(&slot.num) {
+                        let first_new = core.head + 1;
+                        slot.state.core = core;
+                        slot.state.forget_keys_from(first_new);
                     }
                 }
                 self.next_num = num_before;
@@ -388,6 +396,26 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+/// The publisher thread: for each committed batch, in commit order, registers new
+/// conversations, publishes the events to the hub, then answers the callers (so a caller that
+/// reads after its answer sees its own write).
+fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>) {
+    while let Ok(batch) = committed.recv() {
+        let ts = format_ts(batch.ts_ms);
+        for (shared, core, drafts, new) in batch.convs {
+            if new {
+                hub.register(shared.clone());
+            }
+            let events: Vec<_> = drafts
+                .into_iter()
+                .map(|d| Arc::new(to_event(&shared.id, d, &ts)))
+                .collect();
+            hub.publish(&shared, core, events);
+        }
+        answer(batch.replies);
     }
 }
 

@@ -45,7 +45,7 @@ impl Synchronous {
 /// Where each conversation's events are in the log: `positions[seq - 1]`.
 #[derive(Debug, Default)]
 pub struct SeqIndex {
-    convs: DashMap<String, Arc<RwLock<Vec<i64>>>>,
+    convs: DashMap<String, Arc<RwLock<Vec<i64>>>, ahash::RandomState>,
 }
 
 impl SeqIndex {
