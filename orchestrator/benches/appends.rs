@@ -194,7 +194,7 @@ async fn in_process(
                         turn_hint: None,
                         client_request_id: None,
                     };
-                    let sampled = (i / clients) % SAMPLE == 0;
+                    let sampled = (i / clients).is_multiple_of(SAMPLE);
                     i += clients;
                     let orch = orch.clone();
                     let who = who.clone();
@@ -275,7 +275,7 @@ async fn websocket(
                         "payload": {"text": text},
                         "finality": "none",
                     });
-                    let sampled = (i / clients) % SAMPLE == 0;
+                    let sampled = (i / clients).is_multiple_of(SAMPLE);
                     i += clients;
                     let client = client.clone();
                     inflight.push(async move {

@@ -1,0 +1,162 @@
+//! A commit that fails: every caller of the batch gets `Internal`, nothing of it is
+//! acknowledged or published, the in-memory state rolls back, and seq stays dense afterwards.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use orchestrator::auth::Identity;
+use orchestrator::config::Limits;
+use orchestrator::error::{Error, Result};
+use orchestrator::service::Orchestrator;
+use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::store::{
+    ConversationRecord, LogWriter, NewConversation, NewRow, RecoveredEvent, Store, TokenRecord,
+};
+use proto_spec::{
+    CreateConversationParams, ErrorCode, Event, Finality, MessagePayload, SendMessageParams,
+    TailParams,
+};
+
+/// SQLite, with a switch that makes the next commits fail.
+#[derive(Debug)]
+struct Flaky {
+    inner: SqliteStore,
+    fail: Arc<AtomicBool>,
+}
+
+struct FlakyWriter {
+    inner: Box<dyn LogWriter>,
+    fail: Arc<AtomicBool>,
+}
+
+impl LogWriter for FlakyWriter {
+    fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::Io(std::io::Error::other("disk full")));
+        }
+        self.inner.commit(convs, rows)
+    }
+
+    fn max_conversation_num(&mut self) -> Result<i64> {
+        self.inner.max_conversation_num()
+    }
+}
+
+impl Store for Flaky {
+    fn writer(&self) -> Result<Box<dyn LogWriter>> {
+        Ok(Box::new(FlakyWriter {
+            inner: self.inner.writer()?,
+            fail: self.fail.clone(),
+        }))
+    }
+    fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
+        self.inner.recover(each)
+    }
+    fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        self.inner.read_events(conversation, after, limit)
+    }
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+        self.inner.insert_token(hash, record)
+    }
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.inner.find_token(hash)
+    }
+}
+
+fn msg(text: &str, key: Option<&str>) -> SendMessageParams {
+    SendMessageParams {
+        conversation_id: "c".into(),
+        payload: MessagePayload::text(text),
+        finality: Finality::Turn,
+        turn_hint: None,
+        client_request_id: key.map(str::to_string),
+    }
+}
+
+#[tokio::test]
+async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let fail = Arc::new(AtomicBool::new(false));
+    let store = Flaky {
+        inner: SqliteStore::open(dir.path().join("f.db"), Synchronous::Normal).unwrap(),
+        fail: fail.clone(),
+    };
+    let orch = Orchestrator::open(Arc::new(store), Limits::default()).unwrap();
+    let admin = Identity::new("admin", true);
+    let alice = Identity::new("alice", false);
+    let p = CreateConversationParams {
+        conversation_id: Some("c".into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    };
+    orch.create_conversation(&admin, p).await.unwrap();
+    let first = orch
+        .send_message(&alice, msg("one", Some("k1")))
+        .await
+        .unwrap();
+    assert_eq!((first.seq, first.turn), (2, 1));
+
+    fail.store(true, Ordering::SeqCst);
+    let err = orch
+        .send_message(&alice, msg("lost", Some("k2")))
+        .await
+        .unwrap_err()
+        .to_rpc();
+    assert_eq!(err.code, ErrorCode::Internal);
+    let p = CreateConversationParams {
+        conversation_id: Some("d".into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    };
+    assert_eq!(
+        orch.create_conversation(&admin, p.clone())
+            .await
+            .unwrap_err()
+            .to_rpc()
+            .code,
+        ErrorCode::Internal
+    );
+    let snap = orch
+        .get_conversation(
+            &alice,
+            proto_spec::ConversationParams {
+                conversation_id: "c".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (snap.latest_seq, snap.turn),
+        (2, 2),
+        "nothing of the failed batch is visible"
+    );
+
+    fail.store(false, Ordering::SeqCst);
+    // The failed key was not recorded: the retry appends, at the next dense seq and turn.
+    let retry = orch
+        .send_message(&alice, msg("lost", Some("k2")))
+        .await
+        .unwrap();
+    assert_eq!((retry.seq, retry.turn, retry.duplicate), (3, 2, false));
+    // The acknowledged key is still known.
+    let dup = orch
+        .send_message(&alice, msg("one", Some("k1")))
+        .await
+        .unwrap();
+    assert!(dup.duplicate);
+    // The conversation whose creation failed can be created now.
+    orch.create_conversation(&admin, p).await.unwrap();
+    let tail = orch
+        .tail(
+            &alice,
+            TailParams {
+                conversation_id: "c".into(),
+                since_seq: 0,
+                limit: None,
+            },
+        )
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = tail.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    orch.shutdown().await;
+}
