@@ -157,51 +157,31 @@ fn summarize(
     }
 }
 
-async fn in_process(
-    dir: &std::path::Path,
-    secs: f64,
-    clients: usize,
-    depth: usize,
-) -> anyhow::Result<Phase> {
-    let (orch, _) = setup(dir, "inproc.db", clients).await?;
-    let before = (
-        orch.writer().stats.batches.load(Ordering::Relaxed),
-        orch.writer().stats.events.load(Ordering::Relaxed),
-    );
+/// Runs `clients` clients for `secs`, each keeping `depth` appends in flight; `append(c, i)`
+/// makes client `c`'s `i`-th append. Returns how many were acknowledged, the elapsed time and
+/// sampled latencies in milliseconds.
+async fn drive<F, Fut>(secs: f64, clients: usize, depth: usize, append: F) -> (u64, f64, Vec<f64>)
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
-    let ids = conversation_ids();
-    let payload = MessagePayload::text(text());
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let ids = ids.clone();
-        let payload = payload.clone();
-        let orch = orch.clone();
-        let stop = stop.clone();
-        let done = done.clone();
+        let (stop, done, append) = (stop.clone(), done.clone(), append.clone());
         tasks.push(tokio::spawn(async move {
-            let who = Identity::new(format!("agent-{c}"), false);
             let mut lat = Vec::new();
             let mut inflight = FuturesUnordered::new();
-            let mut i = c;
+            let mut i: usize = 0;
             loop {
                 while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
-                    let p = SendMessageParams {
-                        conversation_id: ids[(i * 7919) % CONVERSATIONS].clone(),
-                        payload: payload.clone(),
-                        finality: Finality::None,
-                        turn_hint: None,
-                        client_request_id: None,
-                    };
-                    let sampled = (i / clients).is_multiple_of(SAMPLE);
-                    i += clients;
-                    let orch = orch.clone();
-                    let who = who.clone();
+                    let t = i.is_multiple_of(SAMPLE).then(Instant::now);
+                    let call = append(c, i);
+                    i += 1;
                     inflight.push(async move {
-                        let t = sampled.then(Instant::now);
-                        orch.send_message(&who, p)
-                            .await
+                        call.await
                             .map(|_| t.map(|t| t.elapsed().as_secs_f64() * 1e3))
                     });
                 }
@@ -223,8 +203,55 @@ async fn in_process(
     let elapsed = start.elapsed().as_secs_f64();
     let mut lat = Vec::new();
     for t in tasks {
-        lat.extend(t.await?);
+        lat.extend(t.await.unwrap_or_default());
     }
+    (n, elapsed, lat)
+}
+
+/// The conversation of client `c`'s `i`-th append: spread over all of them.
+fn target(ids: &[String], clients: usize, c: usize, i: usize) -> &str {
+    &ids[((c + i * clients) * 7919) % CONVERSATIONS]
+}
+
+fn writer_counts(orch: &Orchestrator) -> (u64, u64) {
+    let stats = &orch.writer().stats;
+    (
+        stats.batches.load(Ordering::Relaxed),
+        stats.events.load(Ordering::Relaxed),
+    )
+}
+
+async fn in_process(
+    dir: &std::path::Path,
+    secs: f64,
+    clients: usize,
+    depth: usize,
+) -> anyhow::Result<Phase> {
+    let (orch, _) = setup(dir, "inproc.db", clients).await?;
+    let before = writer_counts(&orch);
+    let ids = conversation_ids();
+    let payload = MessagePayload::text(text());
+    let agents: Arc<Vec<Identity>> = Arc::new(
+        (0..clients)
+            .map(|c| Identity::new(format!("agent-{c}"), false))
+            .collect(),
+    );
+    let o = orch.clone();
+    let (n, elapsed, lat) = drive(secs, clients, depth, move |c, i| {
+        let p = SendMessageParams {
+            conversation_id: target(&ids, clients, c, i).to_string(),
+            payload: payload.clone(),
+            finality: Finality::None,
+            turn_hint: None,
+            client_request_id: None,
+        };
+        let (o, agents) = (o.clone(), agents.clone());
+        async move {
+            o.send_message(&agents[c], p).await?;
+            Ok(())
+        }
+    })
+    .await;
     let phase = summarize(&orch, n, elapsed, lat, before);
     orch.shutdown().await;
     Ok(phase)
@@ -237,10 +264,7 @@ async fn websocket(
     depth: usize,
 ) -> anyhow::Result<Phase> {
     let (orch, tokens) = setup(dir, "ws.db", clients).await?;
-    let before = (
-        orch.writer().stats.batches.load(Ordering::Relaxed),
-        orch.writer().stats.events.load(Ordering::Relaxed),
-    );
+    let before = writer_counts(&orch);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let running = server::start(orch.clone(), listener).await?;
     let url = running.rpc_url();
@@ -251,61 +275,24 @@ async fn websocket(
             .build(&url)
             .await?;
         let _: Value = c.request("authenticate", P(json!({"token": t}))).await?;
-        conns.push(Arc::new(c));
+        conns.push(c);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
+    let conns = Arc::new(conns);
     let ids = conversation_ids();
     let text = text();
-    for (c, client) in conns.into_iter().enumerate() {
-        let ids = ids.clone();
-        let text = text.clone();
-        let stop = stop.clone();
-        let done = done.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut inflight = FuturesUnordered::new();
-            let mut i = c;
-            loop {
-                while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
-                    let params = json!({
-                        "conversationId": ids[(i * 7919) % CONVERSATIONS],
-                        "payload": {"text": text},
-                        "finality": "none",
-                    });
-                    let sampled = (i / clients).is_multiple_of(SAMPLE);
-                    i += clients;
-                    let client = client.clone();
-                    inflight.push(async move {
-                        let t = sampled.then(Instant::now);
-                        client
-                            .request::<Value, _>("sendMessage", P(params))
-                            .await
-                            .map(|_| t.map(|t| t.elapsed().as_secs_f64() * 1e3))
-                    });
-                }
-                match inflight.next().await {
-                    Some(Ok(ms)) => {
-                        lat.extend(ms);
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some(Err(e)) => panic!("append failed: {e}"),
-                    None => break,
-                }
-            }
-            lat
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let elapsed = start.elapsed().as_secs_f64();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await?);
-    }
+    let (n, elapsed, lat) = drive(secs, clients, depth, move |c, i| {
+        let params = json!({
+            "conversationId": target(&ids, clients, c, i),
+            "payload": {"text": text},
+            "finality": "none",
+        });
+        let conns = conns.clone();
+        async move {
+            let _: Value = conns[c].request("sendMessage", P(params)).await?;
+            Ok(())
+        }
+    })
+    .await;
     let phase = summarize(&orch, n, elapsed, lat, before);
     running.stop().await;
     Ok(phase)
