@@ -319,9 +319,9 @@ impl Orchestrator {
         }
     }
 
-    /// `sendMessage`: acknowledged once durable.
+    /// `sendMessage`: acknowledged once durable. Existence and participation are checked by the
+    /// writer's state machine, like every other rule of an append.
     pub async fn send_message(&self, who: &Identity, p: SendMessageParams) -> Result<AppendResult> {
-        let conv = self.readable(who, &p.conversation_id)?;
         Self::check_key(&p.client_request_id)?;
         let payload = serde_json::value::to_raw_value(&p.payload)
             .map_err(|e| Error::Corrupt(e.to_string()))?;
@@ -334,12 +334,11 @@ impl Orchestrator {
         .with_turn_hint(p.turn_hint.map(|h| h.turn))
         .with_client_request_id(p.client_request_id);
         self.check_payload(req.payload.get())?;
-        self.writer.append(conv.id.clone(), req).await
+        self.writer.append(p.conversation_id, req).await
     }
 
     /// `sendTrace`: acknowledged once durable.
     pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
-        let conv = self.readable(who, &p.conversation_id)?;
         if p.finality.is_some() {
             return Err(refuse(
                 ErrorCode::InvalidFinality,
@@ -351,7 +350,7 @@ impl Orchestrator {
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id);
         self.check_payload(req.payload.get())?;
-        self.writer.append(conv.id.clone(), req).await
+        self.writer.append(p.conversation_id, req).await
     }
 
     /// Appends a system event as the orchestrator (policy decisions, pause, resume).
