@@ -21,6 +21,8 @@ pub struct Limits {
     pub max_tail: usize,
     /// The most participants a conversation may have.
     pub max_participants: usize,
+    /// How often each WebSocket is pinged; one silent for three intervals is closed.
+    pub ping_interval: Duration,
 }
 
 impl Default for Limits {
@@ -34,6 +36,7 @@ impl Default for Limits {
             max_wait: Duration::from_secs(60),
             max_tail: 1000,
             max_participants: 256,
+            ping_interval: Duration::from_secs(20),
         }
     }
 }

@@ -17,6 +17,9 @@ pub enum Error {
     /// Stored data that cannot be read back.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// Another process holds the database's writer lock.
+    #[error("{0}")]
+    Locked(String),
     /// The writer thread is gone (the server is stopping).
     #[error("the log writer has stopped")]
     WriterGone,

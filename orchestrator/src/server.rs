@@ -16,7 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::{Json, Router};
 use jsonrpsee::server::{
-    stop_channel, BatchRequestConfig, ServerConfig, ServerHandle, StopHandle, TowerServiceBuilder,
+    stop_channel, BatchRequestConfig, PingConfig, ServerConfig, ServerHandle, StopHandle,
+    TowerServiceBuilder,
 };
 use jsonrpsee::Methods;
 use tokio::net::TcpListener;
@@ -87,6 +88,15 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
         // One call per frame: a batch's library errors would collide with the protocol's codes,
         // and calls on a connection share its session and in-flight limit anyway.
         .set_batch_request_config(BatchRequestConfig::Disabled)
+        // Partners sit behind flaky networks: ping every connection, and close one that has
+        // answered no ping (and sent nothing) for three intervals, so its session and
+        // subscriptions are released instead of lingering on a half-open socket.
+        .enable_ws_ping(
+            PingConfig::new()
+                .ping_interval(limits.ping_interval)
+                .inactive_limit(limits.ping_interval * 3)
+                .max_failures(3),
+        )
         .build();
     let rpc = jsonrpsee::server::Server::builder()
         .set_config(config)

@@ -112,3 +112,27 @@ async fn everything_acknowledged_survives_a_restart() {
         .unwrap();
     assert_eq!(tail["events"][0]["payload"]["text"], "after");
 }
+
+#[tokio::test]
+async fn a_second_server_on_the_same_database_refuses_to_start() {
+    use orchestrator::config::Limits;
+    use orchestrator::service::Orchestrator;
+    use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+    let mut ts = TestServer::start().await;
+    let store = SqliteStore::open(&ts.db, Synchronous::Full).unwrap();
+    let second = Orchestrator::open(std::sync::Arc::new(store), Limits::default());
+    let err = second.expect_err("a second writer on the same database");
+    assert!(
+        matches!(err, orchestrator::error::Error::Locked(_)),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("in use by another orchestrator"),
+        "{err}"
+    );
+    // Once the first stops, the database can be opened again.
+    ts.stop().await;
+    let store = SqliteStore::open(&ts.db, Synchronous::Full).unwrap();
+    let third = Orchestrator::open(std::sync::Arc::new(store), Limits::default()).unwrap();
+    third.shutdown().await;
+}

@@ -155,6 +155,27 @@ impl SqliteStore {
     }
 }
 
+/// Takes the exclusive lock that makes this process the database's only log writer. Seq is
+/// assigned by the single writer, so a second server on the same file must not start.
+fn writer_lock(path: &Path) -> Result<std::fs::File> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(format!(
+            "{} is in use by another orchestrator (lock {}); one server per database",
+            path.display(),
+            std::path::Path::new(&name).display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::Io(e)),
+    }
+}
+
 /// Runs every pending migration in one transaction.
 pub fn migrate(conn: &mut Connection) -> Result<()> {
     let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -183,6 +204,8 @@ pub struct SqliteWriter {
     index: Arc<SeqIndex>,
     next_pos: i64,
     _checkpointer: Option<Checkpointer>,
+    /// Held while this writer lives: one writer per database, across processes.
+    _lock: std::fs::File,
 }
 
 /// Copies the WAL back into the database file on its own thread, so that the writer's commits
@@ -297,6 +320,7 @@ impl LogWriter for SqliteWriter {
 
 impl Store for SqliteStore {
     fn writer(&self) -> Result<Box<dyn LogWriter>> {
+        let lock = writer_lock(&self.path)?;
         let conn = open_conn(&self.path, self.sync, false)?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let next_pos = conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
@@ -308,6 +332,7 @@ impl Store for SqliteStore {
             index: self.index.clone(),
             next_pos,
             _checkpointer: checkpointer,
+            _lock: lock,
         }))
     }
 
