@@ -20,6 +20,18 @@ async fn orchestrator() -> (Arc<Orchestrator>, tempfile::TempDir) {
     (Orchestrator::open(store, Limits::default()).unwrap(), dir)
 }
 
+/// Creates a conversation of alice's, as admin.
+async fn create(orch: &Orchestrator, id: &str) {
+    let p = CreateConversationParams {
+        conversation_id: Some(id.into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    };
+    orch.create_conversation(&Identity::new("admin", true), p)
+        .await
+        .unwrap();
+}
+
 async fn append_many(orch: &Arc<Orchestrator>, who: &Identity, convs: &[&str], n: usize) {
     let mut tasks = Vec::new();
     for c in convs {
@@ -60,15 +72,9 @@ async fn append_many(orch: &Arc<Orchestrator>, who: &Identity, convs: &[&str], n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
     let (orch, _dir) = orchestrator().await;
-    let admin = Identity::new("admin", true);
     let alice = Identity::new("alice", false);
     for c in ["x", "y", "z"] {
-        let p = CreateConversationParams {
-            conversation_id: Some(c.into()),
-            participants: Some(vec!["alice".into()]),
-            ..Default::default()
-        };
-        orch.create_conversation(&admin, p).await.unwrap();
+        create(&orch, c).await;
     }
     let mut feed = orch
         .subscribe(
@@ -124,14 +130,8 @@ async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feed_behind_the_memory_ring_reads_the_store() {
     let (orch, _dir) = orchestrator().await;
-    let admin = Identity::new("admin", true);
     let alice = Identity::new("alice", false);
-    let p = CreateConversationParams {
-        conversation_id: Some("c".into()),
-        participants: Some(vec!["alice".into()]),
-        ..Default::default()
-    };
-    orch.create_conversation(&admin, p).await.unwrap();
+    create(&orch, "c").await;
     let mut feed = orch
         .subscribe(
             &alice,
