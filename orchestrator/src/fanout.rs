@@ -46,6 +46,7 @@ pub struct Feed {
     backlog: VecDeque<Arc<Event>>,
     closing: watch::Receiver<bool>,
     mode: Mode,
+    resumed: u64,
 }
 
 #[derive(Debug)]
@@ -69,17 +70,26 @@ impl Feed {
     /// Events of one conversation with seq > `since`, then live ones.
     pub fn one(store: Arc<dyn Store>, hub: Arc<Hub>, conv: Arc<ConvShared>, since: u64) -> Feed {
         let head = conv.watch();
+        Feed::new(
+            store,
+            hub,
+            Mode::One {
+                conv,
+                cursor: since,
+                head,
+            },
+        )
+    }
+
+    fn new(store: Arc<dyn Store>, hub: Arc<Hub>, mode: Mode) -> Feed {
         let closing = hub.closing();
         Feed {
             store,
             hub,
             backlog: VecDeque::new(),
             closing,
-            mode: Mode::One {
-                conv,
-                cursor: since,
-                head,
-            },
+            mode,
+            resumed: 0,
         }
     }
 
@@ -97,19 +107,18 @@ impl Feed {
                 stale.push_back(conv);
             }
         }
-        let closing = hub.closing();
-        Feed {
-            store,
-            hub,
-            backlog: VecDeque::new(),
-            closing,
-            mode: Mode::All {
-                agent: agent.to_string(),
-                cursors,
-                stale,
-                rx,
-            },
-        }
+        let mode = Mode::All {
+            agent: agent.to_string(),
+            cursors,
+            stale,
+            rx,
+        };
+        Feed::new(store, hub, mode)
+    }
+
+    /// How many times this feed fell behind the broadcast and was resumed from the log.
+    pub fn resumed_from_log(&self) -> u64 {
+        self.resumed
     }
 
     /// The next event; `None` once the server is stopping.
@@ -193,6 +202,7 @@ impl Feed {
                             }
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {
+                            self.resumed += 1;
                             for conv in self.hub.conversations_of(agent) {
                                 let cursor = *cursors.entry(conv.id.clone()).or_insert(Some(0));
                                 if cursor.unwrap_or(0) < conv.head() {

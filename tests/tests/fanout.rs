@@ -32,7 +32,14 @@ async fn create(orch: &Orchestrator, id: &str) {
         .unwrap();
 }
 
-async fn append_many(orch: &Arc<Orchestrator>, who: &Identity, convs: &[&str], n: usize) {
+/// Appends `n` messages to each conversation, `depth` at a time per conversation.
+async fn append_many(
+    orch: &Arc<Orchestrator>,
+    who: &Identity,
+    convs: &[&str],
+    n: usize,
+    depth: usize,
+) {
     let mut tasks = Vec::new();
     for c in convs {
         let orch = orch.clone();
@@ -53,7 +60,7 @@ async fn append_many(orch: &Arc<Orchestrator>, who: &Identity, convs: &[&str], n
                 batch.push(tokio::spawn(async move {
                     orch.send_message(&who, p).await.unwrap()
                 }));
-                if batch.len() == 256 {
+                if batch.len() == depth {
                     for t in batch.drain(..) {
                         t.await.unwrap();
                     }
@@ -90,7 +97,8 @@ async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
     let per_conv = GLOBAL_BUFFER / 2;
     tokio::time::timeout(
         WAIT * 6,
-        append_many(&orch, &alice, &["x", "y", "z"], per_conv),
+        // One append at a time per conversation: every commit is its own broadcast item.
+        append_many(&orch, &alice, &["x", "y", "z"], per_conv, 1),
     )
     .await
     .expect("appends are not held back by an idle subscriber");
@@ -115,7 +123,7 @@ async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
         assert_eq!(last[c], per_conv as u64 + 1);
     }
     // Live events keep coming after the catch-up.
-    append_many(&orch, &alice, &["y"], 1).await;
+    append_many(&orch, &alice, &["y"], 1, 1).await;
     let ev = tokio::time::timeout(WAIT, feed.next())
         .await
         .unwrap()
@@ -124,6 +132,10 @@ async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
     assert_eq!(
         (ev.conversation_id.as_str(), ev.seq),
         ("y", per_conv as u64 + 2)
+    );
+    assert!(
+        feed.resumed_from_log() > 0,
+        "the feed fell behind the broadcast and was resumed from the log"
     );
 }
 
@@ -142,7 +154,7 @@ async fn a_feed_behind_the_memory_ring_reads_the_store() {
         )
         .unwrap();
     let n = RECENT_EVENTS * 10;
-    append_many(&orch, &alice, &["c"], n).await;
+    append_many(&orch, &alice, &["c"], n, 256).await;
     for expect in 1..=(n as u64 + 1) {
         let ev = tokio::time::timeout(WAIT, feed.next())
             .await
