@@ -462,3 +462,72 @@ async fn stop_ends_open_subscriptions_promptly() {
         .await
         .expect("wait ended");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_does_not_read_holds_back_neither_the_writer_nor_others() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    // A raw subscriber that stops reading its socket after subscribing.
+    let mut slow = ts.raw().await;
+    slow.authenticate(ts.token("bob")).await;
+    let r = slow
+        .call(
+            1,
+            "subscribe",
+            json!({"conversationId": "c1", "sinceSeq": 0}),
+        )
+        .await;
+    assert!(r["result"].is_number(), "{r}");
+    let bob = ts.client("bob").await;
+    let mut fast = bob
+        .subscribe::<Value, _>(
+            "subscribe",
+            P(json!({"conversationId": "c1", "sinceSeq": 0})),
+            "unsubscribe",
+        )
+        .await
+        .unwrap();
+    // Far more than the socket buffers and the connection's message buffer hold.
+    let n = 3000u64;
+    let text = "z".repeat(4000);
+    let alice = ts.client("alice").await;
+    let writer = async {
+        let mut pending = futures::stream::FuturesUnordered::new();
+        for i in 0..n {
+            let p = P(
+                json!({"conversationId": "c1", "payload": {"text": format!("{i} {text}")}, "finality": "none"}),
+            );
+            pending.push(alice.request::<Value, _>("sendMessage", p));
+            if pending.len() == 64 {
+                futures::StreamExt::next(&mut pending)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
+        }
+        while let Some(r) = futures::StreamExt::next(&mut pending).await {
+            r.unwrap();
+        }
+    };
+    // The other subscriber reads as events come.
+    let reader = tokio::spawn(async move {
+        for expect in 1..=n + 1 {
+            let ev = tokio::time::timeout(WAIT, fast.next())
+                .await
+                .expect("the other subscriber keeps up");
+            assert_eq!(ev.unwrap().unwrap()["event"]["seq"], expect);
+        }
+    });
+    tokio::time::timeout(WAIT * 3, writer)
+        .await
+        .expect("the writer is not held back by a stalled subscriber");
+    tokio::time::timeout(WAIT, reader)
+        .await
+        .expect("the other subscriber got everything")
+        .unwrap();
+    // The stalled one, reading at last, gets everything in order: no gap, no duplicate.
+    for expect in 1..=n + 1 {
+        let msg = slow.recv().await;
+        assert_eq!(msg["params"]["result"]["event"]["seq"], expect);
+    }
+}
