@@ -58,6 +58,8 @@ impl ToRpcParams for P {
 /// go into a (conv, seq) index spread over 1,000 conversations (the first schema's design).
 fn raw_ceiling(dir: &std::path::Path, db: &str, secs: f64, indexed: bool) -> anyhow::Result<f64> {
     let conn = rusqlite::Connection::open(dir.join(db))?;
+    // The same page size as the log's, so that the ratio compares like with like.
+    conn.pragma_update(None, "page_size", orchestrator::store::sqlite::PAGE_SIZE)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(

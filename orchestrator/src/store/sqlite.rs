@@ -97,6 +97,9 @@ pub struct SqliteStore {
 
 const READERS_KEPT: usize = 8;
 
+/// The page size of a new database.
+pub const PAGE_SIZE: i64 = 16_384;
+
 fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connection> {
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -108,6 +111,9 @@ fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connecti
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     if !read_only {
+        // Only takes effect when the file is new (before WAL mode writes its header): 16 KiB
+        // pages make appends ~20% cheaper than the default 4 KiB (BENCHMARKS.md).
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
     }
     conn.pragma_update(None, "synchronous", sync.pragma())?;
