@@ -201,8 +201,9 @@ pub struct Core {
 pub struct ConvState {
     /// The conversation id.
     pub id: String,
-    /// The agents that take part.
-    pub participants: Vec<String>,
+    participants: Vec<String>,
+    /// The same agents, for the membership check on every append.
+    members: std::collections::HashSet<String, ahash::RandomState>,
     /// Head, turn, speaker, status.
     pub core: Core,
     idem: HashMap<(String, String), IdemRecord>,
@@ -239,6 +240,7 @@ impl ConvState {
     pub fn new(id: impl Into<String>, participants: Vec<String>) -> Self {
         ConvState {
             id: id.into(),
+            members: participants.iter().cloned().collect(),
             participants,
             core: Core {
                 head: 0,
@@ -265,9 +267,14 @@ impl ConvState {
         AppendRequest::system(payload)
     }
 
+    /// The agents that take part, in the order they were given.
+    pub fn participants(&self) -> &[String] {
+        &self.participants
+    }
+
     /// Whether `agent` takes part.
     pub fn is_participant(&self, agent: &str) -> bool {
-        self.participants.iter().any(|p| p == agent)
+        self.members.contains(agent)
     }
 
     /// How many idempotency keys are remembered.
@@ -486,6 +493,7 @@ impl ConvState {
                                 .iter()
                                 .filter_map(|p| p.as_str().map(str::to_string))
                                 .collect();
+                            self.members = self.participants.iter().cloned().collect();
                         }
                     }
                     Some("next_speaker") => {

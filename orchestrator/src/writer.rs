@@ -123,7 +123,7 @@ impl WriterHandle {
             }
             let shared = hub.insert(
                 &record.id,
-                state.participants.clone(),
+                state.participants().to_vec(),
                 record.created_by.clone(),
                 state.core.clone(),
             );
@@ -293,7 +293,7 @@ impl Writer {
                         metadata,
                     });
                     let empty = ConvState::new(id.clone(), Vec::new()).core;
-                    let shared = Hub::make(&id, state.participants.clone(), created_by, empty);
+                    let shared = Hub::make(&id, state.participants().to_vec(), created_by, empty);
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);
                     touched_idx.insert(num, touched.len());

@@ -237,7 +237,7 @@ proptest! {
             rebuilt.observe(d);
         }
         prop_assert_eq!(&rebuilt.core, &state.core);
-        prop_assert_eq!(&rebuilt.participants, &state.participants);
+        prop_assert_eq!(rebuilt.participants(), state.participants());
         prop_assert_eq!(rebuilt.idempotency_keys(), state.idempotency_keys());
     }
 }
