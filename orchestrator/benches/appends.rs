@@ -158,9 +158,10 @@ fn summarize(
     }
 }
 
-/// Runs `clients` clients for `secs`, each keeping `depth` appends in flight; `append(c, i)`
-/// makes client `c`'s `i`-th append. Returns how many were acknowledged, the elapsed time and
-/// sampled latencies in milliseconds.
+/// Runs `clients` clients for `secs`, each keeping `depth` appends in flight (as `depth` tasks
+/// that each wait for their answer before the next append); `append(c, i)` makes client `c`'s
+/// `i`-th append. Returns how many were acknowledged, the elapsed time and sampled latencies in
+/// milliseconds.
 async fn drive<F, Fut>(secs: f64, clients: usize, depth: usize, append: F) -> (u64, f64, Vec<f64>)
 where
     F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
@@ -171,32 +172,23 @@ where
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (stop, done, append) = (stop.clone(), done.clone(), append.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut inflight = FuturesUnordered::new();
-            let mut i: usize = 0;
-            loop {
-                while inflight.len() < depth && !stop.load(Ordering::Relaxed) {
-                    let t = i.is_multiple_of(SAMPLE).then(Instant::now);
-                    let call = append(c, i);
-                    i += 1;
-                    inflight.push(async move {
-                        call.await
-                            .map(|_| t.map(|t| t.elapsed().as_secs_f64() * 1e3))
-                    });
-                }
-                match inflight.next().await {
-                    Some(Ok(ms)) => {
-                        lat.extend(ms);
-                        done.fetch_add(1, Ordering::Relaxed);
+        for lane in 0..depth {
+            let (stop, done, append) = (stop.clone(), done.clone(), append.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut i = lane;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = (i / depth).is_multiple_of(SAMPLE).then(Instant::now);
+                    if let Err(e) = append(c, i).await {
+                        panic!("append failed: {e}");
                     }
-                    Some(Err(e)) => panic!("append failed: {e}"),
-                    None => break,
+                    lat.extend(t.map(|t| t.elapsed().as_secs_f64() * 1e3));
+                    done.fetch_add(1, Ordering::Relaxed);
+                    i += depth;
                 }
-            }
-            lat
-        }));
+                lat
+            }));
+        }
     }
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     stop.store(true, Ordering::Relaxed);
