@@ -311,6 +311,17 @@ fn print_phase(name: &str, p: &Phase, ceiling: f64, goal: &str) {
     );
 }
 
+/// Removes the previous phases' databases and flushes the page cache's dirty data, so that
+/// each phase starts from the same disk state rather than paying for the phase before it.
+fn settle(dir: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let _ = std::process::Command::new("sync").status();
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -369,11 +380,13 @@ fn main() -> anyhow::Result<()> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
         println!("round {round}:");
+        settle(dir.path());
         let ceiling = raw_ceiling(dir.path(), &format!("raw-{round}.db"), secs, false)?;
         println!(
             "  {:<42} {:>9.0} rows/s",
             "raw rusqlite ceiling (1,000-row txns, FULL)", ceiling
         );
+        settle(dir.path());
         let indexed = raw_ceiling(dir.path(), &format!("raw-indexed-{round}.db"), secs, true)?;
         println!(
             "  {:<42} {:>9.0} rows/s     ({:.0}% of ceiling)",
@@ -381,6 +394,7 @@ fn main() -> anyhow::Result<()> {
             indexed,
             100.0 * indexed / ceiling
         );
+        settle(dir.path());
         let inproc = runtime(inproc_workers)?.block_on(in_process(
             dir.path(),
             &format!("inproc-{round}.db"),
@@ -389,6 +403,7 @@ fn main() -> anyhow::Result<()> {
             depth,
         ))?;
         print_phase("in-process", &inproc, ceiling, ">= 40%");
+        settle(dir.path());
         let ws = runtime(ws_workers)?.block_on(websocket(
             dir.path(),
             &format!("ws-{round}.db"),
