@@ -8,7 +8,7 @@
 //! Every phase uses `synchronous=FULL` (each acknowledged append survives power loss) and
 //! ~300-byte payloads; the load spreads over 1,000 conversations.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -168,35 +168,40 @@ where
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
         for lane in 0..depth {
-            let (stop, done, append) = (stop.clone(), done.clone(), append.clone());
+            let (stop, append) = (stop.clone(), append.clone());
             tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
+                // Counted per task (a shared counter would be a contended cache line on every
+                // append); only answers that arrive before the stop count.
+                let (mut done, mut lat) = (0u64, Vec::new());
                 let mut i = lane;
                 while !stop.load(Ordering::Relaxed) {
                     let t = (i / depth).is_multiple_of(SAMPLE).then(Instant::now);
                     if let Err(e) = append(c, i).await {
                         panic!("append failed: {e}");
                     }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                     lat.extend(t.map(|t| t.elapsed().as_secs_f64() * 1e3));
-                    done.fetch_add(1, Ordering::Relaxed);
+                    done += 1;
                     i += depth;
                 }
-                lat
+                (done, lat)
             }));
         }
     }
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
-    let mut lat = Vec::new();
+    let (mut n, mut lat) = (0, Vec::new());
     for t in tasks {
-        lat.extend(t.await.unwrap_or_default());
+        let (done, l) = t.await.unwrap_or_default();
+        n += done;
+        lat.extend(l);
     }
     (n, elapsed, lat)
 }
