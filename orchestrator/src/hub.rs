@@ -1,7 +1,6 @@
 //! Hot state in memory and the fanout of committed events.
 //!
-//! The writer thread is the only one that changes anything here, and only after a commit:
-//! it appends the committed events to each conversation's ring of recent events, updates the
+//! Only the log publisher thread changes anything here, and only after a commit: it appends the committed events to each conversation's ring of recent events, updates the
 //! conversation's [`Core`], moves its head (a `watch`, which wakes long-polls and
 //! subscriptions) and sends every event on one global broadcast (for subscriptions that follow
 //! all of an agent's conversations). Readers never block the writer: a reader that falls
@@ -33,8 +32,6 @@ pub struct ConvShared {
     /// The agents that take part.
     pub participants: Vec<String>,
     members: std::collections::HashSet<String, ahash::RandomState>,
-    /// Who created it.
-    pub created_by: String,
     core: RwLock<Core>,
     head: watch::Sender<u64>,
     recent: Mutex<VecDeque<Arc<Event>>>,
@@ -121,17 +118,11 @@ impl Default for Hub {
 
 impl Hub {
     /// Makes the shared state of a conversation, not yet visible to readers.
-    pub fn make(
-        id: &str,
-        participants: Vec<String>,
-        created_by: String,
-        core: Core,
-    ) -> Arc<ConvShared> {
+    pub fn make(id: &str, participants: Vec<String>, core: Core) -> Arc<ConvShared> {
         Arc::new(ConvShared {
             id: id.to_string(),
             members: participants.iter().cloned().collect(),
             participants,
-            created_by,
             head: watch::channel(core.head).0,
             core: RwLock::new(core),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
@@ -144,14 +135,8 @@ impl Hub {
     }
 
     /// Makes and registers a conversation (at start, from the log).
-    pub fn insert(
-        &self,
-        id: &str,
-        participants: Vec<String>,
-        created_by: String,
-        core: Core,
-    ) -> Arc<ConvShared> {
-        let shared = Hub::make(id, participants, created_by, core);
+    pub fn insert(&self, id: &str, participants: Vec<String>, core: Core) -> Arc<ConvShared> {
+        let shared = Hub::make(id, participants, core);
         self.register(shared.clone());
         shared
     }

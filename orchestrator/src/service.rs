@@ -353,17 +353,6 @@ impl Orchestrator {
         self.writer.append(p.conversation_id, req).await
     }
 
-    /// Appends a system event as the orchestrator (policy decisions, pause, resume).
-    pub async fn append_system(
-        &self,
-        conversation_id: &str,
-        payload: serde_json::Value,
-    ) -> Result<AppendResult> {
-        self.writer
-            .append(conversation_id.to_string(), AppendRequest::system(payload))
-            .await
-    }
-
     /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
     pub fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
         match p.conversation_id {

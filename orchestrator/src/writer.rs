@@ -3,7 +3,8 @@
 //! Callers send [`Job`]s over a bounded channel. The thread takes everything queued (up to
 //! [`MAX_BATCH`]), runs each job through the state machine against its authoritative per-
 //! conversation state, writes every resulting event in one transaction, and only after the
-//! commit publishes the events to the [`Hub`] and answers the callers. If the commit fails the
+//! commit hands the batch to a publisher thread, which publishes the events to the [`Hub`] and
+//! then answers the callers, in commit order. If the commit fails the
 //! in-memory state is rolled back and every caller of the batch gets `Internal`: nothing is
 //! acknowledged that is not durable, and seq stays dense.
 
@@ -124,7 +125,6 @@ impl WriterHandle {
             let shared = hub.insert(
                 &record.id,
                 state.participants().to_vec(),
-                record.created_by.clone(),
                 state.core.clone(),
             );
             convs.insert(
@@ -293,7 +293,7 @@ impl Writer {
                         metadata,
                     });
                     let empty = ConvState::new(id.clone(), Vec::new()).core;
-                    let shared = Hub::make(&id, state.participants().to_vec(), created_by, empty);
+                    let shared = Hub::make(&id, state.participants().to_vec(), empty);
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);
                     touched_idx.insert(num, touched.len());
