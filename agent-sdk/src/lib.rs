@@ -1,27 +1,42 @@
 //! The agent programming model: what an agent is and how it talks to the orchestrator.
 //!
-//! This crate will hold the `Agent` trait (`handle_turn(ctx) -> TurnOutcome`), the
-//! `AgentContext` handed to each turn, the `AgentClient` trait that covers every protocol
-//! method, and `WsJsonRpcClient`, the client that runs an agent in a partner's process. The same
-//! agent code then runs inside the server (through the orchestrator's in-process client) or
-//! outside it. It depends on [`proto_spec`] only, so adapters and partners can use it without
-//! pulling in the server.
+//! - [`Agent`]: `handle_turn(ctx) -> TurnOutcome`; [`TurnOutcome`] is advisory, the logged
+//!   finality is what counts.
+//! - [`AgentContext`]: the conversation, the agent, the turn, the deadline, the client and a
+//!   tracing span, with helpers (`get_updates`, `post`, `post_trace`, `wait_for_change`) that
+//!   put the turn in every write and give each write an idempotency key.
+//! - [`AgentClient`]: every protocol method. [`WsJsonRpcClient`] implements it over WebSocket
+//!   for a partner's process; the orchestrator's `InProcessClient` implements it inside the
+//!   server. The same agent code runs on either.
 //!
-//! # Layout
-//! - (to come with the SDK issue) `agent`, `context`, `client`, `ws_client`.
+//! It depends on [`proto_spec`] only, so adapters and partners can use it without the server.
 //!
 //! # Example
-//! The wire types it builds on are already here:
 //! ```
-//! use agent_sdk::proto::{Finality, MessagePayload, SendMessageParams};
-//! let p = SendMessageParams {
-//!     conversation_id: "c1".into(),
-//!     payload: MessagePayload::text("hello"),
-//!     finality: Finality::Turn,
-//!     turn_hint: None,
-//!     client_request_id: None,
-//! };
-//! assert_eq!(serde_json::to_value(&p).unwrap()["finality"], "turn");
+//! use agent_sdk::{async_trait, Agent, AgentContext, AgentError, TurnOutcome};
+//! use agent_sdk::proto::Finality;
+//!
+//! struct Echo;
+//!
+//! #[async_trait]
+//! impl Agent for Echo {
+//!     async fn handle_turn(&self, ctx: &AgentContext) -> Result<TurnOutcome, AgentError> {
+//!         let updates = ctx.get_updates(None).await?;
+//!         let last = updates.messages.last().map(|m| m.payload_value()["text"].to_string());
+//!         ctx.say(format!("echo: {}", last.unwrap_or_default()), Finality::Turn).await?;
+//!         Ok(TurnOutcome::Posted)
+//!     }
+//! }
 //! ```
 
+pub mod agent;
+pub mod client;
+pub mod ws;
+
+pub use agent::{Agent, AgentContext, AgentError, TurnOutcome};
+pub use async_trait::async_trait;
+pub use client::{
+    new_request_id, AgentClient, Cancel, ClientError, ClientResult, EventStream, TurnRequests,
+};
 pub use proto_spec as proto;
+pub use ws::{WsConfig, WsJsonRpcClient, WsStats};

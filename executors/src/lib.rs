@@ -1,19 +1,20 @@
 //! Executors: run an agent one turn at a time, inside the server or in a partner's process.
 //!
-//! This crate will hold the executor core (one in-flight invocation per conversation and
-//! agent, the deadline, a grace window after progress-only output, retries while the turn is
-//! still the agent's, and start/end/error traces), `InternalExecutor` (driven by the
-//! orchestrator's turn assignments) and `ExternalExecutor` (pull and push-claim modes). It does
-//! not depend on the orchestrator: the orchestrator hands it a source of assignments and a
-//! client factory.
-//!
-//! # Layout
-//! - (to come with the executors issue) `core`, `internal`, `external`.
-//!
-//! # Example
-//! ```
-//! // The agent SDK is the only way in:
-//! let _ = agent_sdk::proto::method::names::SEND_MESSAGE;
-//! ```
+//! - [`core`]: the executor core both kinds share: one in-flight invocation per (conversation,
+//!   agent), the deadline, a grace window after progress-only output, retries with backoff
+//!   while the turn is still the agent's, and `turn_start` / `turn_end` / `turn_error` traces
+//!   in the log.
+//! - [`internal`]: [`InternalExecutor`], driven by the orchestrator's turn assignments. It
+//!   does not depend on the orchestrator: it is handed a source of [`Assignment`]s and a
+//!   client factory.
+//! - [`external`]: [`ExternalExecutor`], in a partner's process: pull mode (watch guidance)
+//!   or push-claim mode (`registerExecutor`, `request_turn`, `claimTurn`).
 
+pub mod core;
+pub mod external;
+pub mod internal;
+
+pub use crate::core::{Assignment, ExecPolicy, ExecutorCore, RunReport};
 pub use agent_sdk;
+pub use external::ExternalExecutor;
+pub use internal::{ClientFactory, InternalExecutor};

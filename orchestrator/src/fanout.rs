@@ -96,12 +96,23 @@ impl Feed {
     /// Events of every conversation `agent` takes part in, new ones included. With `since`,
     /// each existing conversation replays its events after that seq; without, only what is
     /// committed from now on. A conversation created later is followed from its first event.
-    pub fn all(store: Arc<dyn Store>, hub: Arc<Hub>, agent: &str, since: Option<u64>) -> Feed {
+    /// A conversation named in `from` replays after its own seq instead.
+    pub fn all(
+        store: Arc<dyn Store>,
+        hub: Arc<Hub>,
+        agent: &str,
+        since: Option<u64>,
+        from: std::collections::BTreeMap<String, u64>,
+    ) -> Feed {
         let rx = hub.global();
         let mut cursors = HashMap::new();
         let mut stale = VecDeque::new();
         for conv in hub.conversations_of(agent) {
-            let cursor = since.unwrap_or_else(|| conv.head());
+            let cursor = from
+                .get(&conv.id)
+                .copied()
+                .or(since)
+                .unwrap_or_else(|| conv.head());
             cursors.insert(conv.id.clone(), Some(cursor));
             if cursor < conv.head() {
                 stale.push_back(conv);

@@ -35,6 +35,8 @@ pub struct ConvShared {
     core: RwLock<Core>,
     head: watch::Sender<u64>,
     recent: Mutex<VecDeque<Arc<Event>>>,
+    /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
+    turn_started_ms: std::sync::atomic::AtomicI64,
 }
 
 impl ConvShared {
@@ -49,6 +51,23 @@ impl ConvShared {
             .read()
             .map(|c| c.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Records when the current speaker was named (publisher and recovery only).
+    pub fn set_turn_started(&self, ts_ms: i64) {
+        self.turn_started_ms
+            .store(ts_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// When the current turn must be answered (ms since the epoch), from the logged time of its
+    /// `next_speaker` event and the policy's timeout; `None` without a timeout.
+    pub fn turn_deadline_ms(&self, core: &Core) -> Option<i64> {
+        let timeout = core.turn_timeout_ms?;
+        core.speaker.as_ref()?;
+        let started = self
+            .turn_started_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Some(started + timeout as i64)
     }
 
     /// The latest committed seq.
@@ -86,6 +105,8 @@ impl ConvShared {
         } else {
             ConversationStatus::Active
         };
+        let mut guidance = guidance_for(&self.participants, &core, agent);
+        guidance.deadline = self.turn_deadline_ms(&core).map(crate::store::format_ts);
         Snapshot {
             conversation_id: self.id.clone(),
             status,
@@ -93,7 +114,7 @@ impl ConvShared {
             turn: core.turn,
             speaker: core.speaker.clone(),
             participants: self.participants.clone(),
-            guidance: guidance_for(&self.participants, &core, agent),
+            guidance,
         }
     }
 }
@@ -104,6 +125,7 @@ pub struct Hub {
     convs: DashMap<String, Arc<ConvShared>, ahash::RandomState>,
     global: broadcast::Sender<EventBatch>,
     closing: watch::Sender<bool>,
+    turn_sink: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Arc<ConvShared>>>,
 }
 
 impl Default for Hub {
@@ -112,6 +134,7 @@ impl Default for Hub {
             convs: DashMap::default(),
             global: broadcast::channel(GLOBAL_BUFFER).0,
             closing: watch::channel(false).0,
+            turn_sink: std::sync::OnceLock::new(),
         }
     }
 }
@@ -126,6 +149,7 @@ impl Hub {
             head: watch::channel(core.head).0,
             core: RwLock::new(core),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
+            turn_started_ms: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -139,6 +163,24 @@ impl Hub {
         let shared = Hub::make(id, participants, core);
         self.register(shared.clone());
         shared
+    }
+
+    /// Where conversations whose speaker changed are sent (the turn dispatcher); set once.
+    pub fn set_turn_sink(&self, tx: tokio::sync::mpsc::UnboundedSender<Arc<ConvShared>>) {
+        let _ = self.turn_sink.set(tx);
+    }
+
+    /// Tells the turn dispatcher that a policy named a speaker (publisher thread, after the
+    /// commit and the publication).
+    pub fn turn_changed(&self, conv: &Arc<ConvShared>) {
+        if let Some(tx) = self.turn_sink.get() {
+            let _ = tx.send(conv.clone());
+        }
+    }
+
+    /// Every conversation.
+    pub fn all(&self) -> Vec<Arc<ConvShared>> {
+        self.convs.iter().map(|c| c.clone()).collect()
     }
 
     /// Forgets a conversation whose creation did not commit.

@@ -8,6 +8,9 @@
 //! - [`hub`]: hot state in memory and the fanout of committed events; [`fanout`]: cursors and feeds.
 //! - [`service`]: the method core, shared by every transport.
 //! - [`rpc`]: the jsonrpsee module; [`server`]: the axum host on one port, graceful shutdown.
+//! - [`scenario`]: inline scenarios (participants, speaker policy, turn timeout).
+//! - [`turns`]: turn assignments: internal agents, push executors' offers and claims.
+//! - [`client`]: the in-process [`agent_sdk::AgentClient`] of agents that run in the server.
 //! - [`auth`]: identities and tokens; [`config`]: limits; [`error`]: errors and their wire mapping.
 //!
 //! # Example
@@ -27,13 +30,16 @@
 //! ```
 
 pub mod auth;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod fanout;
 pub mod hub;
 pub mod rpc;
+pub mod scenario;
 pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod turns;
 pub mod writer;

@@ -167,6 +167,14 @@ pub fn module(
         names::GET_CONVERSATION,
         |o: Ctx, who, p| async move { o.get_conversation(&who, p) },
     )?;
+    add(
+        &mut m,
+        names::LIST_CONVERSATIONS,
+        |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who)) },
+    )?;
+    add(&mut m, names::CLAIM_TURN, |o: Ctx, who, p| async move {
+        o.claim_turn(&who, p)
+    })?;
     add(&mut m, names::TAIL, |o: Ctx, who, p| async move {
         o.tail(&who, p).await
     })?;
@@ -225,6 +233,44 @@ pub fn module(
                     }
                 }
             }
+            SubscriptionResult::Ok(())
+        },
+    )?;
+    m.register_subscription(
+        names::REGISTER_EXECUTOR,
+        names::REQUEST_TURN,
+        names::UNREGISTER_EXECUTOR,
+        |params, pending, ctx, ext| async move {
+            let started = (|| {
+                let session = session_of(&ext)?;
+                let who = session.identity()?;
+                let _p: RegisterExecutorParams = parse(&params)?;
+                Ok::<_, RpcError>(who)
+            })();
+            let who = match started {
+                Ok(who) => who,
+                Err(e) => {
+                    pending.reject(wire(e)).await;
+                    return Ok(());
+                }
+            };
+            let sink = pending.accept().await?;
+            let turns = ctx.turns().clone();
+            let (id, mut offers) = turns.register(&who.agent_id);
+            let mut closing = ctx.hub().closing();
+            loop {
+                let offer = tokio::select! {
+                    _ = sink.closed() => break,
+                    _ = closing.wait_for(|c| *c) => break,
+                    o = offers.recv() => o,
+                };
+                let Some(offer) = offer else { break };
+                let msg = serde_json::value::to_raw_value(&offer)?;
+                if sink.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            turns.unregister(&who.agent_id, id);
             SubscriptionResult::Ok(())
         },
     )?;

@@ -15,30 +15,78 @@ use crate::config::Limits;
 use crate::error::{refuse, Error, Result};
 use crate::fanout::{read_after, Feed, PAGE};
 use crate::hub::{ConvShared, Hub};
+use crate::scenario::Scenario;
 use crate::state::AppendRequest;
 use crate::store::Store;
+use crate::turns::{TurnConfig, Turns};
 use crate::writer::WriterHandle;
 
-/// The orchestrator: the store, the hot state, the writer and the limits.
+/// The orchestrator: the store, the hot state, the writer, the turn dispatcher and the limits.
 #[derive(Debug)]
 pub struct Orchestrator {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
     writer: WriterHandle,
+    turns: Arc<Turns>,
     limits: Limits,
 }
 
 impl Orchestrator {
-    /// Rebuilds the state from the log and starts the writer.
+    /// Rebuilds the state from the log, starts the writer and (inside a tokio runtime) the turn
+    /// dispatcher, which hands out every pending turn again.
     pub fn open(store: Arc<dyn Store>, limits: Limits) -> Result<Arc<Orchestrator>> {
+        Orchestrator::open_with(store, limits, TurnConfig::default())
+    }
+
+    /// [`Orchestrator::open`] with this turn configuration.
+    pub fn open_with(
+        store: Arc<dyn Store>,
+        limits: Limits,
+        turn_config: TurnConfig,
+    ) -> Result<Arc<Orchestrator>> {
         let hub = Arc::new(Hub::default());
+        let (turn_tx, turn_rx) = tokio::sync::mpsc::unbounded_channel();
+        hub.set_turn_sink(turn_tx);
         let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
+        let turns = Turns::new(hub.clone(), turn_config);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            turns.spawn(turn_rx);
+        } else {
+            tracing::warn!("no tokio runtime: turns are not handed out");
+        }
         Ok(Arc::new(Orchestrator {
             store,
             hub,
             writer,
+            turns,
             limits,
         }))
+    }
+
+    /// Runs these agents inside the server: each turn the policy gives one of them is run by an
+    /// [`executors::InternalExecutor`] through an [`crate::client::InProcessClient`].
+    pub fn start_agents(
+        self: &Arc<Self>,
+        agents: std::collections::HashMap<String, Arc<dyn agent_sdk::Agent>>,
+        policy: executors::ExecPolicy,
+    ) {
+        let ids = agents.keys().cloned().collect();
+        let weak = Arc::downgrade(self);
+        let factory: executors::ClientFactory = Arc::new(move |agent: &str| {
+            let client: Arc<dyn agent_sdk::AgentClient> = Arc::new(
+                crate::client::InProcessClient::from_weak(weak.clone(), agent),
+            );
+            client
+        });
+        let core = Arc::new(executors::ExecutorCore::new(policy));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        executors::InternalExecutor::new(core, agents, factory).spawn(rx);
+        self.turns.set_internal(ids, tx);
+    }
+
+    /// The turn dispatcher.
+    pub fn turns(&self) -> &Arc<Turns> {
+        &self.turns
     }
 
     /// The limits in force.
@@ -114,12 +162,24 @@ impl Orchestrator {
                 "only admins create conversations",
             ));
         }
-        if p.scenario.is_some() || p.scenario_name.is_some() {
+        if p.scenario_name.is_some() {
             return Err(refuse(
                 ErrorCode::InvalidParams,
-                "scenarios are not supported by this server yet: create an open conversation with `participants`",
+                "scenarioName: this server has no named scenarios; pass the scenario inline",
             ));
         }
+        let scenario = match &p.scenario {
+            Some(v) => {
+                if p.participants.is_some() {
+                    return Err(refuse(
+                        ErrorCode::InvalidParams,
+                        "participants: give them in the scenario or as participants, not both",
+                    ));
+                }
+                Some(Scenario::parse(v).map_err(Error::Rpc)?)
+            }
+            None => None,
+        };
         let id = match p.conversation_id {
             Some(id) if valid_id(&id) => id,
             Some(id) => {
@@ -132,7 +192,10 @@ impl Orchestrator {
             }
             None => uuid::Uuid::new_v4().simple().to_string(),
         };
-        let participants = p.participants.unwrap_or_default();
+        let (participants, policy) = match scenario {
+            Some(s) => (s.participants, s.policy),
+            None => (p.participants.unwrap_or_default(), None),
+        };
         if participants.is_empty() {
             return Err(refuse(
                 ErrorCode::InvalidParams,
@@ -171,7 +234,13 @@ impl Orchestrator {
             }
         }
         self.writer
-            .create(id.clone(), participants, p.metadata, who.agent_id.clone())
+            .create(
+                id.clone(),
+                participants,
+                p.metadata,
+                who.agent_id.clone(),
+                policy,
+            )
             .await?;
         Ok(CreateConversationResult {
             conversation_id: id,
@@ -183,6 +252,24 @@ impl Orchestrator {
         Ok(self
             .readable(who, &p.conversation_id)?
             .snapshot(&who.agent_id))
+    }
+
+    /// `listConversations`: the caller's conversations (every one, for an admin).
+    pub fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
+        let convs = if who.admin {
+            self.hub.all()
+        } else {
+            self.hub.conversations_of(&who.agent_id)
+        };
+        let mut conversations: Vec<Snapshot> =
+            convs.iter().map(|c| c.snapshot(&who.agent_id)).collect();
+        conversations.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        ListConversationsResult { conversations }
+    }
+
+    /// `claimTurn`.
+    pub fn claim_turn(&self, who: &Identity, p: ClaimTurnParams) -> Result<ClaimTurnResult> {
+        self.turns.claim(&who.agent_id, &p).map_err(Error::Rpc)
     }
 
     /// `tail`.
@@ -366,6 +453,7 @@ impl Orchestrator {
                 self.hub.clone(),
                 &who.agent_id,
                 p.since_seq,
+                p.cursors.unwrap_or_default(),
             )),
         }
     }

@@ -194,6 +194,35 @@ pub struct Core {
     pub closed: bool,
     /// Paused by an admin.
     pub paused: bool,
+    /// How long the current speaker has, from its `next_speaker` event (a policy's turn timeout).
+    pub turn_timeout_ms: Option<u64>,
+}
+
+/// Who speaks next, decided in the state machine and logged as `next_speaker` system events in
+/// the same transaction as the message that closes a turn (invariant 7).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnPolicy {
+    /// `round_robin`: the participant after the last speaker, in this order.
+    pub order: String,
+    /// The speakers, in order.
+    pub speakers: Vec<String>,
+    /// Who takes turn 1.
+    pub first: String,
+    /// Each turn's timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl TurnPolicy {
+    /// The speaker after `author`.
+    fn after(&self, author: &str) -> &str {
+        let i = self.speakers.iter().position(|s| s == author);
+        match i {
+            Some(i) => &self.speakers[(i + 1) % self.speakers.len()],
+            None => &self.first,
+        }
+    }
 }
 
 /// A conversation's state, rebuilt from its log.
@@ -207,6 +236,7 @@ pub struct ConvState {
     /// Head, turn, speaker, status.
     pub core: Core,
     idem: HashMap<(String, String), IdemRecord>,
+    policy: Option<TurnPolicy>,
 }
 
 /// Guidance for one agent, from the participants and the core state.
@@ -248,8 +278,10 @@ impl ConvState {
                 speaker: None,
                 closed: false,
                 paused: false,
+                turn_timeout_ms: None,
             },
             idem: HashMap::new(),
+            policy: None,
         }
     }
 
@@ -259,12 +291,61 @@ impl ConvState {
         metadata: Option<&Value>,
         created_by: &str,
     ) -> AppendRequest {
+        Self::created_event_with(participants, metadata, created_by, None)
+    }
+
+    /// The `created` event of a conversation whose turns follow `policy`.
+    pub fn created_event_with(
+        participants: &[String],
+        metadata: Option<&Value>,
+        created_by: &str,
+        policy: Option<&TurnPolicy>,
+    ) -> AppendRequest {
         let mut payload =
             json!({"type": "created", "participants": participants, "createdBy": created_by});
         if let Some(m) = metadata {
             payload["metadata"] = m.clone();
         }
+        if let Some(p) = policy {
+            payload["policy"] = json!(p);
+        }
         AppendRequest::system(payload)
+    }
+
+    /// The turn policy, if the conversation has one.
+    pub fn policy(&self) -> Option<&TurnPolicy> {
+        self.policy.as_ref()
+    }
+
+    /// The policy's decision after `d`: who speaks in the turn that starts now.
+    fn decide(&self, d: &Draft) -> Option<Value> {
+        let policy = self.policy.as_ref()?;
+        if self.core.closed {
+            return None;
+        }
+        let next = match (d.kind, d.finality) {
+            (EventKind::Message, Some(Finality::Turn)) => policy.after(&d.author),
+            (EventKind::System, _) if self.core.speaker.is_none() && d.seq == 1 => &policy.first,
+            _ => return None,
+        };
+        let mut payload = json!({"type": "next_speaker", "speaker": next, "turn": self.core.turn});
+        if let Some(t) = policy.timeout_ms {
+            payload["timeoutMs"] = json!(t);
+        }
+        Some(payload)
+    }
+
+    fn system_draft(&self, payload: &Value) -> Draft {
+        Draft {
+            seq: self.core.head + 1,
+            kind: EventKind::System,
+            author: ORCHESTRATOR_AUTHOR.to_string(),
+            turn: self.core.turn,
+            finality: None,
+            payload: to_raw(payload),
+            client_request_id: None,
+            hash: None,
+        }
     }
 
     /// The agents that take part, in the order they were given.
@@ -346,21 +427,18 @@ impl ConvState {
             duplicate: false,
         };
         self.observe(&first);
+        let decision = self.decide(&first);
         out.push(first);
+        if let Some(next) = decision {
+            let d = self.system_draft(&next);
+            self.observe(&d);
+            out.push(d);
+        }
         for follow in req.follow_ups {
             if self.core.closed {
                 break;
             }
-            let d = Draft {
-                seq: self.core.head + 1,
-                kind: EventKind::System,
-                author: ORCHESTRATOR_AUTHOR.to_string(),
-                turn: self.core.turn,
-                finality: None,
-                payload: to_raw(&follow),
-                client_request_id: None,
-                hash: None,
-            };
+            let d = self.system_draft(&follow);
             self.observe(&d);
             out.push(d);
         }
@@ -480,6 +558,7 @@ impl ConvState {
                 Some(Finality::Turn) => {
                     c.turn = d.turn + 1;
                     c.speaker = None;
+                    c.turn_timeout_ms = None;
                 }
                 Some(Finality::Conversation) => c.closed = true,
                 _ => {}
@@ -495,12 +574,16 @@ impl ConvState {
                                 .collect();
                             self.members = self.participants.iter().cloned().collect();
                         }
+                        self.policy = payload
+                            .get("policy")
+                            .and_then(|p| serde_json::from_value(p.clone()).ok());
                     }
                     Some("next_speaker") => {
                         c.speaker = payload
                             .get("speaker")
                             .and_then(Value::as_str)
                             .map(str::to_string);
+                        c.turn_timeout_ms = payload.get("timeoutMs").and_then(Value::as_u64);
                     }
                     Some("paused") => c.paused = true,
                     Some("resumed") => c.paused = false,

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::hub::{ConvShared, Hub};
-use crate::state::{AppendRequest, Applied, ConvState, Core, Draft};
+use crate::state::{AppendRequest, Applied, ConvState, Core, Draft, TurnPolicy};
 use crate::store::{format_ts, now_ms, to_event, LogWriter, NewConversation, NewRow, Store};
 
 /// The most jobs one transaction takes.
@@ -48,6 +48,8 @@ pub enum Job {
         metadata: Option<Value>,
         /// Who creates it.
         created_by: String,
+        /// Its turn policy, if any.
+        policy: Option<TurnPolicy>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
@@ -119,14 +121,19 @@ impl WriterHandle {
         let mut convs = HashMap::default();
         store.recover(&mut |record, events| {
             let mut state = ConvState::new(record.id.clone(), record.participants.clone());
+            let mut turn_started = 0;
             for e in &events {
                 state.observe(&e.draft);
+                if is_next_speaker(&e.draft) {
+                    turn_started = e.ts_ms;
+                }
             }
             let shared = hub.insert(
                 &record.id,
                 state.participants().to_vec(),
                 state.core.clone(),
             );
+            shared.set_turn_started(turn_started);
             convs.insert(
                 record.id.clone(),
                 Slot {
@@ -186,6 +193,7 @@ impl WriterHandle {
         participants: Vec<String>,
         metadata: Option<Value>,
         created_by: String,
+        policy: Option<TurnPolicy>,
     ) -> Result<()> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -194,6 +202,7 @@ impl WriterHandle {
                 participants,
                 metadata,
                 created_by,
+                policy,
                 reply,
             })
             .await
@@ -266,6 +275,7 @@ impl Writer {
                     participants,
                     metadata,
                     created_by,
+                    policy,
                     reply,
                 } => {
                     if self.convs.contains_key(&id) {
@@ -279,8 +289,12 @@ impl Writer {
                     let num = self.next_num;
                     self.next_num += 1;
                     let mut state = ConvState::new(id.clone(), participants.clone());
-                    let created =
-                        ConvState::created_event(&participants, metadata.as_ref(), &created_by);
+                    let created = ConvState::created_event_with(
+                        &participants,
+                        metadata.as_ref(),
+                        &created_by,
+                        policy.as_ref(),
+                    );
                     let drafts = match state.apply(created) {
                         Ok(Applied::Append(d, _)) => d,
                         _ => Vec::new(),
@@ -409,14 +423,26 @@ fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>) {
             if new {
                 hub.register(shared.clone());
             }
+            let turn_changed = drafts.iter().any(is_next_speaker);
+            if turn_changed {
+                shared.set_turn_started(batch.ts_ms);
+            }
             let events: Vec<_> = drafts
                 .into_iter()
                 .map(|d| Arc::new(to_event(&shared.id, d, &ts)))
                 .collect();
             hub.publish(&shared, core, events);
+            if turn_changed {
+                hub.turn_changed(&shared);
+            }
         }
         answer(batch.replies);
     }
+}
+
+/// Whether a draft is a policy's `next_speaker` decision.
+pub fn is_next_speaker(d: &Draft) -> bool {
+    d.kind == proto_spec::EventKind::System && d.payload.get().contains("\"next_speaker\"")
 }
 
 fn answer(replies: Vec<Reply>) {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event::{Event, Finality, MessagePayload};
-use crate::guidance::{ConversationStatus, Guidance};
+use crate::guidance::{ConversationStatus, Guidance, Snapshot};
 
 /// Method names, as they travel.
 pub mod names {
@@ -41,6 +41,8 @@ pub mod names {
     pub const RESUME_CONVERSATION: &str = "resumeConversation";
     /// Fork a conversation at a seq.
     pub const FORK_CONVERSATION: &str = "forkConversation";
+    /// Lists the conversations the caller takes part in.
+    pub const LIST_CONVERSATIONS: &str = "listConversations";
     /// Notification: a committed event on a subscription.
     pub const EVENT: &str = "event";
     /// Notification: a turn offered to a push-claim executor.
@@ -250,6 +252,25 @@ pub struct SubscribeParams {
     /// (with `conversationId`, the same as the latest seq).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_seq: Option<u64>,
+    /// Per-conversation cursors (without `conversationId` only): replay each named conversation
+    /// after its own seq; `sinceSeq` applies to the others. A client resuming a subscription
+    /// across every conversation passes what it has seen here, and `sinceSeq: 0` so that
+    /// conversations created while it was away are replayed from their start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursors: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+/// `listConversations` params (none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListConversationsParams {}
+
+/// `listConversations` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListConversationsResult {
+    /// A snapshot of each conversation the caller takes part in (every one, for an admin).
+    pub conversations: Vec<Snapshot>,
 }
 
 /// The `event` notification's result.
@@ -288,6 +309,8 @@ pub struct RequestTurnNotification {
     pub agent_id: String,
     /// Pass this to `claimTurn`.
     pub claim_id: String,
+    /// The turn offered; reply with it as `turnHint`.
+    pub turn: u64,
     /// How long the turn may take, in milliseconds from the claim.
     pub deadline_ms: u64,
     /// Read the log after this seq for context.

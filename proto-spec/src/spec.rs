@@ -92,6 +92,16 @@ pub const METHODS: &[MethodSpec] = &[
         notification: None,
     },
     MethodSpec {
+        name: names::LIST_CONVERSATIONS,
+        summary:
+            "A snapshot of every conversation the caller takes part in (every one, for an admin).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated],
+        params: s::<ListConversationsParams>,
+        result: s::<ListConversationsResult>,
+        notification: None,
+    },
+    MethodSpec {
         name: names::TAIL,
         summary: "Events with seq greater than sinceSeq, in order.",
         needs_auth: true,
@@ -327,6 +337,8 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
         root::<CreateConversationResult>(),
     );
     m.insert("ConversationParams", root::<ConversationParams>());
+    m.insert("ListConversationsParams", root::<ListConversationsParams>());
+    m.insert("ListConversationsResult", root::<ListConversationsResult>());
     m.insert("TailParams", root::<TailParams>());
     m.insert("TailResult", root::<TailResult>());
     m.insert("WaitForChangeParams", root::<WaitForChangeParams>());

@@ -51,6 +51,8 @@ fn every_wire_type_round_trips_its_fixtures() {
         CreateConversationParams,
         CreateConversationResult,
         ConversationParams,
+        ListConversationsParams,
+        ListConversationsResult,
         TailParams,
         TailResult,
         WaitForChangeParams,

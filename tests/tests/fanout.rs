@@ -89,6 +89,7 @@ async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
             SubscribeParams {
                 conversation_id: None,
                 since_seq: Some(0),
+                cursors: None,
             },
         )
         .unwrap();
@@ -150,6 +151,7 @@ async fn a_feed_behind_the_memory_ring_reads_the_store() {
             SubscribeParams {
                 conversation_id: Some("c".into()),
                 since_seq: Some(0),
+                cursors: None,
             },
         )
         .unwrap();

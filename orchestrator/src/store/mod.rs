@@ -59,8 +59,10 @@ pub struct NewRow<'a> {
 /// An event read back for recovery: what the state machine needs to observe it.
 #[derive(Debug, Clone)]
 pub struct RecoveredEvent {
-    /// Everything but the timestamp; the payload is parsed for system events only.
+    /// Everything but the timestamp; the payload is kept for system events only.
     pub draft: Draft,
+    /// When it was committed (ms since the epoch).
+    pub ts_ms: i64,
 }
 
 /// A token as stored (only its hash).

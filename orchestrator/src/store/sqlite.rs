@@ -360,7 +360,7 @@ impl Store for SqliteStore {
             let mut evs = conn.prepare(
                 "SELECT pos, conv, seq, kind, author, turn, finality,
                         CASE WHEN kind = 'system' THEN payload END,
-                        client_request_id, request_hash
+                        client_request_id, request_hash, ts_ms
                  FROM events ORDER BY pos",
             )?;
             let mut er = evs.query([])?;
@@ -388,6 +388,7 @@ impl Store for SqliteStore {
                         client_request_id: e.get(8)?,
                         hash: hash_from(e.get(9)?),
                     },
+                    ts_ms: e.get(10)?,
                 });
             }
             for num in order {

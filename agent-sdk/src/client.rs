@@ -1,0 +1,167 @@
+//! The [`AgentClient`] trait: every protocol method, whatever carries it.
+//!
+//! Two implementations exist: [`crate::WsJsonRpcClient`] (a partner's process, over
+//! WebSocket) and the orchestrator's `InProcessClient` (inside the server, calling the same
+//! method core that serves `/rpc`). Agent code only ever sees this trait.
+
+use async_trait::async_trait;
+use proto_spec::*;
+use tokio::sync::mpsc;
+
+/// What a call can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the call with a protocol error.
+    #[error("{0}")]
+    Rpc(RpcError),
+    /// The connection could not be made or an answer could not be read.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The client was shut down.
+    #[error("the client is closed")]
+    Closed,
+}
+
+impl ClientError {
+    /// The protocol error code, when the server answered with one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Rpc(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+impl From<RpcError> for ClientError {
+    fn from(e: RpcError) -> Self {
+        ClientError::Rpc(e)
+    }
+}
+
+/// The result of a client call.
+pub type ClientResult<T> = std::result::Result<T, ClientError>;
+
+/// Committed events, in seq order per conversation, with no gap and no duplicate (also across a
+/// reconnect of the client). Dropping it ends the subscription.
+#[derive(Debug)]
+pub struct EventStream {
+    rx: mpsc::UnboundedReceiver<EventNotification>,
+    _cancel: Option<Cancel>,
+}
+
+/// Turns offered to this executor (`request_turn`). Dropping it unregisters.
+#[derive(Debug)]
+pub struct TurnRequests {
+    rx: mpsc::UnboundedReceiver<RequestTurnNotification>,
+    _cancel: Option<Cancel>,
+}
+
+/// Runs a closure when dropped (to end a subscription).
+pub struct Cancel(Option<Box<dyn FnOnce() + Send>>);
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cancel")
+    }
+}
+
+impl Cancel {
+    /// Calls `f` on drop.
+    pub fn new(f: impl FnOnce() + Send + 'static) -> Self {
+        Cancel(Some(Box::new(f)))
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+impl EventStream {
+    /// A stream fed by `rx`; `cancel` runs when the stream is dropped.
+    pub fn new(rx: mpsc::UnboundedReceiver<EventNotification>, cancel: Option<Cancel>) -> Self {
+        EventStream {
+            rx,
+            _cancel: cancel,
+        }
+    }
+
+    /// The next event; `None` when the subscription ended (server stopping, client closed).
+    pub async fn next(&mut self) -> Option<EventNotification> {
+        self.rx.recv().await
+    }
+}
+
+impl TurnRequests {
+    /// Offers fed by `rx`; `cancel` runs when dropped.
+    pub fn new(
+        rx: mpsc::UnboundedReceiver<RequestTurnNotification>,
+        cancel: Option<Cancel>,
+    ) -> Self {
+        TurnRequests {
+            rx,
+            _cancel: cancel,
+        }
+    }
+
+    /// The next offer; `None` when the registration ended.
+    pub async fn next(&mut self) -> Option<RequestTurnNotification> {
+        self.rx.recv().await
+    }
+}
+
+/// Every protocol method (DESIGN §6), as one agent sees it.
+///
+/// The identity is fixed when the client is made (WebSocket: the token it authenticates with;
+/// in process: the identity it is given), so the author of everything it writes is that agent.
+#[async_trait]
+pub trait AgentClient: Send + Sync + std::fmt::Debug {
+    /// The agent this client speaks as.
+    fn agent_id(&self) -> &str;
+    /// `authenticate`: checks a token and returns who it names. The client keeps speaking as the
+    /// identity it was made with.
+    async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult>;
+    /// `createConversation` (admins).
+    async fn create_conversation(
+        &self,
+        p: CreateConversationParams,
+    ) -> ClientResult<CreateConversationResult>;
+    /// `getConversation`.
+    async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot>;
+    /// `listConversations`.
+    async fn list_conversations(&self) -> ClientResult<ListConversationsResult>;
+    /// `tail`.
+    async fn tail(&self, p: TailParams) -> ClientResult<TailResult>;
+    /// `waitForChange`. Never cut by a client-side timeout: it lasts as long as the server lets it.
+    async fn wait_for_change(&self, p: WaitForChangeParams) -> ClientResult<WaitForChangeResult>;
+    /// `getUpdatesOrGuidance`.
+    async fn get_updates(&self, p: GetUpdatesParams) -> ClientResult<GetUpdatesResult>;
+    /// `sendMessage`. A clientRequestId is generated when none is given, so a retry appends
+    /// nothing.
+    async fn send_message(&self, p: SendMessageParams) -> ClientResult<AppendResult>;
+    /// `sendTrace`, with the same retry rule.
+    async fn send_trace(&self, p: SendTraceParams) -> ClientResult<AppendResult>;
+    /// `subscribe`.
+    async fn subscribe(&self, p: SubscribeParams) -> ClientResult<EventStream>;
+    /// `registerExecutor`: turns offered to this client.
+    async fn register_executor(&self, p: RegisterExecutorParams) -> ClientResult<TurnRequests>;
+    /// `claimTurn`.
+    async fn claim_turn(&self, p: ClaimTurnParams) -> ClientResult<ClaimTurnResult>;
+    /// `pauseConversation` (admins).
+    async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult>;
+    /// `resumeConversation` (admins).
+    async fn resume_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult>;
+    /// `forkConversation`.
+    async fn fork_conversation(
+        &self,
+        p: ForkConversationParams,
+    ) -> ClientResult<CreateConversationResult>;
+}
+
+/// A fresh idempotency key.
+pub fn new_request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

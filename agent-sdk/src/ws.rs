@@ -1,0 +1,783 @@
+//! [`WsJsonRpcClient`]: the protocol over WebSocket, for agents in a partner's process.
+//!
+//! The handle is cheap to clone; one task owns the socket. When the connection drops the task
+//! reconnects with exponential backoff and jitter, authenticates again, re-subscribes every
+//! subscription from the last seq it delivered (per conversation), registers executors again,
+//! and sends every unanswered call again. Appends always carry a clientRequestId (one is made
+//! when the caller gives none), so a call sent again after its answer was lost appends nothing
+//! and answers with the original seq. Calls have no client-side timeout: a long
+//! `waitForChange` lasts as long as the server lets it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{SinkExt, StreamExt};
+use proto_spec::method::names;
+use proto_spec::*;
+use rand::Rng;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::client::*;
+
+/// How the client connects and reconnects.
+#[derive(Debug, Clone)]
+pub struct WsConfig {
+    /// `ws://host:port/rpc`.
+    pub url: String,
+    /// The agent's token.
+    pub token: String,
+    /// The first reconnect delay.
+    pub backoff_min: Duration,
+    /// The longest reconnect delay.
+    pub backoff_max: Duration,
+}
+
+impl WsConfig {
+    /// Defaults: backoff from 50 ms to 5 s.
+    pub fn new(url: impl Into<String>, token: impl Into<String>) -> Self {
+        WsConfig {
+            url: url.into(),
+            token: token.into(),
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Counters of a client's connection.
+#[derive(Debug, Default)]
+pub struct WsStats {
+    /// Connections made after the first.
+    pub reconnects: AtomicU64,
+    /// Calls sent again on a new connection.
+    pub resent: AtomicU64,
+    /// Events dropped because they were delivered before (after a resubscribe).
+    pub duplicates_dropped: AtomicU64,
+}
+
+/// A JSON-RPC client over WebSocket that survives reconnects. See the module docs.
+#[derive(Debug, Clone)]
+pub struct WsJsonRpcClient {
+    tx: mpsc::UnboundedSender<Cmd>,
+    agent_id: Arc<str>,
+    token: Arc<str>,
+    stats: Arc<WsStats>,
+}
+
+type Reply = oneshot::Sender<ClientResult<Value>>;
+
+#[derive(Debug)]
+enum Cmd {
+    Call {
+        method: &'static str,
+        params: Value,
+        reply: Reply,
+    },
+    Subscribe {
+        conversation_id: Option<String>,
+        since: Option<u64>,
+        cursors: BTreeMap<String, u64>,
+        sink: mpsc::UnboundedSender<EventNotification>,
+        reply: oneshot::Sender<ClientResult<u64>>,
+    },
+    Register {
+        sink: mpsc::UnboundedSender<RequestTurnNotification>,
+        reply: oneshot::Sender<ClientResult<u64>>,
+    },
+    Drop(u64),
+    Cut,
+}
+
+#[derive(Debug)]
+enum SubKind {
+    Events {
+        conversation_id: Option<String>,
+        since: Option<u64>,
+        cursors: BTreeMap<String, u64>,
+        sink: mpsc::UnboundedSender<EventNotification>,
+    },
+    Turns {
+        sink: mpsc::UnboundedSender<RequestTurnNotification>,
+    },
+}
+
+#[derive(Debug)]
+struct Sub {
+    kind: SubKind,
+    server_id: Option<String>,
+    /// Answered when the first subscribe call is answered.
+    started: Option<oneshot::Sender<ClientResult<u64>>>,
+}
+
+#[derive(Debug)]
+enum Waiting {
+    Call {
+        method: &'static str,
+        params: Value,
+        reply: Reply,
+        sent: u32,
+    },
+    SubStart(u64),
+    Ignore,
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+fn sub_key(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl WsJsonRpcClient {
+    /// Connects and authenticates; fails if the first connection or the token fails. Later
+    /// connection losses are repaired in the background.
+    pub async fn connect(config: WsConfig) -> ClientResult<WsJsonRpcClient> {
+        let (mut ws, agent_id) = open(&config).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(WsStats::default());
+        let token: Arc<str> = config.token.as_str().into();
+        let task = Task {
+            config,
+            rx,
+            next_id: 1,
+            waiting: HashMap::new(),
+            subs: HashMap::new(),
+            by_server: HashMap::new(),
+            early: HashMap::new(),
+            next_local: 1,
+            stats: stats.clone(),
+        };
+        ws.flush()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        tokio::spawn(task.run(ws));
+        Ok(WsJsonRpcClient {
+            tx,
+            agent_id: agent_id.into(),
+            token,
+            stats,
+        })
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> &Arc<WsStats> {
+        &self.stats
+    }
+
+    /// Drops the current connection as a network failure would (the client reconnects). For
+    /// tests of recovery.
+    pub fn cut_connection(&self) {
+        let _ = self.tx.send(Cmd::Cut);
+    }
+
+    async fn call<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        p: &P,
+    ) -> ClientResult<R> {
+        let params = serde_json::to_value(p).map_err(|e| ClientError::Transport(e.to_string()))?;
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Call {
+                method,
+                params,
+                reply,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        let v = rx.await.map_err(|_| ClientError::Closed)??;
+        serde_json::from_value(v)
+            .map_err(|e| ClientError::Transport(format!("bad answer to {method}: {e}")))
+    }
+}
+
+/// Opens a socket and authenticates on it.
+async fn open(config: &WsConfig) -> ClientResult<(Ws, String)> {
+    let (mut ws, _) = tokio_tungstenite::connect_async(config.url.as_str())
+        .await
+        .map_err(|e| ClientError::Transport(format!("connect {}: {e}", config.url)))?;
+    let req = json!({"jsonrpc": "2.0", "id": 0, "method": names::AUTHENTICATE, "params": {"token": config.token}});
+    ws.send(Message::text(req.to_string()))
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()))?;
+    while let Some(msg) = ws.next().await {
+        let msg = msg.map_err(|e| ClientError::Transport(e.to_string()))?;
+        let Message::Text(text) = msg else { continue };
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| ClientError::Transport(e.to_string()))?;
+        if v.get("id") != Some(&json!(0)) {
+            continue;
+        }
+        if let Some(err) = v.get("error") {
+            return Err(ClientError::Rpc(wire_error(err)));
+        }
+        let r: AuthenticateResult = serde_json::from_value(v["result"].clone())
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        return Ok((ws, r.agent_id));
+    }
+    Err(ClientError::Transport(
+        "the connection closed during authenticate".into(),
+    ))
+}
+
+fn wire_error(err: &Value) -> RpcError {
+    serde_json::from_value::<ErrorObject>(err.clone())
+        .map(ErrorObject::into_rpc_error)
+        .unwrap_or_else(|_| RpcError::new(ErrorCode::Internal, err.to_string()))
+}
+
+struct Task {
+    config: WsConfig,
+    rx: mpsc::UnboundedReceiver<Cmd>,
+    next_id: u64,
+    waiting: HashMap<u64, Waiting>,
+    subs: HashMap<u64, Sub>,
+    by_server: HashMap<String, u64>,
+    /// Notifications that arrived before their subscribe call's answer.
+    early: HashMap<String, Vec<Value>>,
+    next_local: u64,
+    stats: Arc<WsStats>,
+}
+
+enum Exit {
+    Reconnect,
+    Closed,
+}
+
+impl Task {
+    async fn run(mut self, mut ws: Ws) {
+        let mut failures = 0u32;
+        loop {
+            match self.serve(&mut ws).await {
+                Exit::Closed => {
+                    let _ = ws.close(None).await;
+                    return;
+                }
+                Exit::Reconnect => {}
+            }
+            let _ = ws.close(None).await;
+            // Reconnect with backoff and jitter; commands keep queueing meanwhile.
+            loop {
+                let base = self.config.backoff_min.as_millis() as u64 * (1u64 << failures.min(10));
+                let cap = base.min(self.config.backoff_max.as_millis() as u64).max(1);
+                let delay = rand::rng().random_range(cap / 2..=cap);
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                if self.rx.is_closed() && self.subs.is_empty() && self.waiting.is_empty() {
+                    return;
+                }
+                match open(&self.config).await {
+                    Ok((new, _)) => {
+                        ws = new;
+                        failures = 0;
+                        self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(ClientError::Rpc(e)) => {
+                        tracing::error!(error = %e, "re-authentication refused; the client stops");
+                        self.fail_all(ClientError::Rpc(e));
+                        return;
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        tracing::debug!(error = %e, "reconnect failed; retrying");
+                    }
+                }
+            }
+            if self.resume(&mut ws).await.is_err() {
+                continue;
+            }
+        }
+    }
+
+    fn fail_all(&mut self, e: ClientError) {
+        for (_, w) in self.waiting.drain() {
+            if let Waiting::Call { reply, .. } = w {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+        for (_, s) in self.subs.drain() {
+            if let Some(tx) = s.started {
+                let _ = tx.send(Err(e.clone()));
+            }
+        }
+    }
+
+    /// After a reconnect: subscribe again from each cursor, then send every unanswered call.
+    async fn resume(&mut self, ws: &mut Ws) -> Result<(), ()> {
+        self.by_server.clear();
+        self.early.clear();
+        let old: Vec<(u64, Waiting)> = self.waiting.drain().collect();
+        let locals: Vec<u64> = self.subs.keys().copied().collect();
+        for local in locals {
+            if let Some(s) = self.subs.get_mut(&local) {
+                s.server_id = None;
+            }
+            self.send_subscribe(ws, local).await?;
+        }
+        for (_, w) in old {
+            if let Waiting::Call {
+                method,
+                params,
+                reply,
+                sent,
+            } = w
+            {
+                self.stats.resent.fetch_add(1, Ordering::Relaxed);
+                self.send_call(ws, method, params, reply, sent).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_frame(ws: &mut Ws, v: Value) -> Result<(), ()> {
+        ws.send(Message::text(v.to_string())).await.map_err(|_| ())
+    }
+
+    async fn send_call(
+        &mut self,
+        ws: &mut Ws,
+        method: &'static str,
+        params: Value,
+        reply: Reply,
+        sent: u32,
+    ) -> Result<(), ()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.waiting.insert(
+            id,
+            Waiting::Call {
+                method,
+                params,
+                reply,
+                sent: sent + 1,
+            },
+        );
+        Self::send_frame(ws, frame).await
+    }
+
+    async fn send_subscribe(&mut self, ws: &mut Ws, local: u64) -> Result<(), ()> {
+        let Some(sub) = self.subs.get(&local) else {
+            return Ok(());
+        };
+        let (method, params) = match &sub.kind {
+            SubKind::Events {
+                conversation_id: Some(c),
+                since,
+                cursors,
+                ..
+            } => {
+                let since = cursors.get(c).copied().or(*since);
+                (
+                    names::SUBSCRIBE,
+                    serde_json::to_value(SubscribeParams {
+                        conversation_id: Some(c.clone()),
+                        since_seq: since,
+                        cursors: None,
+                    }),
+                )
+            }
+            SubKind::Events {
+                conversation_id: None,
+                since,
+                cursors,
+                ..
+            } => {
+                // A resumed subscription replays conversations it never saw from their start.
+                let since = if sub.server_id.is_none() && sub.started.is_none() {
+                    Some(0)
+                } else {
+                    *since
+                };
+                (
+                    names::SUBSCRIBE,
+                    serde_json::to_value(SubscribeParams {
+                        conversation_id: None,
+                        since_seq: since,
+                        cursors: Some(cursors.clone()),
+                    }),
+                )
+            }
+            SubKind::Turns { .. } => (
+                names::REGISTER_EXECUTOR,
+                serde_json::to_value(RegisterExecutorParams {
+                    mode: ExecutorMode::Push,
+                }),
+            ),
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.insert(id, Waiting::SubStart(local));
+        let params = params.unwrap_or(Value::Null);
+        Self::send_frame(
+            ws,
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .await
+    }
+
+    async fn serve(&mut self, ws: &mut Ws) -> Exit {
+        loop {
+            tokio::select! {
+                cmd = self.rx.recv() => {
+                    let Some(cmd) = cmd else { return Exit::Closed };
+                    if self.command(ws, cmd).await.is_err() {
+                        return Exit::Reconnect;
+                    }
+                }
+                msg = ws.next() => {
+                    match msg {
+                        Some(Ok(Message::Text(text))) => self.frame(&text),
+                        Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Exit::Reconnect,
+                        Some(Ok(_)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn command(&mut self, ws: &mut Ws, cmd: Cmd) -> Result<(), ()> {
+        match cmd {
+            Cmd::Call {
+                method,
+                params,
+                reply,
+            } => self.send_call(ws, method, params, reply, 0).await,
+            Cmd::Subscribe {
+                conversation_id,
+                since,
+                cursors,
+                sink,
+                reply,
+            } => {
+                let local = self.next_local;
+                self.next_local += 1;
+                self.subs.insert(
+                    local,
+                    Sub {
+                        kind: SubKind::Events {
+                            conversation_id,
+                            since,
+                            cursors,
+                            sink,
+                        },
+                        server_id: None,
+                        started: Some(reply),
+                    },
+                );
+                self.send_subscribe(ws, local).await
+            }
+            Cmd::Register { sink, reply } => {
+                let local = self.next_local;
+                self.next_local += 1;
+                self.subs.insert(
+                    local,
+                    Sub {
+                        kind: SubKind::Turns { sink },
+                        server_id: None,
+                        started: Some(reply),
+                    },
+                );
+                self.send_subscribe(ws, local).await
+            }
+            Cmd::Drop(local) => {
+                if let Some(sub) = self.subs.remove(&local) {
+                    if let Some(server_id) = sub.server_id {
+                        self.by_server.remove(&server_id);
+                        let method = match sub.kind {
+                            SubKind::Events { .. } => names::UNSUBSCRIBE,
+                            SubKind::Turns { .. } => names::UNREGISTER_EXECUTOR,
+                        };
+                        let id = self.next_id;
+                        self.next_id += 1;
+                        self.waiting.insert(id, Waiting::Ignore);
+                        return Self::send_frame(ws, json!({"jsonrpc": "2.0", "id": id, "method": method, "params": [server_id]})).await;
+                    }
+                }
+                Ok(())
+            }
+            Cmd::Cut => Err(()),
+        }
+    }
+
+    fn frame(&mut self, text: &str) {
+        let Ok(v) = serde_json::from_str::<Value>(text) else {
+            tracing::warn!("unreadable frame from the server");
+            return;
+        };
+        if let Some(id) = v.get("id").and_then(Value::as_u64) {
+            let Some(w) = self.waiting.remove(&id) else {
+                return;
+            };
+            let result = match v.get("error") {
+                Some(err) => Err(wire_error(err)),
+                None => Ok(v.get("result").cloned().unwrap_or(Value::Null)),
+            };
+            match w {
+                Waiting::Call {
+                    method,
+                    params,
+                    reply,
+                    sent,
+                } => {
+                    let result = match result {
+                        // A creation sent again after its answer was lost finds its own result.
+                        Err(e)
+                            if sent > 1
+                                && method == names::CREATE_CONVERSATION
+                                && e.code == ErrorCode::ConversationExists =>
+                        {
+                            Ok(json!({"conversationId": params["conversationId"]}))
+                        }
+                        other => other.map_err(ClientError::Rpc),
+                    };
+                    let _ = reply.send(result);
+                }
+                Waiting::SubStart(local) => self.started(local, result),
+                Waiting::Ignore => {}
+            }
+            return;
+        }
+        let (Some(method), Some(params)) =
+            (v.get("method").and_then(Value::as_str), v.get("params"))
+        else {
+            return;
+        };
+        let Some(sid) = params.get("subscription").map(sub_key) else {
+            return;
+        };
+        let Some(local) = self.by_server.get(&sid).copied() else {
+            let early = self.early.entry(sid).or_default();
+            if early.len() < 100_000 {
+                early.push(v.clone());
+            }
+            return;
+        };
+        self.notification(
+            local,
+            method,
+            params.get("result").cloned().unwrap_or(Value::Null),
+        );
+    }
+
+    fn started(&mut self, local: u64, result: Result<Value, RpcError>) {
+        let Some(sub) = self.subs.get_mut(&local) else {
+            return;
+        };
+        match result {
+            Ok(id) => {
+                let sid = sub_key(&id);
+                sub.server_id = Some(sid.clone());
+                if let Some(tx) = sub.started.take() {
+                    let _ = tx.send(Ok(local));
+                }
+                self.by_server.insert(sid.clone(), local);
+                for v in self.early.remove(&sid).unwrap_or_default() {
+                    let method = v["method"].as_str().unwrap_or_default().to_string();
+                    self.notification(local, &method, v["params"]["result"].clone());
+                }
+            }
+            Err(e) => {
+                if let Some(sub) = self.subs.remove(&local) {
+                    if let Some(tx) = sub.started {
+                        let _ = tx.send(Err(ClientError::Rpc(e)));
+                    } else {
+                        tracing::error!(error = %e, "a subscription could not be resumed; it ends");
+                    }
+                }
+            }
+        }
+    }
+
+    fn notification(&mut self, local: u64, method: &str, result: Value) {
+        let Some(sub) = self.subs.get_mut(&local) else {
+            return;
+        };
+        match (&mut sub.kind, method) {
+            (SubKind::Events { cursors, sink, .. }, names::EVENT) => {
+                let Ok(n) = serde_json::from_value::<EventNotification>(result) else {
+                    return;
+                };
+                let cursor = cursors.entry(n.conversation_id.clone()).or_insert(0);
+                if n.event.seq <= *cursor {
+                    self.stats
+                        .duplicates_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                *cursor = n.event.seq;
+                let _ = sink.send(n);
+            }
+            (SubKind::Turns { sink }, names::REQUEST_TURN) => {
+                if let Ok(n) = serde_json::from_value::<RequestTurnNotification>(result) {
+                    let _ = sink.send(n);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn cancel(tx: &mpsc::UnboundedSender<Cmd>, local: u64) -> Cancel {
+    let tx = tx.clone();
+    Cancel::new(move || {
+        let _ = tx.send(Cmd::Drop(local));
+    })
+}
+
+#[async_trait]
+impl AgentClient for WsJsonRpcClient {
+    fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult> {
+        // On this connection the identity stays the one the client was made with: checking
+        // another token would switch it, so only the client's own token is accepted here.
+        if token != &*self.token {
+            return Err(ClientError::Rpc(RpcError::new(
+                ErrorCode::InvalidParams,
+                "a WsJsonRpcClient speaks as the agent it was made for; connect a new client for another token",
+            )));
+        }
+        self.call(
+            names::AUTHENTICATE,
+            &AuthenticateParams {
+                token: token.to_string(),
+            },
+        )
+        .await
+    }
+
+    async fn create_conversation(
+        &self,
+        mut p: CreateConversationParams,
+    ) -> ClientResult<CreateConversationResult> {
+        // Name it here, so that sending the call again cannot create a second conversation.
+        if p.conversation_id.is_none() {
+            p.conversation_id = Some(new_request_id());
+        }
+        self.call(names::CREATE_CONVERSATION, &p).await
+    }
+
+    async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot> {
+        self.call(
+            names::GET_CONVERSATION,
+            &ConversationParams {
+                conversation_id: conversation_id.into(),
+            },
+        )
+        .await
+    }
+
+    async fn list_conversations(&self) -> ClientResult<ListConversationsResult> {
+        self.call(names::LIST_CONVERSATIONS, &ListConversationsParams {})
+            .await
+    }
+
+    async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
+        self.call(names::TAIL, &p).await
+    }
+
+    async fn wait_for_change(&self, p: WaitForChangeParams) -> ClientResult<WaitForChangeResult> {
+        self.call(names::WAIT_FOR_CHANGE, &p).await
+    }
+
+    async fn get_updates(&self, p: GetUpdatesParams) -> ClientResult<GetUpdatesResult> {
+        self.call(names::GET_UPDATES_OR_GUIDANCE, &p).await
+    }
+
+    async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
+        p.client_request_id.get_or_insert_with(new_request_id);
+        self.call(names::SEND_MESSAGE, &p).await
+    }
+
+    async fn send_trace(&self, mut p: SendTraceParams) -> ClientResult<AppendResult> {
+        p.client_request_id.get_or_insert_with(new_request_id);
+        self.call(names::SEND_TRACE, &p).await
+    }
+
+    async fn subscribe(&self, p: SubscribeParams) -> ClientResult<EventStream> {
+        // Pin "from now" to a cursor, so that a resubscription after a reconnect starts there.
+        let mut cursors = p.cursors.unwrap_or_default();
+        let since = match (&p.conversation_id, p.since_seq) {
+            (Some(c), None) => Some(self.get_conversation(c).await?.latest_seq),
+            (None, since) => {
+                // Seed a cursor for every existing conversation, so that a resubscription
+                // replays only the conversations created after this call from their start.
+                for s in self.list_conversations().await?.conversations {
+                    let at = since.map_or(s.latest_seq, |since| since.min(s.latest_seq));
+                    cursors.entry(s.conversation_id).or_insert(at);
+                }
+                since
+            }
+            (_, since) => since,
+        };
+        if let (Some(c), Some(s)) = (&p.conversation_id, since) {
+            cursors.insert(c.clone(), s);
+        }
+        let (sink, rx) = mpsc::unbounded_channel();
+        let (reply, started) = oneshot::channel();
+        self.tx
+            .send(Cmd::Subscribe {
+                conversation_id: p.conversation_id,
+                since,
+                cursors,
+                sink,
+                reply,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        let local = started.await.map_err(|_| ClientError::Closed)??;
+        Ok(EventStream::new(rx, Some(cancel(&self.tx, local))))
+    }
+
+    async fn register_executor(&self, _p: RegisterExecutorParams) -> ClientResult<TurnRequests> {
+        let (sink, rx) = mpsc::unbounded_channel();
+        let (reply, started) = oneshot::channel();
+        self.tx
+            .send(Cmd::Register { sink, reply })
+            .map_err(|_| ClientError::Closed)?;
+        let local = started.await.map_err(|_| ClientError::Closed)??;
+        Ok(TurnRequests::new(rx, Some(cancel(&self.tx, local))))
+    }
+
+    async fn claim_turn(&self, p: ClaimTurnParams) -> ClientResult<ClaimTurnResult> {
+        self.call(names::CLAIM_TURN, &p).await
+    }
+
+    async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
+        self.call(
+            names::PAUSE_CONVERSATION,
+            &ConversationParams {
+                conversation_id: conversation_id.into(),
+            },
+        )
+        .await
+    }
+
+    async fn resume_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
+        self.call(
+            names::RESUME_CONVERSATION,
+            &ConversationParams {
+                conversation_id: conversation_id.into(),
+            },
+        )
+        .await
+    }
+
+    async fn fork_conversation(
+        &self,
+        p: ForkConversationParams,
+    ) -> ClientResult<CreateConversationResult> {
+        self.call(names::FORK_CONVERSATION, &p).await
+    }
+}

@@ -1,0 +1,247 @@
+//! The executor core: how one turn is run, whoever triggered it.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_sdk::proto::*;
+use agent_sdk::{Agent, AgentClient, AgentContext, TurnOutcome};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+/// A turn handed to an executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The agent whose turn it is.
+    pub agent_id: String,
+    /// The turn.
+    pub turn: u64,
+    /// When the turn must be done.
+    pub deadline: Instant,
+    /// Context starts after this seq.
+    pub since_seq: u64,
+}
+
+/// How the core runs a turn.
+#[derive(Debug, Clone)]
+pub struct ExecPolicy {
+    /// How long to wait for the turn to close after the agent returned having posted only
+    /// progress (finality `none`).
+    pub grace: Duration,
+    /// Attempts at most (the first included).
+    pub max_attempts: u32,
+    /// The first retry's delay; it doubles with each retry.
+    pub backoff: Duration,
+}
+
+impl Default for ExecPolicy {
+    fn default() -> Self {
+        ExecPolicy {
+            grace: Duration::from_millis(250),
+            max_attempts: 3,
+            backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunReport {
+    /// The agent returned this outcome.
+    Done(TurnOutcome),
+    /// Another invocation for the same conversation and agent is running.
+    AlreadyRunning,
+    /// The turn was no longer the agent's (answered elsewhere, closed, paused).
+    NotMine,
+    /// The deadline passed while the agent ran.
+    DeadlineExceeded,
+    /// Every attempt failed; the last error.
+    Failed(String),
+}
+
+/// The executor core. Cheap to share.
+#[derive(Debug, Default)]
+pub struct ExecutorCore {
+    policy: ExecPolicy,
+    running: Mutex<HashSet<(String, String)>>,
+}
+
+struct Running<'a> {
+    core: &'a ExecutorCore,
+    key: (String, String),
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.core.running.lock() {
+            r.remove(&self.key);
+        }
+    }
+}
+
+/// Whether `turn` of the conversation is still `agent`'s to take.
+pub async fn still_mine(client: &dyn AgentClient, conversation_id: &str, turn: u64) -> bool {
+    match client.get_conversation(conversation_id).await {
+        Ok(s) => s.turn == turn && s.guidance.status == GuidanceStatus::MaySpeak,
+        Err(_) => false,
+    }
+}
+
+fn gone(code: Option<ErrorCode>) -> bool {
+    matches!(
+        code,
+        Some(
+            ErrorCode::TurnClosed
+                | ErrorCode::TurnMismatch
+                | ErrorCode::ConversationClosed
+                | ErrorCode::NotYourTurn
+                | ErrorCode::ConversationPaused
+                | ErrorCode::Forbidden
+                | ErrorCode::ConversationNotFound
+        )
+    )
+}
+
+impl ExecutorCore {
+    /// A core with this policy.
+    pub fn new(policy: ExecPolicy) -> Self {
+        ExecutorCore {
+            policy,
+            running: Mutex::default(),
+        }
+    }
+
+    /// Runs `agent` for the assignment, through `client`. At most one invocation per
+    /// (conversation, agent) runs at a time; a second call meanwhile returns `AlreadyRunning`.
+    pub async fn run(
+        &self,
+        agent: &dyn Agent,
+        client: Arc<dyn AgentClient>,
+        a: &Assignment,
+    ) -> RunReport {
+        let key = (a.conversation_id.clone(), a.agent_id.clone());
+        {
+            let Ok(mut r) = self.running.lock() else {
+                return RunReport::Failed("executor state poisoned".into());
+            };
+            if !r.insert(key.clone()) {
+                return RunReport::AlreadyRunning;
+            }
+        }
+        let _running = Running { core: self, key };
+        let mut last_error = String::new();
+        for attempt in 1..=self.policy.max_attempts.max(1) {
+            if !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
+                return if attempt == 1 {
+                    RunReport::NotMine
+                } else {
+                    RunReport::Failed(last_error)
+                };
+            }
+            let ctx = AgentContext::new(
+                client.clone(),
+                a.conversation_id.clone(),
+                a.turn,
+                attempt,
+                a.deadline,
+                a.since_seq,
+            );
+            if let Err(e) = ctx.post_trace(json!({"type": "turn_start", "agent": a.agent_id, "turn": a.turn, "attempt": attempt})).await {
+                if gone(e.code()) {
+                    return RunReport::NotMine;
+                }
+                last_error = e.to_string();
+                continue;
+            }
+            let ran = tokio::time::timeout_at(a.deadline, agent.handle_turn(&ctx)).await;
+            match ran {
+                Err(_) => {
+                    self.trace(client.as_ref(), a, attempt, "err", json!({"type": "turn_error", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "error": "deadline exceeded"})).await;
+                    return RunReport::DeadlineExceeded;
+                }
+                Ok(Err(e)) => {
+                    last_error = e.to_string();
+                    self.trace(client.as_ref(), a, attempt, "err", json!({"type": "turn_error", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "error": last_error})).await;
+                    let delay = self.policy.backoff * 2u32.saturating_pow(attempt - 1);
+                    if Instant::now() + delay >= a.deadline {
+                        return RunReport::Failed(last_error);
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(Ok(outcome)) => {
+                    if outcome == TurnOutcome::Posted
+                        && !self.closed_within_grace(client.as_ref(), a).await
+                    {
+                        // Progress only: the turn is still open. Try again while there is time.
+                        last_error = "the agent posted progress but did not close its turn".into();
+                        self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": "incomplete"})).await;
+                        continue;
+                    }
+                    self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": outcome.as_str()})).await;
+                    return RunReport::Done(outcome);
+                }
+            }
+        }
+        RunReport::Failed(last_error)
+    }
+
+    /// Waits up to the grace window for the turn to stop being the agent's.
+    async fn closed_within_grace(&self, client: &dyn AgentClient, a: &Assignment) -> bool {
+        let until = (Instant::now() + self.policy.grace).min(a.deadline);
+        loop {
+            let Ok(s) = client.get_conversation(&a.conversation_id).await else {
+                return true;
+            };
+            if s.turn != a.turn || s.guidance.status != GuidanceStatus::MaySpeak {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let waited = client
+                .wait_for_change(WaitForChangeParams {
+                    conversation_id: a.conversation_id.clone(),
+                    since_seq: s.latest_seq,
+                    timeout_ms: left.as_millis().max(1) as u64,
+                })
+                .await;
+            if waited.is_err() {
+                return true;
+            }
+        }
+    }
+
+    /// Writes an executor trace. Once the agent closed its turn the trace lands in the current
+    /// turn (a closed turn takes no traces); its payload names the turn it reports on. Its key
+    /// makes it appear once even if the run is repeated.
+    async fn trace(
+        &self,
+        client: &dyn AgentClient,
+        a: &Assignment,
+        attempt: u32,
+        what: &str,
+        payload: Value,
+    ) {
+        let key = format!("t{}.a{attempt}.{what}", a.turn);
+        let mut p = SendTraceParams {
+            conversation_id: a.conversation_id.clone(),
+            payload,
+            turn: Some(a.turn),
+            client_request_id: Some(key),
+            finality: None,
+        };
+        match client.send_trace(p.clone()).await {
+            Err(e) if e.code() == Some(ErrorCode::TurnClosed) => {
+                p.turn = None;
+                if let Err(e) = client.send_trace(p).await {
+                    tracing::debug!(error = %e, "executor trace not written");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "executor trace not written"),
+            Ok(_) => {}
+        }
+    }
+}

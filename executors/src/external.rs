@@ -1,0 +1,161 @@
+//! [`ExternalExecutor`]: runs an agent in a partner's process, in pull or push-claim mode.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_sdk::proto::*;
+use agent_sdk::{Agent, AgentClient, ClientResult};
+use tokio::time::Instant;
+
+use crate::core::{Assignment, ExecutorCore, RunReport};
+
+/// Runs one agent for one identity, taking turns as they come.
+#[derive(Clone)]
+pub struct ExternalExecutor {
+    client: Arc<dyn AgentClient>,
+    agent: Arc<dyn Agent>,
+    core: Arc<ExecutorCore>,
+    /// The deadline used when the server names none (pull mode without a turn timeout).
+    pub default_timeout: Duration,
+}
+
+impl std::fmt::Debug for ExternalExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalExecutor")
+            .field("agent", &self.client.agent_id())
+            .finish()
+    }
+}
+
+fn deadline_from(rfc3339: Option<&str>, default: Duration) -> Instant {
+    let now = Instant::now();
+    let Some(at) = rfc3339.and_then(|d| chrono::DateTime::parse_from_rfc3339(d).ok()) else {
+        return now + default;
+    };
+    let left = at.timestamp_millis() - chrono::Utc::now().timestamp_millis();
+    now + Duration::from_millis(left.max(0) as u64)
+}
+
+impl ExternalExecutor {
+    /// An executor for `agent`, speaking through `client` (usually a [`agent_sdk::WsJsonRpcClient`]).
+    pub fn new(
+        client: Arc<dyn AgentClient>,
+        agent: Arc<dyn Agent>,
+        core: Arc<ExecutorCore>,
+    ) -> Self {
+        ExternalExecutor {
+            client,
+            agent,
+            core,
+            default_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Push-claim mode: registers for `request_turn` offers, claims each one, and runs the
+    /// agent on every claim granted. The reply carries the claimed turn as `turnHint`, so a
+    /// replica that lost its claim cannot post a second reply. Returns when the registration
+    /// ends (the client closed).
+    pub async fn run_push(&self) -> ClientResult<()> {
+        let mut offers = self
+            .client
+            .register_executor(RegisterExecutorParams {
+                mode: ExecutorMode::Push,
+            })
+            .await?;
+        while let Some(offer) = offers.next().await {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let claimed = me
+                    .client
+                    .claim_turn(ClaimTurnParams {
+                        claim_id: offer.claim_id.clone(),
+                    })
+                    .await;
+                let claim = match claimed {
+                    Ok(c) if c.granted => c,
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, claim = %offer.claim_id, "claim not granted");
+                        return;
+                    }
+                };
+                let a = Assignment {
+                    conversation_id: claim.conversation_id,
+                    agent_id: offer.agent_id,
+                    turn: claim.turn,
+                    deadline: deadline_from(
+                        Some(&claim.deadline),
+                        Duration::from_millis(offer.deadline_ms),
+                    ),
+                    since_seq: offer.since_seq,
+                };
+                let report = me.core.run(me.agent.as_ref(), me.client.clone(), &a).await;
+                tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "claimed turn ran");
+            });
+        }
+        Ok(())
+    }
+
+    /// Pull mode: follows every conversation the agent takes part in (new ones included) and
+    /// runs the agent on each turn its guidance gives it. Each turn is taken at most once by
+    /// this executor; after a reconnect the client replays what it missed, so no turn is missed.
+    pub async fn run_pull(&self) -> ClientResult<()> {
+        let mut events = self.client.subscribe(SubscribeParams::default()).await?;
+        let handled: Arc<Mutex<HashSet<(String, u64)>>> = Arc::default();
+        for s in self.client.list_conversations().await?.conversations {
+            self.consider(&s, &handled);
+        }
+        while let Some(n) = events.next().await {
+            let e = &n.event;
+            let relevant = match e.kind {
+                EventKind::System => true,
+                EventKind::Message => e.finality != Some(Finality::None),
+                EventKind::Trace => false,
+            };
+            if !relevant {
+                continue;
+            }
+            match self.client.get_conversation(&n.conversation_id).await {
+                Ok(s) => self.consider(&s, &handled),
+                Err(err) => tracing::debug!(error = %err, "guidance not read"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the agent if this snapshot says the turn is its own and it was not taken yet.
+    fn consider(&self, s: &Snapshot, handled: &Arc<Mutex<HashSet<(String, u64)>>>) {
+        let me = self.client.agent_id();
+        if s.guidance.status != GuidanceStatus::MaySpeak || s.speaker.as_deref() != Some(me) {
+            return;
+        }
+        let key = (s.conversation_id.clone(), s.turn);
+        let fresh = handled.lock().map(|mut h| h.insert(key)).unwrap_or(false);
+        if !fresh {
+            return;
+        }
+        let a = Assignment {
+            conversation_id: s.conversation_id.clone(),
+            agent_id: me.to_string(),
+            turn: s.turn,
+            deadline: deadline_from(s.guidance.deadline.as_deref(), self.default_timeout),
+            since_seq: 0,
+        };
+        let this = self.clone();
+        let handled = handled.clone();
+        tokio::spawn(async move {
+            let report = this
+                .core
+                .run(this.agent.as_ref(), this.client.clone(), &a)
+                .await;
+            if report == RunReport::AlreadyRunning {
+                // Let a later event try this turn again.
+                if let Ok(mut h) = handled.lock() {
+                    h.remove(&(a.conversation_id.clone(), a.turn));
+                }
+            }
+            tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "pulled turn ran");
+        });
+    }
+}
