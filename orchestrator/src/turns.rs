@@ -198,6 +198,7 @@ impl Turns {
             });
             return;
         }
+        tracing::debug!(conversation = %conv.id, %agent, turn = core.turn, "turn to offer");
         let me = self.clone();
         let conv = conv.clone();
         tokio::spawn(async move { me.offer(conv, agent, core.turn).await });
@@ -320,6 +321,7 @@ impl Turns {
                 since_seq: 0,
             };
             self.stats.offers.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(conversation = %conv.id, %agent, turn, replica, claim = %claim_id, "turn offered");
             if tx.send(offer).is_err() {
                 self.drop_claim(&claim_id);
                 tried.insert(replica);
@@ -395,7 +397,8 @@ impl Turns {
         if c.agent != agent || !turn_open(&c.conv.core(), agent, c.turn) {
             return Err(not_found());
         }
-        let deadline_ms = match *c.state.borrow() {
+        let state = *c.state.borrow();
+        let deadline_ms = match state {
             ClaimState::Gone => return Err(not_found()),
             ClaimState::Claimed { deadline_ms } => deadline_ms,
             ClaimState::Offered => {

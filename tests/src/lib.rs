@@ -11,10 +11,15 @@
 //! - `tests/fanout.rs`: slow subscribers resumed from the log.
 //! - `python/`: black-box clients in Python against the release binary.
 
+pub mod proxy;
+
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sdk::{Agent, WsConfig, WsJsonRpcClient};
+use executors::ExecPolicy;
 use futures::{SinkExt, StreamExt};
 use jsonrpsee::core::client::ClientT;
 use jsonrpsee::core::traits::ToRpcParams;
@@ -23,6 +28,7 @@ use orchestrator::config::Limits;
 use orchestrator::server::{self, RunningServer};
 use orchestrator::service::Orchestrator;
 use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::turns::TurnConfig;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -39,6 +45,16 @@ impl ToRpcParams for P {
     }
 }
 
+/// Internal agents by id.
+#[derive(Clone, Default)]
+pub struct Agents(pub HashMap<String, Arc<dyn Agent>>);
+
+impl std::fmt::Debug for Agents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
 /// A running server over its own database, with tokens for `admin` (an admin), `alice`,
 /// `bob` and `carol`.
 #[derive(Debug)]
@@ -51,6 +67,10 @@ pub struct TestServer {
     pub tokens: std::collections::HashMap<String, String>,
     /// The limits it runs with.
     pub limits: Limits,
+    /// How turns are handed out.
+    pub turn_config: TurnConfig,
+    /// Agents run inside the server (started again after each restart).
+    pub agents: Agents,
     _dir: tempfile::TempDir,
 }
 
@@ -62,6 +82,15 @@ impl TestServer {
 
     /// Starts a server with these limits.
     pub async fn with_limits(limits: Limits) -> TestServer {
+        TestServer::with_options(limits, TurnConfig::default(), HashMap::new()).await
+    }
+
+    /// Starts a server with a turn configuration and internal agents.
+    pub async fn with_options(
+        limits: Limits,
+        turn_config: TurnConfig,
+        agents: HashMap<String, Arc<dyn Agent>>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("test.db");
         let store = SqliteStore::open(&db, Synchronous::Normal).expect("open store");
@@ -80,6 +109,8 @@ impl TestServer {
             db,
             tokens,
             limits,
+            turn_config,
+            agents: Agents(agents),
             _dir: dir,
         };
         ts.boot().await;
@@ -88,7 +119,11 @@ impl TestServer {
 
     async fn boot(&mut self) {
         let store = Arc::new(SqliteStore::open(&self.db, Synchronous::Normal).expect("open store"));
-        let orch = Orchestrator::open(store, self.limits.clone()).expect("open orchestrator");
+        let orch = Orchestrator::open_with(store, self.limits.clone(), self.turn_config.clone())
+            .expect("open orchestrator");
+        if !self.agents.0.is_empty() {
+            orch.start_agents(self.agents.0.clone(), ExecPolicy::default());
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -137,6 +172,14 @@ impl TestServer {
             .expect("authenticate");
         assert_eq!(r["agentId"], agent);
         c
+    }
+
+    /// An SDK client authenticated as `agent` (at `url`, or the server's own URL).
+    pub async fn sdk(&self, agent: &str, url: Option<String>) -> WsJsonRpcClient {
+        let mut config = WsConfig::new(url.unwrap_or_else(|| self.url()), self.token(agent));
+        config.backoff_min = Duration::from_millis(10);
+        config.backoff_max = Duration::from_millis(200);
+        WsJsonRpcClient::connect(config).await.expect("sdk connect")
     }
 
     /// A raw WebSocket, not authenticated.
