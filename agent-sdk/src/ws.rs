@@ -202,7 +202,8 @@ impl WsJsonRpcClient {
 
 /// Opens a socket and authenticates on it.
 async fn open(config: &WsConfig) -> ClientResult<(Ws, String)> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(config.url.as_str())
+    // Nagle's algorithm off: calls and answers are small frames that must leave at once.
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(config.url.as_str(), None, true)
         .await
         .map_err(|e| ClientError::Transport(format!("connect {}: {e}", config.url)))?;
     let req = json!({"jsonrpc": "2.0", "id": 0, "method": names::AUTHENTICATE, "params": {"token": config.token}});

@@ -1,6 +1,7 @@
 //! The executor core: how one turn is run, whoever triggered it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,18 +66,32 @@ pub enum RunReport {
 #[derive(Debug, Default)]
 pub struct ExecutorCore {
     policy: ExecPolicy,
-    running: Mutex<HashSet<(String, String)>>,
+    slots: Mutex<HashMap<(String, String), Arc<Slot>>>,
+}
+
+/// One (conversation, agent): the invocation running (its turn, 0 for none), and a lock that
+/// makes a later turn wait for an earlier invocation to finish.
+#[derive(Debug, Default)]
+struct Slot {
+    lock: tokio::sync::Mutex<()>,
+    turn: AtomicU64,
 }
 
 struct Running<'a> {
     core: &'a ExecutorCore,
     key: (String, String),
+    slot: Arc<Slot>,
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        if let Ok(mut r) = self.core.running.lock() {
-            r.remove(&self.key);
+        self.slot.turn.store(0, Ordering::Release);
+        if let Ok(mut slots) = self.core.slots.lock() {
+            // Forget the slot when nobody waits for it (the map, the running call's own handle
+            // and this one are the only holders).
+            if Arc::strong_count(&self.slot) <= 3 {
+                slots.remove(&self.key);
+            }
         }
     }
 }
@@ -109,12 +124,13 @@ impl ExecutorCore {
     pub fn new(policy: ExecPolicy) -> Self {
         ExecutorCore {
             policy,
-            running: Mutex::default(),
+            slots: Mutex::default(),
         }
     }
 
     /// Runs `agent` for the assignment, through `client`. At most one invocation per
-    /// (conversation, agent) runs at a time; a second call meanwhile returns `AlreadyRunning`.
+    /// (conversation, agent) runs at a time: a call for the turn already running returns
+    /// `AlreadyRunning`; a call for another turn waits for the running one to finish.
     pub async fn run(
         &self,
         agent: &dyn Agent,
@@ -122,23 +138,30 @@ impl ExecutorCore {
         a: &Assignment,
     ) -> RunReport {
         let key = (a.conversation_id.clone(), a.agent_id.clone());
-        {
-            let Ok(mut r) = self.running.lock() else {
+        let slot = {
+            let Ok(mut slots) = self.slots.lock() else {
                 return RunReport::Failed("executor state poisoned".into());
             };
-            if !r.insert(key.clone()) {
-                return RunReport::AlreadyRunning;
-            }
+            slots.entry(key.clone()).or_default().clone()
+        };
+        if slot.turn.load(Ordering::Acquire) == a.turn {
+            return RunReport::AlreadyRunning;
         }
-        let _running = Running { core: self, key };
+        let Ok(_guard) = tokio::time::timeout_at(a.deadline, slot.lock.lock()).await else {
+            return RunReport::DeadlineExceeded;
+        };
+        slot.turn.store(a.turn, Ordering::Release);
+        let _running = Running {
+            core: self,
+            key,
+            slot: slot.clone(),
+        };
         let mut last_error = String::new();
         for attempt in 1..=self.policy.max_attempts.max(1) {
-            if !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
-                return if attempt == 1 {
-                    RunReport::NotMine
-                } else {
-                    RunReport::Failed(last_error)
-                };
+            // The first attempt comes straight from an assignment, a claim or fresh guidance;
+            // its start trace (which names the turn) fails if the turn has moved on since.
+            if attempt > 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
+                return RunReport::Failed(last_error);
             }
             let ctx = AgentContext::new(
                 client.clone(),

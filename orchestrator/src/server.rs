@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use jsonrpsee::server::{
     stop_channel, BatchRequestConfig, PingConfig, ServerConfig, ServerHandle, StopHandle,
@@ -114,6 +115,12 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
     let addr = listener.local_addr()?;
     let (http_stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
+        // Small frames (a claim, a reply) must not wait for Nagle's algorithm.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
+        });
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stopped.await;
