@@ -550,3 +550,48 @@ async fn ws_client_resumes_across_cut_connections_with_no_gap_duplicate_or_doubl
         watcher.stats().duplicates_dropped.load(Ordering::Relaxed)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_outlives_a_cut_connection_and_sees_the_change() {
+    let server = TestServer::start().await;
+    server.create("wait", &["alice", "bob"]).await;
+    let proxy = Proxy::start(server.running().local_addr()).await;
+    let alice = server.sdk("alice", Some(proxy.rpc_url())).await;
+    let head = alice
+        .get_conversation("wait")
+        .await
+        .expect("snapshot")
+        .latest_seq;
+    let waiting = tokio::spawn({
+        let alice = alice.clone();
+        async move {
+            alice
+                .wait_for_change(WaitForChangeParams {
+                    conversation_id: "wait".into(),
+                    since_seq: head,
+                    timeout_ms: 30_000,
+                })
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(proxy.cut() > 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bob = server.sdk("bob", None).await;
+    bob.send_message(SendMessageParams {
+        conversation_id: "wait".into(),
+        payload: MessagePayload::text("now"),
+        finality: Finality::None,
+        turn_hint: None,
+        client_request_id: None,
+    })
+    .await
+    .expect("post");
+    let r = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("the wait ends")
+        .unwrap()
+        .expect("wait");
+    assert!(!r.timed_out);
+    assert_eq!(r.latest_seq, head + 1);
+}
