@@ -595,3 +595,89 @@ async fn a_long_wait_outlives_a_cut_connection_and_sees_the_change() {
     assert!(!r.timed_out);
     assert_eq!(r.latest_seq, head + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_executor_across_cut_connections_misses_no_turn_and_takes_none_twice() {
+    const ROUNDS: u64 = 30;
+    let server = TestServer::start().await;
+    let proxy = Proxy::start(server.running().local_addr()).await;
+    let bob = server.sdk("bob", Some(proxy.rpc_url())).await;
+    let exec = ExternalExecutor::new(
+        Arc::new(bob.clone()),
+        Arc::new(Behaviours),
+        Arc::new(ExecutorCore::default()),
+    );
+    let pull = tokio::spawn(async move { exec.run_pull().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let admin = server.sdk("admin", None).await;
+    admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some("pull-cuts".into()),
+            scenario: Some(scenario("20s")),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+    let alice = server.sdk("alice", None).await;
+    for round in 0..ROUNDS {
+        let turn = 1 + 2 * round;
+        alice
+            .send_message(SendMessageParams {
+                conversation_id: "pull-cuts".into(),
+                payload: MessagePayload::text("reply"),
+                finality: Finality::Turn,
+                turn_hint: Some(TurnHint { turn }),
+                client_request_id: Some(format!("ask-{round}")),
+            })
+            .await
+            .expect("ask");
+        // Cut bob's connection at a different moment of most turns: before he hears of it,
+        // while he answers, or as his answer lands.
+        if round % 3 != 2 {
+            let pause = rand::rng().random_range(0..4);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            proxy.cut();
+        }
+        // Bob's reply hands the turn back to alice.
+        let until = tokio::time::Instant::now() + WAIT;
+        loop {
+            let s = alice.get_conversation("pull-cuts").await.expect("snapshot");
+            if s.turn > turn + 1 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "turn {} was not answered",
+                turn + 1
+            );
+            let _ = alice
+                .wait_for_change(WaitForChangeParams {
+                    conversation_id: "pull-cuts".into(),
+                    since_seq: s.latest_seq,
+                    timeout_ms: 200,
+                })
+                .await;
+        }
+    }
+    pull.abort();
+    let log = log_of(&admin, "pull-cuts").await;
+    let replies: Vec<u64> = log
+        .iter()
+        .filter(|e| e.kind == EventKind::Message && e.author == "bob")
+        .map(|e| e.turn)
+        .collect();
+    assert_eq!(
+        replies,
+        (1..=ROUNDS).map(|r| 2 * r).collect::<Vec<_>>(),
+        "one reply per turn of bob's"
+    );
+    let starts = log
+        .iter()
+        .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_start")
+        .count() as u64;
+    assert_eq!(starts, ROUNDS, "each turn was taken once");
+    assert!(
+        bob.stats().reconnects.load(Ordering::Relaxed) > 0,
+        "no connection was cut"
+    );
+}
