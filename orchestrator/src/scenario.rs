@@ -1,67 +1,27 @@
-//! Inline scenarios of `createConversation`: participants, a speaker policy, a turn timeout.
+//! Scenarios: reading and checking [`ScenarioSpec`]s (inline in `createConversation`, or from
+//! YAML files), and compiling them into the [`TurnPolicy`] the state machine follows.
 //!
-//! This is the subset the executors need (who takes part, who speaks when, how long a turn
-//! may take); stop conditions, selector rules, approvals and YAML files extend it. A scenario is
-//! checked completely before anything is created; a bad one is refused with `-32602`, the path
-//! of the offending field and the reason.
+//! A scenario is checked completely before anything is created; a bad one is refused with
+//! `-32602`, the path of the offending field and the reason (in the message and in
+//! `error.data`).
 
 use std::time::Duration;
 
+use proto_spec::scenario::{json_path, valid_path, MatchOp, OnTimeout, Order, ScenarioSpec};
 use proto_spec::{ErrorCode, RpcError};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::state::TurnPolicy;
 
-/// A parsed scenario.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A checked scenario.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
+    /// The scenario as given (kept in the `created` event).
+    pub spec: ScenarioSpec,
     /// The agents that take part, in order.
     pub participants: Vec<String>,
-    /// The speaker policy (absent: every participant may speak at any time).
+    /// The policy (`None`: no order and no stop condition).
     pub policy: Option<TurnPolicy>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    #[serde(default)]
-    name: Option<String>,
-    participants: Vec<RawParticipant>,
-    #[serde(default)]
-    policy: Option<RawPolicy>,
-    #[serde(default)]
-    turn: Option<RawTurn>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawParticipant {
-    Id(String),
-    Full(FullParticipant),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FullParticipant {
-    id: String,
-    #[serde(default)]
-    external: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    order: String,
-    #[serde(default)]
-    first: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTurn {
-    #[serde(default)]
-    timeout: Option<Value>,
 }
 
 fn bad(path: &str, why: impl Into<String>) -> RpcError {
@@ -86,85 +46,290 @@ pub fn parse_duration(v: &Value) -> Result<Duration, String> {
         .map_err(|_| format!("{s:?} is not a duration such as \"30s\""))?;
     let ms = match unit.trim() {
         "ms" => n,
-        "s" | "" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
+        "s" | "" => n.saturating_mul(1000),
+        "m" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
         other => return Err(format!("unknown unit {other:?} (ms, s, m, h)")),
     };
     Ok(Duration::from_millis(ms))
 }
 
+fn duration_ms(v: &Option<Value>, path: &str) -> Result<Option<u64>, RpcError> {
+    match v {
+        None => Ok(None),
+        Some(v) => {
+            let d = parse_duration(v).map_err(|e| bad(path, e))?;
+            if d.is_zero() {
+                return Err(bad(path, "must be more than zero"));
+            }
+            Ok(Some(d.as_millis() as u64))
+        }
+    }
+}
+
+/// The internal kinds this server runs, and the settings each takes.
+const KINDS: &[(&str, &[&str])] = &[("scripted", &["replies"])];
+
+fn check_participant(
+    i: usize,
+    kind: Option<&str>,
+    external: bool,
+    config: &Map<String, Value>,
+) -> Result<(), RpcError> {
+    let at = |f: &str| format!(".participants[{i}]{f}");
+    match (kind, external) {
+        (Some(_), true) => {
+            return Err(bad(
+                &at(".external"),
+                "a participant is either external or of an internal kind",
+            ))
+        }
+        (None, _) => {
+            if let Some(k) = config.keys().next() {
+                return Err(bad(
+                    &at(&format!(".{k}")),
+                    "an external participant takes no settings",
+                ));
+            }
+            return Ok(());
+        }
+        (Some(_), false) => {}
+    }
+    let kind = kind.unwrap_or_default();
+    let Some((_, fields)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+        let known: Vec<&str> = KINDS.iter().map(|(k, _)| *k).collect();
+        return Err(bad(
+            &at(".kind"),
+            format!(
+                "{kind:?} is not a kind this server runs ({})",
+                known.join(", ")
+            ),
+        ));
+    };
+    for k in config.keys() {
+        if !fields.contains(&k.as_str()) {
+            return Err(bad(
+                &at(&format!(".{k}")),
+                format!("unknown setting for kind {kind} ({})", fields.join(", ")),
+            ));
+        }
+    }
+    if kind == "scripted" {
+        let replies = config.get("replies").and_then(Value::as_array);
+        match replies {
+            Some(r) if !r.is_empty() && r.iter().all(Value::is_string) => {}
+            _ => {
+                return Err(bad(
+                    &at(".replies"),
+                    "a scripted participant needs a non-empty list of texts",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Scenario {
-    /// Parses and checks an inline scenario.
+    /// Parses and checks a scenario given as JSON (inline, or read from YAML).
     pub fn parse(v: &Value) -> Result<Scenario, RpcError> {
-        let raw: Raw = serde_json::from_value(v.clone()).map_err(|e| bad("", e.to_string()))?;
-        let _ = raw.name;
-        if raw.participants.is_empty() {
+        let spec: ScenarioSpec =
+            serde_json::from_value(v.clone()).map_err(|e| bad("", e.to_string()))?;
+        Scenario::check(spec)
+    }
+
+    /// Parses and checks a scenario file's text (YAML, which includes JSON).
+    pub fn from_yaml(text: &str) -> Result<Scenario, RpcError> {
+        let v: Value =
+            serde_norway::from_str(text).map_err(|e| bad("", format!("not valid YAML: {e}")))?;
+        Scenario::parse(&v)
+    }
+
+    /// Checks a parsed scenario.
+    pub fn check(spec: ScenarioSpec) -> Result<Scenario, RpcError> {
+        if spec.participants.is_empty() {
             return Err(bad(".participants", "at least one participant is needed"));
         }
-        let mut participants = Vec::new();
-        for (i, p) in raw.participants.into_iter().enumerate() {
-            let id = match p {
-                RawParticipant::Id(id) => id,
-                RawParticipant::Full(f) => {
-                    let _ = f.external;
-                    f.id
-                }
-            };
+        let mut participants: Vec<String> = Vec::new();
+        for (i, p) in spec.participants.iter().enumerate() {
+            let id = p.id().to_string();
+            if !crate::auth::valid_id(&id) || id == proto_spec::ORCHESTRATOR_AUTHOR {
+                return Err(bad(
+                    &format!(".participants[{i}].id"),
+                    format!("{id:?} is not a usable agent id"),
+                ));
+            }
             if participants.contains(&id) {
                 return Err(bad(
                     &format!(".participants[{i}].id"),
                     format!("{id:?} is listed twice"),
                 ));
             }
+            if let proto_spec::scenario::ParticipantSpec::Full(f) = p {
+                check_participant(i, f.kind.as_deref(), f.external, &f.config)?;
+            }
             participants.push(id);
         }
-        let timeout_ms = match raw.turn.and_then(|t| t.timeout) {
-            Some(t) => {
-                let d = parse_duration(&t).map_err(|e| bad(".turn.timeout", e))?;
-                if d.is_zero() {
-                    return Err(bad(".turn.timeout", "must be more than zero"));
-                }
-                Some(d.as_millis() as u64)
-            }
-            None => None,
-        };
-        let policy = match raw.policy {
-            None => None,
-            Some(p) => {
-                if p.order != "round_robin" {
-                    return Err(bad(
-                        ".policy.order",
-                        format!(
-                            "{:?} is not supported by this server (round_robin is)",
-                            p.order
-                        ),
-                    ));
-                }
-                let first = p.first.unwrap_or_else(|| participants[0].clone());
-                if !participants.contains(&first) {
-                    return Err(bad(
-                        ".policy.first",
-                        format!("{first:?} is not a participant"),
-                    ));
-                }
-                Some(TurnPolicy {
-                    order: p.order,
-                    speakers: participants.clone(),
-                    first,
-                    timeout_ms,
-                })
-            }
-        };
-        if policy.is_none() && timeout_ms.is_some() {
-            return Err(bad(
-                ".turn.timeout",
-                "a turn timeout needs a speaker policy",
-            ));
+        let known = |id: &str| participants.iter().any(|p| p == id);
+        let turn = spec.turn.clone().unwrap_or_default();
+        let stop = spec.stop.clone().unwrap_or_default();
+        let timeout_ms = duration_ms(&turn.timeout, ".turn.timeout")?;
+        if turn.on_timeout.is_some() && timeout_ms.is_none() {
+            return Err(bad(".turn.onTimeout", "needs turn.timeout"));
         }
+        let idle_timeout_ms = duration_ms(&stop.idle_timeout, ".stop.idleTimeout")?;
+        let max_duration_ms = duration_ms(&stop.max_duration, ".stop.maxDuration")?;
+        if stop.max_turns == Some(0) {
+            return Err(bad(".stop.maxTurns", "must be at least 1"));
+        }
+        if stop.on_text.as_deref() == Some("") {
+            return Err(bad(".stop.onText", "must not be empty"));
+        }
+        let mut policy = TurnPolicy {
+            order: None,
+            speakers: participants.clone(),
+            sequence: Vec::new(),
+            first: participants[0].clone(),
+            rules: Vec::new(),
+            approvals: Vec::new(),
+            timeout_ms,
+            on_timeout: turn.on_timeout.unwrap_or(OnTimeout::Skip),
+            max_turns: stop.max_turns,
+            on_text: stop.on_text.clone(),
+            idle_timeout_ms,
+            max_duration_ms,
+        };
+        match &spec.policy {
+            None => {
+                if timeout_ms.is_some() {
+                    return Err(bad(
+                        ".turn.timeout",
+                        "a turn timeout needs a speaker policy",
+                    ));
+                }
+            }
+            Some(p) => {
+                policy.order = Some(p.order);
+                for (i, s) in p.sequence.iter().enumerate() {
+                    if !known(s) {
+                        return Err(bad(
+                            &format!(".policy.sequence[{i}]"),
+                            format!("{s:?} is not a participant"),
+                        ));
+                    }
+                }
+                match (p.order, p.sequence.is_empty()) {
+                    (Order::Sequence, true) => {
+                        return Err(bad(
+                            ".policy.sequence",
+                            "a sequence order needs the list of speakers",
+                        ))
+                    }
+                    (Order::Sequence, false) => policy.first = p.sequence[0].clone(),
+                    (_, false) => {
+                        return Err(bad(
+                            ".policy.sequence",
+                            "only a sequence order takes a sequence",
+                        ))
+                    }
+                    _ => {}
+                }
+                if let Some(first) = &p.first {
+                    if !known(first) {
+                        return Err(bad(
+                            ".policy.first",
+                            format!("{first:?} is not a participant"),
+                        ));
+                    }
+                    if p.order == Order::Sequence && *first != p.sequence[0] {
+                        return Err(bad(
+                            ".policy.first",
+                            "a sequence starts with its first speaker",
+                        ));
+                    }
+                    policy.first = first.clone();
+                }
+                if p.order == Order::Rules && p.rules.is_empty() {
+                    return Err(bad(
+                        ".policy.rules",
+                        "a rules order needs at least one rule",
+                    ));
+                }
+                for (i, r) in p.rules.iter().enumerate() {
+                    if !known(&r.next) {
+                        return Err(bad(
+                            &format!(".policy.rules[{i}].next"),
+                            format!("{:?} is not a participant", r.next),
+                        ));
+                    }
+                    if let Some(a) = &r.when.author {
+                        if !known(a) {
+                            return Err(bad(
+                                &format!(".policy.rules[{i}].when.author"),
+                                format!("{a:?} is not a participant"),
+                            ));
+                        }
+                    }
+                    for (j, m) in r.when.matches.iter().enumerate() {
+                        let at = format!(".policy.rules[{i}].when.match[{j}]");
+                        if !valid_path(&m.path) {
+                            return Err(bad(
+                                &format!("{at}.path"),
+                                format!("{:?} is not a path such as $.data.tool", m.path),
+                            ));
+                        }
+                        match (m.op, &m.value) {
+                            (MatchOp::Exists, Some(_)) => {
+                                return Err(bad(&format!("{at}.value"), "exists takes no value"))
+                            }
+                            (MatchOp::Exists, None) => {}
+                            (MatchOp::ContainsAny, Some(Value::Array(_))) => {}
+                            (MatchOp::ContainsAny, _) => {
+                                return Err(bad(
+                                    &format!("{at}.value"),
+                                    "contains_any takes a list",
+                                ))
+                            }
+                            (_, None) => {
+                                return Err(bad(
+                                    &format!("{at}.value"),
+                                    "this operator needs a value",
+                                ))
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                for (i, a) in p.approvals.iter().enumerate() {
+                    for (field, id) in [("before", &a.before), ("approver", &a.approver)] {
+                        if !known(id) {
+                            return Err(bad(
+                                &format!(".policy.approvals[{i}].{field}"),
+                                format!("{id:?} is not a participant"),
+                            ));
+                        }
+                    }
+                    if a.before == a.approver {
+                        return Err(bad(
+                            &format!(".policy.approvals[{i}].approver"),
+                            "a participant cannot approve itself",
+                        ));
+                    }
+                }
+                policy.sequence = p.sequence.clone();
+                policy.rules = p.rules.clone();
+                policy.approvals = p.approvals.clone();
+            }
+        }
+        let has_policy = policy.order.is_some()
+            || policy.max_turns.is_some()
+            || policy.on_text.is_some()
+            || policy.idle_timeout_ms.is_some()
+            || policy.max_duration_ms.is_some();
+        let _ = json_path;
         Ok(Scenario {
+            spec,
             participants,
-            policy,
+            policy: has_policy.then_some(policy),
         })
     }
 }
@@ -173,33 +338,94 @@ impl Scenario {
 mod tests {
     use super::*;
 
+    fn path_of(v: Value) -> String {
+        let e = Scenario::parse(&v).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidParams);
+        e.data.unwrap()["path"].as_str().unwrap().to_string()
+    }
+
     #[test]
-    fn parses_round_robin_with_timeout() {
+    fn parses_a_full_scenario() {
         let s = Scenario::parse(&json!({
-            "participants": ["a", {"id": "b", "external": true}],
-            "policy": {"order": "round_robin", "first": "b"},
-            "turn": {"timeout": "2s"}
+            "name": "review",
+            "participants": [{"id": "writer", "kind": "scripted", "replies": ["v1"]}, "critic", {"id": "alice", "external": true}],
+            "policy": {"order": "round_robin", "first": "critic",
+                       "rules": [{"when": {"schema": "tool.request.v1", "match": [{"path": "$.data.tool", "op": "eq", "value": "calc"}]}, "next": "writer"}],
+                       "approvals": [{"before": "critic", "approver": "alice"}]},
+            "stop": {"maxTurns": 20, "idleTimeout": "5m", "maxDuration": "1h", "onText": "TERMINATE"},
+            "turn": {"timeout": "2s", "onTimeout": "retry"}
         }))
         .unwrap();
-        assert_eq!(s.participants, vec!["a", "b"]);
+        assert_eq!(s.participants, vec!["writer", "critic", "alice"]);
         let p = s.policy.unwrap();
-        assert_eq!(p.first, "b");
+        assert_eq!(p.first, "critic");
         assert_eq!(p.timeout_ms, Some(2000));
+        assert_eq!(p.on_timeout, OnTimeout::Retry);
+        assert_eq!(p.idle_timeout_ms, Some(300_000));
+        assert_eq!(p.max_duration_ms, Some(3_600_000));
     }
 
     #[test]
     fn names_the_bad_field() {
-        let e = Scenario::parse(
-            &json!({"participants": ["a"], "policy": {"order": "round_robin", "first": "z"}}),
-        )
-        .unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidParams);
-        assert_eq!(e.data.unwrap()["path"], "scenario.policy.first");
-        let e = Scenario::parse(&json!({"participants": ["a"], "policy": {"order": "round_robin"}, "turn": {"timeout": "2 weeks"}})).unwrap_err();
-        assert_eq!(e.data.unwrap()["path"], "scenario.turn.timeout");
-        let e = Scenario::parse(&json!({"participants": ["a", "a"]})).unwrap_err();
-        assert_eq!(e.data.unwrap()["path"], "scenario.participants[1].id");
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a"], "policy": {"order": "round_robin", "first": "z"}})
+            ),
+            "scenario.policy.first"
+        );
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a"], "policy": {"order": "round_robin"}, "turn": {"timeout": "2 weeks"}})
+            ),
+            "scenario.turn.timeout"
+        );
+        assert_eq!(
+            path_of(json!({"participants": ["a", "a"]})),
+            "scenario.participants[1].id"
+        );
+        assert_eq!(
+            path_of(json!({"participants": [{"id": "a", "kind": "wizard"}]})),
+            "scenario.participants[0].kind"
+        );
+        assert_eq!(
+            path_of(json!({"participants": [{"id": "a", "kind": "scripted", "replies": []}]})),
+            "scenario.participants[0].replies"
+        );
+        assert_eq!(
+            path_of(json!({"participants": ["a"], "policy": {"order": "sequence"}})),
+            "scenario.policy.sequence"
+        );
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a"], "policy": {"order": "rules", "rules": [{"when": {"match": [{"path": "data", "op": "eq", "value": 1}]}, "next": "a"}]}})
+            ),
+            "scenario.policy.rules[0].when.match[0].path"
+        );
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a", "b"], "policy": {"order": "round_robin", "approvals": [{"before": "a", "approver": "c"}]}})
+            ),
+            "scenario.policy.approvals[0].approver"
+        );
+        assert_eq!(
+            path_of(json!({"participants": ["a"], "stop": {"maxTurns": 0}})),
+            "scenario.stop.maxTurns"
+        );
         let e = Scenario::parse(&json!({"participants": ["a"], "surprise": 1})).unwrap_err();
         assert!(e.message.contains("surprise"), "{}", e.message);
+        assert_eq!(
+            path_of(json!({"participants": ["a"], "policy": {"order": "loudest"}})),
+            "scenario"
+        );
+    }
+
+    #[test]
+    fn reads_yaml() {
+        let s = Scenario::from_yaml(
+            "participants: [a, b]\npolicy:\n  order: round_robin\nstop:\n  maxTurns: 4\n",
+        )
+        .unwrap();
+        assert_eq!(s.policy.unwrap().max_turns, Some(4));
+        assert!(Scenario::from_yaml("participants: [a\n").is_err());
     }
 }

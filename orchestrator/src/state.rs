@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use proto_spec::scenario::{ApprovalSpec, OnTimeout, Order, RuleSpec};
 use proto_spec::{
     AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, RpcError,
     ORCHESTRATOR_AUTHOR,
@@ -196,33 +197,140 @@ pub struct Core {
     pub paused: bool,
     /// How long the current speaker has, from its `next_speaker` event (a policy's turn timeout).
     pub turn_timeout_ms: Option<u64>,
+    /// The speaker waiting for approval, while its approver holds the turn.
+    pub pending_approval: Option<String>,
+    /// In a `sequence` order: the position of the current speaker.
+    pub sequence_pos: Option<usize>,
 }
 
-/// Who speaks next, decided in the state machine and logged as `next_speaker` system events in
-/// the same transaction as the message that closes a turn (invariant 7).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// Who speaks next and when the conversation stops, decided in the state machine and logged as
+/// system events (`next_speaker`, `approval_requested`) or as the orchestrator's closing message,
+/// in the same transaction as the message that closes a turn (invariant 7). It is recorded in
+/// the conversation's `created` event, so recovery rebuilds it from the log.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnPolicy {
-    /// `round_robin`: the participant after the last speaker, in this order.
-    pub order: String,
-    /// The speakers, in order.
+    /// The order; `None`: every participant may speak at any time (stop conditions still hold).
+    #[serde(default)]
+    pub order: Option<Order>,
+    /// The speakers, in participant order.
+    #[serde(default)]
     pub speakers: Vec<String>,
+    /// The speakers of a `sequence` order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sequence: Vec<String>,
     /// Who takes turn 1.
+    #[serde(default)]
     pub first: String,
+    /// Selector rules, tried before the order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSpec>,
+    /// Approval checkpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalSpec>,
     /// Each turn's timeout, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What a turn timeout does.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    /// Close after this many turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u64>,
+    /// Close when a turn-closing message contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_text: Option<String>,
+    /// Close after this long without an append (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Close this long after creation (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
+}
+
+/// What the policy decides after a turn ends.
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    /// Give the next turn to this speaker (with extra fields for the `next_speaker` event).
+    Speaker(String, Value),
+    /// Close the conversation, for this reason.
+    Stop(String),
+    /// Nothing to decide (no order: the floor is open).
+    Open,
 }
 
 impl TurnPolicy {
-    /// The speaker after `author`.
-    fn after(&self, author: &str) -> &str {
+    /// The speaker after `author` in participant order.
+    fn after(&self, author: &str) -> String {
         let i = self.speakers.iter().position(|s| s == author);
         match i {
-            Some(i) => &self.speakers[(i + 1) % self.speakers.len()],
-            None => &self.first,
+            Some(i) => self.speakers[(i + 1) % self.speakers.len()].clone(),
+            None => self.first.clone(),
         }
     }
+
+    /// The next speaker by the order alone, after `author` held the turn (`sequence_pos` is the
+    /// position in `sequence` of the turn that ended).
+    fn by_order(
+        &self,
+        author: &str,
+        payload: Option<&Value>,
+        sequence_pos: Option<usize>,
+    ) -> Decision {
+        match self.order {
+            None => Decision::Open,
+            Some(Order::RoundRobin) => Decision::Speaker(self.after(author), Value::Null),
+            Some(Order::Addressed) => {
+                let addressed = payload.and_then(|p| self.addressed(author, p));
+                Decision::Speaker(addressed.unwrap_or_else(|| self.after(author)), Value::Null)
+            }
+            Some(Order::Sequence) => {
+                let next = sequence_pos.map_or(0, |p| p + 1);
+                match self.sequence.get(next) {
+                    Some(s) => Decision::Speaker(s.clone(), json!({"position": next})),
+                    None => Decision::Stop("sequence_done".into()),
+                }
+            }
+            Some(Order::Rules) => Decision::Stop("no_rule_matched".into()),
+        }
+    }
+
+    /// The participant a message addresses: its first `to`, or the first `@id` it mentions.
+    fn addressed(&self, author: &str, payload: &Value) -> Option<String> {
+        let known = |id: &str| id != author && self.speakers.iter().any(|s| s == id);
+        if let Some(to) = payload.get("to").and_then(Value::as_array) {
+            if let Some(id) = to.iter().filter_map(Value::as_str).find(|id| known(id)) {
+                return Some(id.to_string());
+            }
+        }
+        let text = payload.get("text").and_then(Value::as_str)?;
+        text.split('@').skip(1).find_map(|rest| {
+            let id: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || "._:-".contains(*c))
+                .collect();
+            let id = id.trim_end_matches(['.', ':']).to_string();
+            known(&id).then_some(id)
+        })
+    }
+
+    fn approver_of(&self, speaker: &str) -> Option<&str> {
+        self.approvals
+            .iter()
+            .find(|a| a.before == speaker)
+            .map(|a| a.approver.as_str())
+    }
+}
+
+/// Reads an approver's decision from its message: `data.decision`, or text starting with
+/// approve/reject (any case). Anything else counts as a rejection.
+fn approved(payload: &Value) -> bool {
+    if let Some(d) = payload.pointer("/data/decision").and_then(Value::as_str) {
+        return d.eq_ignore_ascii_case("approve") || d.eq_ignore_ascii_case("approved");
+    }
+    let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+    let t = text.trim_start().to_ascii_lowercase();
+    t.starts_with("approve") || t.starts_with("yes") || t.starts_with("lgtm")
 }
 
 /// A conversation's state, rebuilt from its log.
@@ -279,6 +387,8 @@ impl ConvState {
                 closed: false,
                 paused: false,
                 turn_timeout_ms: None,
+                pending_approval: None,
+                sequence_pos: None,
             },
             idem: HashMap::new(),
             policy: None,
@@ -317,22 +427,160 @@ impl ConvState {
         self.policy.as_ref()
     }
 
-    /// The policy's decision after `d`: who speaks in the turn that starts now.
-    fn decide(&self, d: &Draft) -> Option<Value> {
-        let policy = self.policy.as_ref()?;
-        if self.core.closed {
-            return None;
-        }
-        let next = match (d.kind, d.finality) {
-            (EventKind::Message, Some(Finality::Turn)) => policy.after(&d.author),
-            (EventKind::System, _) if self.core.speaker.is_none() && d.seq == 1 => &policy.first,
-            _ => return None,
+    /// The policy's decisions after `d` (already observed): the events that start the next
+    /// turn (`next_speaker`, with `approval_requested` before it at a checkpoint) or the
+    /// orchestrator's closing message.
+    fn decide(&self, d: &Draft) -> Vec<Draft> {
+        let Some(policy) = self.policy.as_ref() else {
+            return Vec::new();
         };
-        let mut payload = json!({"type": "next_speaker", "speaker": next, "turn": self.core.turn});
+        if self.core.closed {
+            return Vec::new();
+        }
+        let decision = match (d.kind, d.finality) {
+            (EventKind::Message, Some(Finality::Turn)) if d.author != ORCHESTRATOR_AUTHOR => {
+                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
+                self.after_message(policy, d, &payload)
+            }
+            (EventKind::System, _) => {
+                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
+                match payload.get("type").and_then(Value::as_str) {
+                    Some("created") if policy.order.is_some() => {
+                        let extra = if policy.order == Some(Order::Sequence) {
+                            json!({"position": 0})
+                        } else {
+                            Value::Null
+                        };
+                        Decision::Speaker(policy.first.clone(), extra)
+                    }
+                    Some("turn_timeout") => {
+                        let speaker = payload.get("speaker").and_then(Value::as_str).unwrap_or("");
+                        match policy.on_timeout {
+                            OnTimeout::End => Decision::Stop("turn_timeout".into()),
+                            OnTimeout::Retry => Decision::Speaker(
+                                speaker.to_string(),
+                                json!({"retry": true, "position": self.core.sequence_pos}),
+                            ),
+                            OnTimeout::Skip => {
+                                policy.by_order(speaker, None, self.core.sequence_pos)
+                            }
+                        }
+                    }
+                    Some("idle_timeout") => Decision::Stop("idle_timeout".into()),
+                    Some("max_duration") => Decision::Stop("max_duration".into()),
+                    _ => return Vec::new(),
+                }
+            }
+            _ => return Vec::new(),
+        };
+        let mut state = self.clone();
+        let mut out = Vec::new();
+        match decision {
+            Decision::Open => {}
+            Decision::Stop(reason) => {
+                let d = state.closing_draft(&reason);
+                out.push(d);
+            }
+            Decision::Speaker(speaker, extra) => {
+                let gate = state.core.pending_approval.is_none()
+                    && extra.get("approval").is_none()
+                    && policy.approver_of(&speaker).is_some();
+                if gate {
+                    let approver = policy.approver_of(&speaker).unwrap_or_default().to_string();
+                    let ask =
+                        json!({"type": "approval_requested", "for": speaker, "approver": approver});
+                    let d = state.system_draft(&ask);
+                    state.observe(&d);
+                    out.push(d);
+                    let d = state.speaker_draft(
+                        policy,
+                        &approver,
+                        json!({"reason": "approval", "for": speaker}),
+                    );
+                    out.push(d);
+                } else {
+                    let d = state.speaker_draft(policy, &speaker, extra);
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// What follows a participant's message that closed its turn.
+    fn after_message(&self, policy: &TurnPolicy, d: &Draft, payload: &Value) -> Decision {
+        if let Some(token) = &policy.on_text {
+            let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+            if text.contains(token.as_str()) {
+                return Decision::Stop("on_text".into());
+            }
+        }
+        if policy.max_turns.is_some_and(|max| d.turn >= max) {
+            return Decision::Stop("max_turns".into());
+        }
+        // An approver's answer decides the pending checkpoint.
+        if let Some(waiting) = &self.core.pending_approval {
+            if policy.approver_of(waiting) == Some(d.author.as_str()) {
+                return if approved(payload) {
+                    Decision::Speaker(waiting.clone(), json!({"approval": "approved"}))
+                } else {
+                    match policy.by_order(waiting, None, self.core.sequence_pos) {
+                        Decision::Speaker(next, mut extra) => {
+                            if !extra.is_object() {
+                                extra = json!({});
+                            }
+                            extra["approval"] = json!("rejected");
+                            extra["skipped"] = json!(waiting);
+                            Decision::Speaker(next, extra)
+                        }
+                        other => other,
+                    }
+                };
+            }
+        }
+        if let Some(rule) = policy
+            .rules
+            .iter()
+            .find(|r| r.when.matches(&d.author, payload))
+        {
+            return Decision::Speaker(rule.next.clone(), Value::Null);
+        }
+        policy.by_order(&d.author, Some(payload), self.core.sequence_pos)
+    }
+
+    fn speaker_draft(&self, policy: &TurnPolicy, speaker: &str, extra: Value) -> Draft {
+        let mut payload =
+            json!({"type": "next_speaker", "speaker": speaker, "turn": self.core.turn});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                if !v.is_null() {
+                    payload[k] = v;
+                }
+            }
+        }
         if let Some(t) = policy.timeout_ms {
             payload["timeoutMs"] = json!(t);
         }
-        Some(payload)
+        self.system_draft(&payload)
+    }
+
+    /// The orchestrator's message that closes the conversation.
+    fn closing_draft(&self, reason: &str) -> Draft {
+        let payload = json!({
+            "text": format!("The conversation ended: {}.", reason.replace('_', " ")),
+            "data": {"reason": reason},
+            "schema": "orchestrator.stop.v1"
+        });
+        Draft {
+            seq: self.core.head + 1,
+            kind: EventKind::Message,
+            author: ORCHESTRATOR_AUTHOR.to_string(),
+            turn: self.core.turn,
+            finality: Some(Finality::Conversation),
+            payload: to_raw(&payload),
+            client_request_id: None,
+            hash: None,
+        }
     }
 
     fn system_draft(&self, payload: &Value) -> Draft {
@@ -427,10 +675,9 @@ impl ConvState {
             duplicate: false,
         };
         self.observe(&first);
-        let decision = self.decide(&first);
+        let decisions = self.decide(&first);
         out.push(first);
-        if let Some(next) = decision {
-            let d = self.system_draft(&next);
+        for d in decisions {
             self.observe(&d);
             out.push(d);
         }
@@ -584,6 +831,24 @@ impl ConvState {
                             .and_then(Value::as_str)
                             .map(str::to_string);
                         c.turn_timeout_ms = payload.get("timeoutMs").and_then(Value::as_u64);
+                        if payload.get("reason").and_then(Value::as_str) != Some("approval") {
+                            c.pending_approval = None;
+                        }
+                        if let Some(p) = payload.get("position").and_then(Value::as_u64) {
+                            c.sequence_pos = Some(p as usize);
+                        }
+                    }
+                    Some("approval_requested") => {
+                        c.pending_approval = payload
+                            .get("for")
+                            .and_then(Value::as_str)
+                            .map(str::to_string);
+                    }
+                    Some("turn_timeout") => {
+                        // The turn ends without an answer; the policy decides what follows.
+                        c.turn = d.turn + 1;
+                        c.speaker = None;
+                        c.turn_timeout_ms = None;
                     }
                     Some("paused") => c.paused = true,
                     Some("resumed") => c.paused = false,

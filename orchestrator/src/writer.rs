@@ -48,8 +48,8 @@ pub enum Job {
         metadata: Option<Value>,
         /// Who creates it.
         created_by: String,
-        /// Its turn policy, if any.
-        policy: Option<TurnPolicy>,
+        /// Its turn policy, if any (boxed: it is large and rare).
+        policy: Option<Box<TurnPolicy>>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
@@ -202,7 +202,7 @@ impl WriterHandle {
                 participants,
                 metadata,
                 created_by,
-                policy,
+                policy: policy.map(Box::new),
                 reply,
             })
             .await
@@ -293,7 +293,7 @@ impl Writer {
                         &participants,
                         metadata.as_ref(),
                         &created_by,
-                        policy.as_ref(),
+                        policy.as_deref(),
                     );
                     let drafts = match state.apply(created) {
                         Ok(Applied::Append(d, _)) => d,

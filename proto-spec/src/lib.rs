@@ -36,6 +36,7 @@ pub mod error;
 pub mod event;
 pub mod guidance;
 pub mod method;
+pub mod scenario;
 pub mod spec;
 
 pub use error::{codes, ErrorCode, ErrorObject, RpcError};
