@@ -165,12 +165,24 @@ impl AgentClient for InProcessClient {
         self.o()?.claim_turn(&self.who, p).map_err(rpc)
     }
 
-    async fn pause_conversation(&self, _conversation_id: &str) -> ClientResult<SeqResult> {
-        Err(not_yet("pauseConversation"))
+    async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
+        let p = ConversationParams {
+            conversation_id: conversation_id.to_string(),
+        };
+        self.o()?
+            .pause_conversation(&self.who, p)
+            .await
+            .map_err(rpc)
     }
 
-    async fn resume_conversation(&self, _conversation_id: &str) -> ClientResult<SeqResult> {
-        Err(not_yet("resumeConversation"))
+    async fn resume_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
+        let p = ConversationParams {
+            conversation_id: conversation_id.to_string(),
+        };
+        self.o()?
+            .resume_conversation(&self.who, p)
+            .await
+            .map_err(rpc)
     }
 
     async fn fork_conversation(

@@ -37,6 +37,12 @@ pub struct ConvShared {
     recent: Mutex<VecDeque<Arc<Event>>>,
     /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
     turn_started_ms: std::sync::atomic::AtomicI64,
+    /// When the conversation was created, and when its last event was committed (ms).
+    created_ms: std::sync::atomic::AtomicI64,
+    last_event_ms: std::sync::atomic::AtomicI64,
+    /// The policy's idle timeout and maximum duration (ms; 0: none).
+    idle_timeout_ms: std::sync::atomic::AtomicU64,
+    max_duration_ms: std::sync::atomic::AtomicU64,
 }
 
 impl ConvShared {
@@ -57,6 +63,37 @@ impl ConvShared {
     pub fn set_turn_started(&self, ts_ms: i64) {
         self.turn_started_ms
             .store(ts_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records the creation time (when not 0) and the time of the last commit (publisher and
+    /// recovery only).
+    pub fn set_clock(&self, created_ms: i64, last_event_ms: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if created_ms != 0 {
+            self.created_ms.store(created_ms, Relaxed);
+        }
+        self.last_event_ms.store(last_event_ms, Relaxed);
+    }
+
+    /// Records the policy's stop timers.
+    pub fn set_limits(&self, idle_timeout_ms: Option<u64>, max_duration_ms: Option<u64>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.idle_timeout_ms
+            .store(idle_timeout_ms.unwrap_or(0), Relaxed);
+        self.max_duration_ms
+            .store(max_duration_ms.unwrap_or(0), Relaxed);
+    }
+
+    /// When the conversation closes for idleness, and for its maximum duration (ms since the
+    /// epoch), from logged times.
+    pub fn stop_deadlines(&self) -> (Option<i64>, Option<i64>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let idle = self.idle_timeout_ms.load(Relaxed);
+        let max = self.max_duration_ms.load(Relaxed);
+        (
+            (idle > 0).then(|| self.last_event_ms.load(Relaxed) + idle as i64),
+            (max > 0).then(|| self.created_ms.load(Relaxed) + max as i64),
+        )
     }
 
     /// When the current turn must be answered (ms since the epoch), from the logged time of its
@@ -150,6 +187,10 @@ impl Hub {
             core: RwLock::new(core),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
             turn_started_ms: std::sync::atomic::AtomicI64::new(0),
+            created_ms: std::sync::atomic::AtomicI64::new(0),
+            last_event_ms: std::sync::atomic::AtomicI64::new(0),
+            idle_timeout_ms: std::sync::atomic::AtomicU64::new(0),
+            max_duration_ms: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

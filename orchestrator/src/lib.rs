@@ -9,6 +9,7 @@
 //! - [`service`]: the method core, shared by every transport.
 //! - [`rpc`]: the jsonrpsee module; [`server`]: the axum host on one port, graceful shutdown.
 //! - [`scenario`]: inline scenarios (participants, speaker policy, turn timeout).
+//! - [`timers`]: turn timeouts, idle timeouts and maximum durations, from logged times.
 //! - [`turns`]: turn assignments: internal agents, push executors' offers and claims.
 //! - [`client`]: the in-process [`agent_sdk::AgentClient`] of agents that run in the server.
 //! - [`auth`]: identities and tokens; [`config`]: limits; [`error`]: errors and their wire mapping.
@@ -41,5 +42,6 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod timers;
 pub mod turns;
 pub mod writer;

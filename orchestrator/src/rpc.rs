@@ -172,6 +172,16 @@ pub fn module(
         names::LIST_CONVERSATIONS,
         |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who)) },
     )?;
+    add(
+        &mut m,
+        names::PAUSE_CONVERSATION,
+        |o: Ctx, who, p| async move { o.pause_conversation(&who, p).await },
+    )?;
+    add(
+        &mut m,
+        names::RESUME_CONVERSATION,
+        |o: Ctx, who, p| async move { o.resume_conversation(&who, p).await },
+    )?;
     add(&mut m, names::CLAIM_TURN, |o: Ctx, who, p| async move {
         o.claim_turn(&who, p)
     })?;

@@ -51,6 +51,7 @@ impl Orchestrator {
         let turns = Turns::new(hub.clone(), turn_config);
         if tokio::runtime::Handle::try_current().is_ok() {
             turns.spawn(turn_rx);
+            crate::timers::spawn(hub.clone(), writer.clone());
         } else {
             tracing::warn!("no tokio runtime: turns are not handed out");
         }
@@ -270,6 +271,54 @@ impl Orchestrator {
     /// `claimTurn`.
     pub fn claim_turn(&self, who: &Identity, p: ClaimTurnParams) -> Result<ClaimTurnResult> {
         self.turns.claim(&who.agent_id, &p).map_err(Error::Rpc)
+    }
+
+    /// `pauseConversation` (admins): messages are refused until it resumes. Pausing a paused
+    /// conversation changes nothing and answers the latest seq.
+    pub async fn pause_conversation(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+    ) -> Result<SeqResult> {
+        self.set_paused(who, p, true).await
+    }
+
+    /// `resumeConversation` (admins).
+    pub async fn resume_conversation(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+    ) -> Result<SeqResult> {
+        self.set_paused(who, p, false).await
+    }
+
+    async fn set_paused(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+        pause: bool,
+    ) -> Result<SeqResult> {
+        if !who.admin {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only admins pause and resume conversations",
+            ));
+        }
+        let conv = self.readable(who, &p.conversation_id)?;
+        let core = conv.core();
+        if core.closed {
+            return Err(refuse(
+                ErrorCode::ConversationClosed,
+                format!("conversation {} is closed", p.conversation_id),
+            ));
+        }
+        if core.paused == pause {
+            return Ok(SeqResult { seq: core.head });
+        }
+        let kind = if pause { "paused" } else { "resumed" };
+        let req = AppendRequest::system(serde_json::json!({"type": kind, "by": who.agent_id}));
+        let r = self.writer.append(p.conversation_id, req).await?;
+        Ok(SeqResult { seq: r.seq })
     }
 
     /// `tail`.

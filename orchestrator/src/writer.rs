@@ -133,7 +133,15 @@ impl WriterHandle {
                 state.participants().to_vec(),
                 state.core.clone(),
             );
+            // Timers count from logged times, so they hold across a restart.
             shared.set_turn_started(turn_started);
+            shared.set_clock(
+                events.first().map_or(0, |e| e.ts_ms),
+                events.last().map_or(0, |e| e.ts_ms),
+            );
+            if let Some(p) = state.policy() {
+                shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
+            }
             convs.insert(
                 record.id.clone(),
                 Slot {
@@ -308,6 +316,9 @@ impl Writer {
                     });
                     let empty = ConvState::new(id.clone(), Vec::new()).core;
                     let shared = Hub::make(&id, state.participants().to_vec(), empty);
+                    if let Some(p) = state.policy() {
+                        shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
+                    }
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);
                     touched_idx.insert(num, touched.len());
@@ -421,12 +432,18 @@ fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>) {
         let ts = format_ts(batch.ts_ms);
         for (shared, core, drafts, new) in batch.convs {
             if new {
+                shared.set_clock(batch.ts_ms, batch.ts_ms);
                 hub.register(shared.clone());
+            } else {
+                shared.set_clock(0, batch.ts_ms);
             }
-            let turn_changed = drafts.iter().any(is_next_speaker);
-            if turn_changed {
+            if drafts.iter().any(is_next_speaker) {
                 shared.set_turn_started(batch.ts_ms);
             }
+            // Any decision, pause or resume may change who is to be handed a turn.
+            let turn_changed = drafts
+                .iter()
+                .any(|d| d.kind == proto_spec::EventKind::System);
             let events: Vec<_> = drafts
                 .into_iter()
                 .map(|d| Arc::new(to_event(&shared.id, d, &ts)))

@@ -1,0 +1,244 @@
+//! Scenarios on the running server: timers from logged times (also across a restart), pause and
+//! resume, and a bad scenario refused with the field it is about.
+
+use std::time::Duration;
+
+use agent_sdk::proto::*;
+use agent_sdk::{AgentClient, ClientError, WsJsonRpcClient};
+use serde_json::{json, Value};
+use tests::{TestServer, WAIT};
+
+async fn create(admin: &WsJsonRpcClient, id: &str, scenario: Value) {
+    admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some(id.into()),
+            scenario: Some(scenario),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+}
+
+async fn log_of(admin: &WsJsonRpcClient, id: &str) -> Vec<Event> {
+    admin
+        .tail(TailParams {
+            conversation_id: id.into(),
+            since_seq: 0,
+            limit: None,
+        })
+        .await
+        .expect("tail")
+        .events
+}
+
+/// Waits until `cond` holds for the conversation's snapshot.
+async fn wait_until(
+    c: &WsJsonRpcClient,
+    id: &str,
+    what: &str,
+    cond: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let s = c.get_conversation(id).await.expect("snapshot");
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{id}: {what} did not happen: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn system_types(log: &[Event]) -> Vec<String> {
+    log.iter()
+        .filter(|e| e.kind == EventKind::System)
+        .map(|e| e.payload_value()["type"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn stop_reason(log: &[Event]) -> Value {
+    let last = log.last().expect("events");
+    assert_eq!(last.author, ORCHESTRATOR_AUTHOR);
+    assert_eq!(last.finality, Some(Finality::Conversation));
+    last.payload_value()["data"]["reason"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_timeouts_skip_end_and_retry_on_the_server() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    for on in ["skip", "end", "retry"] {
+        let id = format!("timeout-{on}");
+        create(&admin, &id, json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}, "turn": {"timeout": "300ms", "onTimeout": on}})).await;
+        let s = wait_until(&admin, &id, "the timeout", |s| {
+            s.turn >= 2 || s.status == ConversationStatus::Closed
+        })
+        .await;
+        let log = log_of(&admin, &id).await;
+        assert!(
+            system_types(&log).contains(&"turn_timeout".to_string()),
+            "{log:?}"
+        );
+        match on {
+            "skip" => assert_eq!(s.speaker.as_deref(), Some("bob")),
+            "retry" => assert_eq!(s.speaker.as_deref(), Some("alice")),
+            _ => assert_eq!(stop_reason(&log), "turn_timeout"),
+        }
+    }
+    // An answer in time stops the timer.
+    create(&admin, "answered", json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}, "turn": {"timeout": "2s", "onTimeout": "end"}})).await;
+    let alice = server.sdk("alice", None).await;
+    alice
+        .send_message(SendMessageParams {
+            conversation_id: "answered".into(),
+            payload: MessagePayload::text("in time"),
+            finality: Finality::Turn,
+            turn_hint: Some(TurnHint { turn: 1 }),
+            client_request_id: None,
+        })
+        .await
+        .expect("answer");
+    let log = log_of(&admin, "answered").await;
+    assert!(!system_types(&log).contains(&"turn_timeout".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_timeout_and_max_duration_close_the_conversation() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    create(
+        &admin,
+        "idle",
+        json!({"participants": ["alice", "bob"], "stop": {"idleTimeout": "300ms"}}),
+    )
+    .await;
+    create(
+        &admin,
+        "max",
+        json!({"participants": ["alice", "bob"], "stop": {"maxDuration": "600ms"}}),
+    )
+    .await;
+    let alice = server.sdk("alice", None).await;
+    // Keep "max" busy: it closes anyway; "idle" closes after its quiet time.
+    for i in 0..20 {
+        let r = alice
+            .send_message(SendMessageParams {
+                conversation_id: "max".into(),
+                payload: MessagePayload::text(format!("busy {i}")),
+                finality: Finality::None,
+                turn_hint: None,
+                client_request_id: None,
+            })
+            .await;
+        if matches!(&r, Err(ClientError::Rpc(e)) if e.code == ErrorCode::ConversationClosed) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (id, reason) in [("idle", "idle_timeout"), ("max", "max_duration")] {
+        wait_until(&admin, id, "the close", |s| {
+            s.status == ConversationStatus::Closed
+        })
+        .await;
+        assert_eq!(stop_reason(&log_of(&admin, id).await), reason);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_timeout_holds_across_a_restart() {
+    let mut server = TestServer::start().await;
+    {
+        let admin = server.sdk("admin", None).await;
+        create(&admin, "restart", json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}, "turn": {"timeout": "1s"}})).await;
+    }
+    server.stop().await;
+    // The deadline passes while the server is down.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    server.restart().await;
+    let admin = server.sdk("admin", None).await;
+    let started = tokio::time::Instant::now();
+    let s = wait_until(&admin, "restart", "the timeout after restart", |s| {
+        s.turn == 2
+    })
+    .await;
+    assert_eq!(s.speaker.as_deref(), Some("bob"));
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "fired from the logged deadline, not a fresh one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let alice = server.sdk("alice", None).await;
+    create(
+        &admin,
+        "p",
+        json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}}),
+    )
+    .await;
+    let not_admin = alice.pause_conversation("p").await.unwrap_err();
+    assert_eq!(not_admin.code(), Some(ErrorCode::Forbidden));
+    let paused = admin.pause_conversation("p").await.expect("pause");
+    assert_eq!(
+        admin
+            .pause_conversation("p")
+            .await
+            .expect("pause again")
+            .seq,
+        paused.seq
+    );
+    let s = alice.get_conversation("p").await.unwrap();
+    assert_eq!(s.status, ConversationStatus::Paused);
+    assert_eq!(s.guidance.status, GuidanceStatus::Wait);
+    assert_eq!(s.guidance.reason.as_deref(), Some("paused"));
+    let msg = || SendMessageParams {
+        conversation_id: "p".into(),
+        payload: MessagePayload::text("hello"),
+        finality: Finality::Turn,
+        turn_hint: None,
+        client_request_id: None,
+    };
+    assert_eq!(
+        alice.send_message(msg()).await.unwrap_err().code(),
+        Some(ErrorCode::ConversationPaused)
+    );
+    admin.resume_conversation("p").await.expect("resume");
+    let s = alice.get_conversation("p").await.unwrap();
+    assert_eq!(s.guidance.status, GuidanceStatus::MaySpeak);
+    alice
+        .send_message(msg())
+        .await
+        .expect("speaks after resume");
+    let log = log_of(&admin, "p").await;
+    let types = system_types(&log);
+    assert!(types.contains(&"paused".to_string()) && types.contains(&"resumed".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_scenario_is_refused_with_its_field_and_nothing_is_created() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let e = admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some("bad".into()),
+            scenario: Some(json!({"participants": ["alice"], "policy": {"order": "round_robin", "first": "zed"}})),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    let ClientError::Rpc(e) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(e.code, ErrorCode::InvalidParams);
+    assert_eq!(e.data.as_ref().unwrap()["path"], "scenario.policy.first");
+    assert_eq!(
+        admin.get_conversation("bad").await.unwrap_err().code(),
+        Some(ErrorCode::ConversationNotFound)
+    );
+}
