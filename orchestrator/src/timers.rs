@@ -22,6 +22,10 @@ use crate::writer::WriterHandle;
 /// How often deadlines are checked.
 pub const TICK: Duration = Duration::from_millis(20);
 
+/// How long after a turn's deadline its `turn_timeout` is written: executors stop their agent
+/// at the deadline itself, and their `turn_error` trace lands first.
+pub const TURN_TIMEOUT_GRACE_MS: i64 = 100;
+
 /// Checks every conversation's deadlines each [`TICK`] until the server stops.
 pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
     tokio::spawn(async move {
@@ -50,7 +54,10 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
                         "idle_timeout",
                         AppendRequest::system(json!({"type": "idle_timeout"})),
                     ))
-                } else if conv.turn_deadline_ms(&core).is_some_and(|d| now >= d) {
+                } else if conv
+                    .turn_deadline_ms(&core)
+                    .is_some_and(|d| now >= d + TURN_TIMEOUT_GRACE_MS)
+                {
                     let speaker = core.speaker.clone().unwrap_or_default();
                     let req = AppendRequest::system(
                         json!({"type": "turn_timeout", "turn": core.turn, "speaker": speaker}),

@@ -376,11 +376,13 @@ impl Turns {
         }
     }
 
+    /// How long a claim granted now lasts: until the turn's deadline when it has one (so a
+    /// replica stops when the turn's time is up), the default timeout otherwise.
     fn lease(&self, conv: &ConvShared) -> Duration {
-        conv.core()
-            .turn_timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.config.default_timeout)
+        match conv.turn_deadline_ms(&conv.core()) {
+            Some(d) => Duration::from_millis((d - now_ms()).max(1) as u64),
+            None => self.config.default_timeout,
+        }
     }
 
     /// `claimTurn`: the offered replica takes the turn. Claiming again a claim this agent holds
