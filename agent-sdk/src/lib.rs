@@ -31,6 +31,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod kinds;
 pub mod ws;
 
 pub use agent::{Agent, AgentContext, AgentError, TurnOutcome};

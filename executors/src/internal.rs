@@ -12,12 +12,17 @@ use crate::core::{Assignment, ExecutorCore, RunReport};
 /// client with that identity).
 pub type ClientFactory = Arc<dyn Fn(&str) -> Arc<dyn AgentClient> + Send + Sync>;
 
+/// Finds the agent for an assignment that is not one of the executor's fixed agents (such as
+/// a participant a scenario describes).
+pub type AgentResolver = Arc<dyn Fn(&Assignment) -> Option<Arc<dyn Agent>> + Send + Sync>;
+
 /// Runs internal agents on the turns it is handed.
 #[derive(Clone)]
 pub struct InternalExecutor {
     core: Arc<ExecutorCore>,
     agents: Arc<HashMap<String, Arc<dyn Agent>>>,
     clients: ClientFactory,
+    resolve: Option<AgentResolver>,
 }
 
 impl std::fmt::Debug for InternalExecutor {
@@ -39,7 +44,14 @@ impl InternalExecutor {
             core,
             agents: Arc::new(agents),
             clients,
+            resolve: None,
         }
+    }
+
+    /// Also runs the agents `resolve` finds for assignments of other agents.
+    pub fn with_resolver(mut self, resolve: AgentResolver) -> Self {
+        self.resolve = Some(resolve);
+        self
     }
 
     /// Whether this executor runs `agent_id`.
@@ -49,7 +61,10 @@ impl InternalExecutor {
 
     /// Runs one assignment to its end (None when the agent is not one of this executor's).
     pub async fn run_one(&self, a: &Assignment) -> Option<RunReport> {
-        let agent = self.agents.get(&a.agent_id)?.clone();
+        let agent = match self.agents.get(&a.agent_id) {
+            Some(agent) => agent.clone(),
+            None => (self.resolve.as_ref()?)(a)?,
+        };
         let client = (self.clients)(&a.agent_id);
         Some(self.core.run(agent.as_ref(), client, a).await)
     }

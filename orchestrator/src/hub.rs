@@ -43,6 +43,8 @@ pub struct ConvShared {
     /// The policy's idle timeout and maximum duration (ms; 0: none).
     idle_timeout_ms: std::sync::atomic::AtomicU64,
     max_duration_ms: std::sync::atomic::AtomicU64,
+    /// Participants the server runs itself (scenario kinds), by id.
+    agents: std::sync::OnceLock<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 impl ConvShared {
@@ -82,6 +84,16 @@ impl ConvShared {
             .store(idle_timeout_ms.unwrap_or(0), Relaxed);
         self.max_duration_ms
             .store(max_duration_ms.unwrap_or(0), Relaxed);
+    }
+
+    /// Records the participants the server runs itself (once, at creation or recovery).
+    pub fn set_agents(&self, agents: std::collections::BTreeMap<String, serde_json::Value>) {
+        let _ = self.agents.set(agents);
+    }
+
+    /// The scenario's description of an internal participant (`{"kind": …}`).
+    pub fn agent_spec(&self, agent: &str) -> Option<&serde_json::Value> {
+        self.agents.get()?.get(agent)
     }
 
     /// When the conversation closes for idleness, and for its maximum duration (ms since the
@@ -191,6 +203,7 @@ impl Hub {
             last_event_ms: std::sync::atomic::AtomicI64::new(0),
             idle_timeout_ms: std::sync::atomic::AtomicU64::new(0),
             max_duration_ms: std::sync::atomic::AtomicU64::new(0),
+            agents: std::sync::OnceLock::new(),
         })
     }
 

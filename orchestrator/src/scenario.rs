@@ -197,7 +197,17 @@ impl Scenario {
             on_text: stop.on_text.clone(),
             idle_timeout_ms,
             max_duration_ms,
+            agents: Default::default(),
         };
+        for p in &spec.participants {
+            if let proto_spec::scenario::ParticipantSpec::Full(f) = p {
+                if let Some(kind) = &f.kind {
+                    let mut v = Value::Object(f.config.clone());
+                    v["kind"] = json!(kind);
+                    policy.agents.insert(f.id.clone(), v);
+                }
+            }
+        }
         match &spec.policy {
             None => {
                 if timeout_ms.is_some() {
@@ -324,7 +334,8 @@ impl Scenario {
             || policy.max_turns.is_some()
             || policy.on_text.is_some()
             || policy.idle_timeout_ms.is_some()
-            || policy.max_duration_ms.is_some();
+            || policy.max_duration_ms.is_some()
+            || !policy.agents.is_empty();
         let _ = json_path;
         Ok(Scenario {
             spec,

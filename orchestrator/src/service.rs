@@ -55,13 +55,18 @@ impl Orchestrator {
         } else {
             tracing::warn!("no tokio runtime: turns are not handed out");
         }
-        Ok(Arc::new(Orchestrator {
+        let orch = Arc::new(Orchestrator {
             store,
             hub,
             writer,
             turns,
             limits,
-        }))
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Scenario participants of built-in kinds run from the start.
+            orch.start_agents(Default::default(), executors::ExecPolicy::default());
+        }
+        Ok(orch)
     }
 
     /// Runs these agents inside the server: each turn the policy gives one of them is run by an
@@ -81,7 +86,15 @@ impl Orchestrator {
         });
         let core = Arc::new(executors::ExecutorCore::new(policy));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        executors::InternalExecutor::new(core, agents, factory).spawn(rx);
+        let hub = self.hub.clone();
+        // Participants a scenario describes (`kind: scripted`, …) are built from the log.
+        let resolve: executors::internal::AgentResolver = Arc::new(move |a| {
+            let conv = hub.get(&a.conversation_id)?;
+            agent_sdk::kinds::from_spec(conv.agent_spec(&a.agent_id)?)
+        });
+        executors::InternalExecutor::new(core, agents, factory)
+            .with_resolver(resolve)
+            .spawn(rx);
         self.turns.set_internal(ids, tx);
     }
 

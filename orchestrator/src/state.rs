@@ -246,6 +246,9 @@ pub struct TurnPolicy {
     /// Close this long after creation (milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration_ms: Option<u64>,
+    /// The participants the server runs itself, with their kind and settings.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub agents: std::collections::BTreeMap<String, Value>,
 }
 
 /// What the policy decides after a turn ends.

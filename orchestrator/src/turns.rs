@@ -182,11 +182,10 @@ impl Turns {
         let deadline_ms = conv
             .turn_deadline_ms(&core)
             .unwrap_or_else(|| now_ms() + self.config.default_timeout.as_millis() as i64);
-        let internal = self
-            .internal
-            .lock()
-            .ok()
-            .and_then(|i| i.0.contains(&agent).then(|| i.1.clone()).flatten());
+        let internal = self.internal.lock().ok().and_then(|i| {
+            let ours = i.0.contains(&agent) || conv.agent_spec(&agent).is_some();
+            ours.then(|| i.1.clone()).flatten()
+        });
         if let Some(tx) = internal {
             self.stats.internal.fetch_add(1, Ordering::Relaxed);
             let _ = tx.send(Assignment {

@@ -141,6 +141,7 @@ impl WriterHandle {
             );
             if let Some(p) = state.policy() {
                 shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
+                shared.set_agents(p.agents.clone());
             }
             convs.insert(
                 record.id.clone(),
@@ -318,6 +319,7 @@ impl Writer {
                     let shared = Hub::make(&id, state.participants().to_vec(), empty);
                     if let Some(p) = state.policy() {
                         shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
+                        shared.set_agents(p.agents.clone());
                     }
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);

@@ -242,3 +242,48 @@ async fn a_bad_scenario_is_refused_with_its_field_and_nothing_is_created() {
         Some(ErrorCode::ConversationNotFound)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripted_participants_run_inside_the_server_until_a_stop_condition() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    create(
+        &admin,
+        "review",
+        json!({
+            "name": "review",
+            "participants": [
+                {"id": "writer", "kind": "scripted", "replies": ["draft v1", "draft v2"]},
+                {"id": "critic", "kind": "scripted", "replies": ["tighten the intro", "TERMINATE"]}
+            ],
+            "policy": {"order": "round_robin", "first": "writer"},
+            "stop": {"onText": "TERMINATE", "maxTurns": 20}
+        }),
+    )
+    .await;
+    wait_until(&admin, "review", "the end", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    let log = log_of(&admin, "review").await;
+    let said: Vec<(String, String)> = log
+        .iter()
+        .filter(|e| e.kind == EventKind::Message)
+        .map(|e| {
+            (
+                e.author.clone(),
+                e.payload_value()["text"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said[..4],
+        [
+            ("writer".to_string(), "draft v1".to_string()),
+            ("critic".to_string(), "tighten the intro".to_string()),
+            ("writer".to_string(), "draft v2".to_string()),
+            ("critic".to_string(), "TERMINATE".to_string()),
+        ]
+    );
+    assert_eq!(stop_reason(&log), "on_text");
+}
