@@ -9,6 +9,7 @@
 //! - [`service`]: the method core, shared by every transport.
 //! - [`rpc`]: the jsonrpsee module; [`server`]: the axum host on one port, graceful shutdown.
 //! - [`scenario`]: inline scenarios (participants, speaker policy, turn timeout).
+//! - [`runner`]: one scenario run to its end with a live transcript (`run`, `demo`).
 //! - [`timers`]: turn timeouts, idle timeouts and maximum durations, from logged times.
 //! - [`turns`]: turn assignments: internal agents, push executors' offers and claims.
 //! - [`client`]: the in-process [`agent_sdk::AgentClient`] of agents that run in the server.
@@ -37,6 +38,7 @@ pub mod error;
 pub mod fanout;
 pub mod hub;
 pub mod rpc;
+pub mod runner;
 pub mod scenario;
 pub mod server;
 pub mod service;

@@ -1,4 +1,4 @@
-//! The `orchestrator` command: serve the protocol, and mint tokens.
+//! The `orchestrator` command: serve the protocol, run scenarios, and mint tokens.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,12 +50,43 @@ enum Command {
         /// Most calls in flight on one connection.
         #[arg(long, env = "ORCHESTRATOR_MAX_IN_FLIGHT", default_value_t = Limits::default().max_in_flight_per_connection)]
         max_in_flight: usize,
+        /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
+        #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
+        scenarios: Option<PathBuf>,
+    },
+    /// Run one scenario to its end, printing the transcript live, then a summary.
+    Run {
+        /// The scenario file (YAML or JSON).
+        scenario: PathBuf,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Run a built-in multi-agent scenario (no files needed).
+    Demo {
+        #[command(flatten)]
+        opts: RunOpts,
     },
     /// Manage tokens.
     Token {
         #[command(subcommand)]
         command: TokenCommand,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunOpts {
+    /// Keep the conversation in this SQLite file (default: a temporary database).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Where external participants connect, when the scenario has any.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Give up after this long (`90s`, `10m`, …).
+    #[arg(long, default_value = "10m")]
+    timeout: String,
+    /// Colours: auto (on a terminal), always, never.
+    #[arg(long, default_value = "auto")]
+    color: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -120,6 +151,7 @@ fn main() -> anyhow::Result<()> {
             max_payload_bytes,
             max_connections,
             max_in_flight,
+            scenarios,
         } => {
             let limits = Limits {
                 max_frame_bytes,
@@ -128,10 +160,115 @@ fn main() -> anyhow::Result<()> {
                 max_in_flight_per_connection: max_in_flight,
                 ..Limits::default()
             };
+            let named = match scenarios {
+                Some(dir) => load_scenarios(&dir)?,
+                None => Vec::new(),
+            };
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(serve(listen, db, sync.into(), limits))
+            runtime.block_on(serve(listen, db, sync.into(), limits, named))
+        }
+        Command::Run { scenario, opts } => {
+            let text = std::fs::read_to_string(&scenario)
+                .with_context(|| format!("reading {}", scenario.display()))?;
+            let v = scenario_value(&text).with_context(|| format!("{}", scenario.display()))?;
+            tokio::runtime::Runtime::new()?.block_on(run(v, opts))
+        }
+        Command::Demo { opts } => {
+            let v = scenario_value(orchestrator::runner::DEMO)?;
+            tokio::runtime::Runtime::new()?.block_on(run(v, opts))
         }
     }
+}
+
+/// Reads a scenario (YAML or JSON) and checks it.
+fn scenario_value(text: &str) -> anyhow::Result<serde_json::Value> {
+    let v: serde_json::Value =
+        serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("not valid YAML: {e}"))?;
+    orchestrator::scenario::Scenario::parse(&v).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    Ok(v)
+}
+
+/// Every scenario file of a folder, by name (its `name:`, else the file's stem).
+fn load_scenarios(dir: &std::path::Path) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !["yaml", "yml", "json"].contains(&ext) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let v = scenario_value(&text).with_context(|| format!("{}", path.display()))?;
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("scenario");
+        let name = v["name"].as_str().unwrap_or(stem).to_string();
+        out.push((name, v));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let limit = orchestrator::scenario::parse_duration(&serde_json::json!(opts.timeout))
+        .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?;
+    let color = match opts.color.as_str() {
+        "always" => true,
+        "never" => false,
+        _ => std::io::stdout().is_terminal(),
+    };
+    let temp = tempfile::tempdir()?;
+    let db = opts.db.unwrap_or_else(|| temp.path().join("run.db"));
+    let store = Arc::new(
+        SqliteStore::open(&db, Synchronous::Full)
+            .with_context(|| format!("opening {}", db.display()))?,
+    );
+    let spec = orchestrator::scenario::Scenario::parse(&scenario)
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let externals: Vec<String> = spec
+        .participants
+        .iter()
+        .filter(|p| {
+            spec.policy
+                .as_ref()
+                .is_none_or(|pol| !pol.agents.contains_key(*p))
+        })
+        .cloned()
+        .collect();
+    let mut tokens = Vec::new();
+    for p in &externals {
+        tokens.push((p.clone(), auth::create_token(store.as_ref(), p, false)?));
+    }
+    let orch = Orchestrator::open(store, Limits::default())?;
+    let mut running = None;
+    if !externals.is_empty() {
+        let listener = tokio::net::TcpListener::bind(opts.listen).await?;
+        let r = server::start(orch.clone(), listener).await?;
+        eprintln!(
+            "external participants connect to ws://{}/rpc with:",
+            r.local_addr()
+        );
+        for (p, t) in &tokens {
+            eprintln!("  {p}: {t}");
+        }
+        running = Some(r);
+    }
+    let mut out = std::io::stdout();
+    let result = tokio::select! {
+        r = orchestrator::runner::run(orch.clone(), scenario, &mut out, color, limit) => r,
+        _ = shutdown_signal() => {
+            eprintln!("orchestrator: interrupted");
+            Err(orchestrator::error::Error::Corrupt("interrupted".into()))
+        }
+    };
+    match running {
+        Some(r) => r.stop().await,
+        None => orch.shutdown().await,
+    }
+    result.map(|_| ()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 async fn serve(
@@ -139,11 +276,17 @@ async fn serve(
     db: PathBuf,
     sync: Synchronous,
     limits: Limits,
+    scenarios: Vec<(String, serde_json::Value)>,
 ) -> anyhow::Result<()> {
     let store = Arc::new(
         SqliteStore::open(&db, sync).with_context(|| format!("opening {}", db.display()))?,
     );
     let orch = Orchestrator::open(store, limits)?;
+    if !scenarios.is_empty() {
+        orch.set_scenarios(scenarios)
+            .map_err(|e| anyhow::anyhow!("{}", e.to_rpc().message))?;
+        eprintln!("scenarios: {}", orch.scenario_names().join(", "));
+    }
     let conversations = orch.hub().len();
     let listener = tokio::net::TcpListener::bind(listen)
         .await

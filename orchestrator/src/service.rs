@@ -29,6 +29,7 @@ pub struct Orchestrator {
     writer: WriterHandle,
     turns: Arc<Turns>,
     limits: Limits,
+    scenarios: std::sync::RwLock<std::collections::HashMap<String, serde_json::Value>>,
 }
 
 impl Orchestrator {
@@ -61,6 +62,7 @@ impl Orchestrator {
             writer,
             turns,
             limits,
+            scenarios: Default::default(),
         });
         if tokio::runtime::Handle::try_current().is_ok() {
             // Scenario participants of built-in kinds run from the start.
@@ -96,6 +98,36 @@ impl Orchestrator {
             .with_resolver(resolve)
             .spawn(rx);
         self.turns.set_internal(ids, tx);
+    }
+
+    /// Makes scenarios available to `createConversation` by name. Each is checked first; the
+    /// first bad one is refused with its name.
+    pub fn set_scenarios(&self, named: Vec<(String, serde_json::Value)>) -> Result<()> {
+        let mut map = std::collections::HashMap::new();
+        for (name, v) in named {
+            Scenario::parse(&v).map_err(|e| {
+                Error::Rpc(RpcError::new(
+                    e.code,
+                    format!("scenario {name}: {}", e.message),
+                ))
+            })?;
+            map.insert(name, v);
+        }
+        if let Ok(mut s) = self.scenarios.write() {
+            *s = map;
+        }
+        Ok(())
+    }
+
+    /// The names of the scenarios available by name.
+    pub fn scenario_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .scenarios
+            .read()
+            .map(|s| s.keys().cloned().collect())
+            .unwrap_or_default();
+        names.sort();
+        names
     }
 
     /// The turn dispatcher.
@@ -176,13 +208,35 @@ impl Orchestrator {
                 "only admins create conversations",
             ));
         }
-        if p.scenario_name.is_some() {
-            return Err(refuse(
-                ErrorCode::InvalidParams,
-                "scenarioName: this server has no named scenarios; pass the scenario inline",
-            ));
-        }
-        let scenario = match &p.scenario {
+        let named = match &p.scenario_name {
+            Some(name) => {
+                if p.scenario.is_some() {
+                    return Err(refuse(
+                        ErrorCode::InvalidParams,
+                        "scenarioName: give a scenario by name or inline, not both",
+                    ));
+                }
+                let found = self
+                    .scenarios
+                    .read()
+                    .ok()
+                    .and_then(|s| s.get(name).cloned());
+                match found {
+                    Some(v) => Some(v),
+                    None => {
+                        return Err(Error::Rpc(
+                            RpcError::new(
+                                ErrorCode::InvalidParams,
+                                format!("scenarioName: no scenario named {name:?} on this server"),
+                            )
+                            .with_data(serde_json::json!({"known": self.scenario_names()})),
+                        ))
+                    }
+                }
+            }
+            None => None,
+        };
+        let scenario = match named.as_ref().or(p.scenario.as_ref()) {
             Some(v) => {
                 if p.participants.is_some() {
                     return Err(refuse(

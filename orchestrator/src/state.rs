@@ -490,8 +490,12 @@ impl ConvState {
                     && policy.approver_of(&speaker).is_some();
                 if gate {
                     let approver = policy.approver_of(&speaker).unwrap_or_default().to_string();
-                    let ask =
+                    let mut ask =
                         json!({"type": "approval_requested", "for": speaker, "approver": approver});
+                    if let Some(p) = extra.get("position") {
+                        // In a sequence, the place of the speaker waiting for approval.
+                        ask["position"] = p.clone();
+                    }
                     let d = state.system_draft(&ask);
                     state.observe(&d);
                     out.push(d);
@@ -846,6 +850,9 @@ impl ConvState {
                             .get("for")
                             .and_then(Value::as_str)
                             .map(str::to_string);
+                        if let Some(p) = payload.get("position").and_then(Value::as_u64) {
+                            c.sequence_pos = Some(p as usize);
+                        }
                     }
                     Some("turn_timeout") => {
                         // The turn ends without an answer; the policy decides what follows.

@@ -332,3 +332,32 @@ fn turn_timeouts_skip_end_or_retry() {
     assert_eq!(c.state.core.turn, 2);
     c.check_refold();
 }
+
+#[test]
+fn an_approval_inside_a_sequence_keeps_the_sequence_going() {
+    let mut c = Conv::new(json!({"participants": ["w", "p", "r", "alice"],
+        "policy": {"order": "sequence", "sequence": ["w", "p", "r"], "approvals": [{"before": "p", "approver": "alice"}]}}));
+    c.text("w", "draft");
+    assert_eq!(c.speaker().as_deref(), Some("alice"));
+    c.text("alice", "approve");
+    assert_eq!(c.speaker().as_deref(), Some("p"));
+    c.text("p", "published");
+    assert_eq!(
+        c.speaker().as_deref(),
+        Some("r"),
+        "the sequence goes on after the approved speaker"
+    );
+    let ds = c.text("r", "reviewed");
+    assert_eq!(
+        payload(ds.last().unwrap())["data"]["reason"],
+        "sequence_done"
+    );
+    c.check_refold();
+    // Rejected: the sequence skips the speaker.
+    let mut c = Conv::new(json!({"participants": ["w", "p", "r", "alice"],
+        "policy": {"order": "sequence", "sequence": ["w", "p", "r"], "approvals": [{"before": "p", "approver": "alice"}]}}));
+    c.text("w", "draft");
+    c.text("alice", "reject");
+    assert_eq!(c.speaker().as_deref(), Some("r"));
+    c.check_refold();
+}

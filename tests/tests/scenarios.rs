@@ -287,3 +287,41 @@ async fn scripted_participants_run_inside_the_server_until_a_stop_condition() {
     );
     assert_eq!(stop_reason(&log), "on_text");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_scenarios_are_created_by_name() {
+    let server = TestServer::start().await;
+    let orch = server.running().orchestrator();
+    orch.set_scenarios(vec![(
+        "pair".into(),
+        json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin", "first": "bob"}}),
+    )])
+    .expect("scenarios");
+    assert!(orch
+        .set_scenarios(vec![("broken".into(), json!({"participants": []}))])
+        .is_err());
+    let admin = server.sdk("admin", None).await;
+    admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some("named".into()),
+            scenario_name: Some("pair".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("create by name");
+    let s = admin.get_conversation("named").await.unwrap();
+    assert_eq!(s.speaker.as_deref(), Some("bob"));
+    let e = admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some("unknown".into()),
+            scenario_name: Some("nope".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    let ClientError::Rpc(e) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(e.code, ErrorCode::InvalidParams);
+    assert_eq!(e.data.unwrap()["known"], json!(["pair"]));
+}
