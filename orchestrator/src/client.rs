@@ -52,13 +52,6 @@ impl InProcessClient {
     }
 }
 
-fn not_yet(method: &str) -> ClientError {
-    ClientError::Rpc(RpcError::new(
-        ErrorCode::MethodNotFound,
-        format!("{method} is not available on this server yet"),
-    ))
-}
-
 #[async_trait]
 impl AgentClient for InProcessClient {
     fn agent_id(&self) -> &str {
@@ -187,8 +180,8 @@ impl AgentClient for InProcessClient {
 
     async fn fork_conversation(
         &self,
-        _p: ForkConversationParams,
+        p: ForkConversationParams,
     ) -> ClientResult<CreateConversationResult> {
-        Err(not_yet("forkConversation"))
+        self.o()?.fork_conversation(&self.who, p).await.map_err(rpc)
     }
 }

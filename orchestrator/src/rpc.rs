@@ -182,6 +182,11 @@ pub fn module(
         names::RESUME_CONVERSATION,
         |o: Ctx, who, p| async move { o.resume_conversation(&who, p).await },
     )?;
+    add(
+        &mut m,
+        names::FORK_CONVERSATION,
+        |o: Ctx, who, p| async move { o.fork_conversation(&who, p).await },
+    )?;
     add(&mut m, names::CLAIM_TURN, |o: Ctx, who, p| async move {
         o.claim_turn(&who, p)
     })?;

@@ -340,6 +340,69 @@ impl Orchestrator {
         self.turns.claim(&who.agent_id, &p).map_err(Error::Rpc)
     }
 
+    /// `forkConversation` (admins): a new conversation that starts with the events of another
+    /// up to `atSeq`, then a `forked_from` event; the original is untouched.
+    pub async fn fork_conversation(
+        &self,
+        who: &Identity,
+        p: ForkConversationParams,
+    ) -> Result<CreateConversationResult> {
+        if !who.admin {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only admins fork conversations",
+            ));
+        }
+        let conv = self.readable(who, &p.conversation_id)?;
+        let head = conv.head();
+        if p.at_seq == 0 || p.at_seq > head {
+            return Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::InvalidParams,
+                    format!("atSeq: {} is not in 1..={head}", p.at_seq),
+                )
+                .with_data(serde_json::json!({"latestSeq": head})),
+            ));
+        }
+        let id = match p.new_conversation_id {
+            Some(id) if valid_id(&id) => id,
+            Some(id) => return Err(refuse(
+                ErrorCode::InvalidParams,
+                format!(
+                    "newConversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
+                ),
+            )),
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let mut events = Vec::with_capacity(p.at_seq as usize);
+        let mut cursor = 0;
+        while cursor < p.at_seq {
+            let page = read_after(&self.store, &conv, cursor, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            cursor = last.seq;
+            events.extend(
+                page.into_iter()
+                    .filter(|e| e.seq <= p.at_seq)
+                    .map(|e| (*e).clone()),
+            );
+        }
+        let fork = crate::writer::ForkFrom {
+            from: p.conversation_id.clone(),
+            events,
+        };
+        self.writer
+            .fork(
+                id.clone(),
+                conv.participants.clone(),
+                who.agent_id.clone(),
+                fork,
+            )
+            .await?;
+        Ok(CreateConversationResult {
+            conversation_id: id,
+        })
+    }
+
     /// `pauseConversation` (admins): messages are refused until it resumes. Pausing a paused
     /// conversation changes nothing and answers the latest seq.
     pub async fn pause_conversation(

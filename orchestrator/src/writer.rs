@@ -50,11 +50,22 @@ pub enum Job {
         created_by: String,
         /// Its turn policy, if any (boxed: it is large and rare).
         policy: Option<Box<TurnPolicy>>,
+        /// For a fork: the prefix of another conversation it starts from.
+        fork: Option<Box<ForkFrom>>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
     /// Finish the queued work and stop.
     Stop,
+}
+
+/// The prefix a forked conversation starts from.
+#[derive(Debug)]
+pub struct ForkFrom {
+    /// The conversation forked.
+    pub from: String,
+    /// Its events 1..=`at_seq`.
+    pub events: Vec<proto_spec::Event>,
 }
 
 /// Counters of the writer's work.
@@ -212,6 +223,32 @@ impl WriterHandle {
                 metadata,
                 created_by,
                 policy: policy.map(Box::new),
+                fork: None,
+                reply,
+            })
+            .await
+            .map_err(|_| Error::WriterGone)?;
+        Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    }
+
+    /// Creates `id` as a copy of another conversation's first events, followed by a
+    /// `forked_from` event; answers once it is durable.
+    pub async fn fork(
+        &self,
+        id: String,
+        participants: Vec<String>,
+        created_by: String,
+        fork: ForkFrom,
+    ) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Create {
+                id,
+                participants,
+                metadata: None,
+                created_by,
+                policy: None,
+                fork: Some(Box::new(fork)),
                 reply,
             })
             .await
@@ -285,6 +322,7 @@ impl Writer {
                     metadata,
                     created_by,
                     policy,
+                    fork,
                     reply,
                 } => {
                     if self.convs.contains_key(&id) {
@@ -298,15 +336,20 @@ impl Writer {
                     let num = self.next_num;
                     self.next_num += 1;
                     let mut state = ConvState::new(id.clone(), participants.clone());
-                    let created = ConvState::created_event_with(
-                        &participants,
-                        metadata.as_ref(),
-                        &created_by,
-                        policy.as_deref(),
-                    );
-                    let drafts = match state.apply(created) {
-                        Ok(Applied::Append(d, _)) => d,
-                        _ => Vec::new(),
+                    let drafts = match fork {
+                        None => {
+                            let created = ConvState::created_event_with(
+                                &participants,
+                                metadata.as_ref(),
+                                &created_by,
+                                policy.as_deref(),
+                            );
+                            match state.apply(created) {
+                                Ok(Applied::Append(d, _)) => d,
+                                _ => Vec::new(),
+                            }
+                        }
+                        Some(f) => fork_drafts(&mut state, *f),
                     };
                     new_convs.push(NewConversation {
                         id: id.clone(),
@@ -457,6 +500,34 @@ fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>) {
         }
         answer(batch.replies);
     }
+}
+
+/// The events of a fork: the prefix copied as it was (seq, kind, author, turn, finality,
+/// payload; idempotency keys are not carried over), then `forked_from`.
+fn fork_drafts(state: &mut ConvState, f: ForkFrom) -> Vec<Draft> {
+    let at_seq = f.events.last().map_or(0, |e| e.seq);
+    let mut drafts = Vec::with_capacity(f.events.len() + 1);
+    for e in f.events {
+        let d = Draft {
+            seq: e.seq,
+            kind: e.kind,
+            author: e.author,
+            turn: e.turn,
+            finality: e.finality,
+            payload: e.payload,
+            client_request_id: None,
+            hash: None,
+        };
+        state.observe(&d);
+        drafts.push(d);
+    }
+    let marker = AppendRequest::system(serde_json::json!({
+        "type": "forked_from", "from": f.from, "atSeq": at_seq
+    }));
+    if let Ok(Applied::Append(d, _)) = state.apply(marker) {
+        drafts.extend(d);
+    }
+    drafts
 }
 
 /// Whether a draft is a policy's `next_speaker` decision.

@@ -325,3 +325,96 @@ async fn named_scenarios_are_created_by_name() {
     assert_eq!(e.code, ErrorCode::InvalidParams);
     assert_eq!(e.data.unwrap()["known"], json!(["pair"]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_starts_a_new_conversation_from_a_prefix_and_leaves_the_original() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let alice = server.sdk("alice", None).await;
+    let bob = server.sdk("bob", None).await;
+    create(
+        &admin,
+        "orig",
+        json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}}),
+    )
+    .await;
+    let say = |who: &WsJsonRpcClient, conv: &str, text: &str| {
+        let (who, p) = (
+            who.clone(),
+            SendMessageParams {
+                conversation_id: conv.into(),
+                payload: MessagePayload::text(text),
+                finality: Finality::Turn,
+                turn_hint: None,
+                client_request_id: None,
+            },
+        );
+        async move { who.send_message(p).await }
+    };
+    say(&alice, "orig", "one").await.unwrap();
+    let two = say(&bob, "orig", "two").await.unwrap();
+    say(&alice, "orig", "three").await.unwrap();
+    let original = log_of(&admin, "orig").await;
+    // Fork right after bob's message (and the decision committed with it).
+    let at = two.seq + 1;
+    let forked = admin
+        .fork_conversation(ForkConversationParams {
+            conversation_id: "orig".into(),
+            at_seq: at,
+            new_conversation_id: Some("alt".into()),
+        })
+        .await
+        .expect("fork");
+    assert_eq!(forked.conversation_id, "alt");
+    let copy = log_of(&admin, "alt").await;
+    assert_eq!(copy.len() as u64, at + 1);
+    for (a, b) in original.iter().zip(&copy).take(at as usize) {
+        assert_eq!(
+            (a.seq, a.kind, &a.author, a.turn, a.finality),
+            (b.seq, b.kind, &b.author, b.turn, b.finality)
+        );
+        assert_eq!(a.payload.get(), b.payload.get());
+    }
+    let marker = copy.last().unwrap().payload_value();
+    assert_eq!(
+        marker,
+        json!({"type": "forked_from", "from": "orig", "atSeq": at})
+    );
+    // The fork goes its own way: alice's turn again there, with other words.
+    let s = alice.get_conversation("alt").await.unwrap();
+    assert_eq!(s.speaker.as_deref(), Some("alice"));
+    say(&alice, "alt", "three, differently").await.unwrap();
+    assert_eq!(
+        log_of(&admin, "orig").await.len(),
+        original.len(),
+        "the original is untouched"
+    );
+    // Errors: a seq out of range, an existing id, not an admin.
+    let e = admin
+        .fork_conversation(ForkConversationParams {
+            conversation_id: "orig".into(),
+            at_seq: 999,
+            new_conversation_id: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidParams));
+    let e = admin
+        .fork_conversation(ForkConversationParams {
+            conversation_id: "orig".into(),
+            at_seq: 1,
+            new_conversation_id: Some("alt".into()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::ConversationExists));
+    let e = alice
+        .fork_conversation(ForkConversationParams {
+            conversation_id: "orig".into(),
+            at_seq: 1,
+            new_conversation_id: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Forbidden));
+}
