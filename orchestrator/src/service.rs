@@ -366,12 +366,14 @@ impl Orchestrator {
         }
         let id = match p.new_conversation_id {
             Some(id) if valid_id(&id) => id,
-            Some(id) => return Err(refuse(
-                ErrorCode::InvalidParams,
-                format!(
+            Some(id) => {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!(
                     "newConversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
                 ),
-            )),
+                ))
+            }
             None => uuid::Uuid::new_v4().simple().to_string(),
         };
         let mut events = Vec::with_capacity(p.at_seq as usize);
