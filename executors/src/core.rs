@@ -23,6 +23,8 @@ pub struct Assignment {
     pub deadline: Instant,
     /// Context starts after this seq.
     pub since_seq: u64,
+    /// Write `turn_start` and `turn_end` traces (failures are always traced).
+    pub traces: bool,
 }
 
 /// How the core runs a turn.
@@ -171,7 +173,11 @@ impl ExecutorCore {
                 a.deadline,
                 a.since_seq,
             );
-            if let Err(e) = ctx.post_trace(json!({"type": "turn_start", "agent": a.agent_id, "turn": a.turn, "attempt": attempt})).await {
+            if !a.traces {
+                if attempt == 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
+                    return RunReport::NotMine;
+                }
+            } else if let Err(e) = ctx.post_trace(json!({"type": "turn_start", "agent": a.agent_id, "turn": a.turn, "attempt": attempt})).await {
                 if gone(e.code()) {
                     return RunReport::NotMine;
                 }
@@ -199,10 +205,14 @@ impl ExecutorCore {
                     {
                         // Progress only: the turn is still open. Try again while there is time.
                         last_error = "the agent posted progress but did not close its turn".into();
-                        self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": "incomplete"})).await;
+                        if a.traces {
+                            self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": "incomplete"})).await;
+                        }
                         continue;
                     }
-                    self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": outcome.as_str()})).await;
+                    if a.traces {
+                        self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": outcome.as_str()})).await;
+                    }
                     return RunReport::Done(outcome);
                 }
             }

@@ -89,6 +89,7 @@ impl ExternalExecutor {
                         Duration::from_millis(offer.deadline_ms),
                     ),
                     since_seq: offer.since_seq,
+                    traces: true,
                 };
                 let report = me.core.run(me.agent.as_ref(), me.client.clone(), &a).await;
                 tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "claimed turn ran");
@@ -141,6 +142,7 @@ impl ExternalExecutor {
             turn: s.turn,
             deadline: deadline_from(s.guidance.deadline.as_deref(), self.default_timeout),
             since_seq: 0,
+            traces: true,
         };
         let this = self.clone();
         let handled = handled.clone();

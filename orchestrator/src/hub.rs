@@ -43,6 +43,8 @@ pub struct ConvShared {
     /// The policy's idle timeout and maximum duration (ms; 0: none).
     idle_timeout_ms: std::sync::atomic::AtomicU64,
     max_duration_ms: std::sync::atomic::AtomicU64,
+    /// Whether internal executors trace each turn (the scenario's `turn.traces`).
+    traces: std::sync::atomic::AtomicBool,
     /// Participants the server runs itself (scenario kinds), by id.
     agents: std::sync::OnceLock<std::collections::BTreeMap<String, serde_json::Value>>,
 }
@@ -84,6 +86,16 @@ impl ConvShared {
             .store(idle_timeout_ms.unwrap_or(0), Relaxed);
         self.max_duration_ms
             .store(max_duration_ms.unwrap_or(0), Relaxed);
+    }
+
+    /// Records whether internal executors trace each turn.
+    pub fn set_traces(&self, on: bool) {
+        self.traces.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether internal executors trace each turn.
+    pub fn traces(&self) -> bool {
+        self.traces.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records the participants the server runs itself (once, at creation or recovery).
@@ -204,6 +216,7 @@ impl Hub {
             idle_timeout_ms: std::sync::atomic::AtomicU64::new(0),
             max_duration_ms: std::sync::atomic::AtomicU64::new(0),
             agents: std::sync::OnceLock::new(),
+            traces: std::sync::atomic::AtomicBool::new(true),
         })
     }
 

@@ -198,6 +198,7 @@ impl Scenario {
             idle_timeout_ms,
             max_duration_ms,
             agents: Default::default(),
+            traces: turn.traces.unwrap_or(true),
         };
         for p in &spec.participants {
             if let proto_spec::scenario::ParticipantSpec::Full(f) = p {

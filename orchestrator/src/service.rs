@@ -90,9 +90,21 @@ impl Orchestrator {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let hub = self.hub.clone();
         // Participants a scenario describes (`kind: scripted`, …) are built from the log.
+        // One value per (conversation, participant), kept while the conversation is open.
+        let made: dashmap::DashMap<(String, String), Arc<dyn agent_sdk::Agent>> =
+            dashmap::DashMap::new();
         let resolve: executors::internal::AgentResolver = Arc::new(move |a| {
             let conv = hub.get(&a.conversation_id)?;
-            agent_sdk::kinds::from_spec(conv.agent_spec(&a.agent_id)?)
+            let key = (a.conversation_id.clone(), a.agent_id.clone());
+            if let Some(agent) = made.get(&key) {
+                return Some(agent.clone());
+            }
+            let agent = agent_sdk::kinds::from_spec(conv.agent_spec(&a.agent_id)?)?;
+            if made.len() > 10_000 {
+                made.retain(|(c, _), _| hub.get(c).is_some_and(|c| !c.core().closed));
+            }
+            made.insert(key, agent.clone());
+            Some(agent)
         });
         executors::InternalExecutor::new(core, agents, factory)
             .with_resolver(resolve)

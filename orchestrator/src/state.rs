@@ -246,9 +246,16 @@ pub struct TurnPolicy {
     /// Close this long after creation (milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration_ms: Option<u64>,
+    /// Whether internal executors trace each turn's start and end.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub traces: bool,
     /// The participants the server runs itself, with their kind and settings.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub agents: std::collections::BTreeMap<String, Value>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What the policy decides after a turn ends.

@@ -194,6 +194,7 @@ impl Turns {
                 turn: core.turn,
                 deadline: instant_at(deadline_ms),
                 since_seq: 0,
+                traces: conv.traces(),
             });
             return;
         }

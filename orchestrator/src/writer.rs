@@ -153,6 +153,7 @@ impl WriterHandle {
             if let Some(p) = state.policy() {
                 shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
                 shared.set_agents(p.agents.clone());
+                shared.set_traces(p.traces);
             }
             convs.insert(
                 record.id.clone(),
@@ -363,6 +364,7 @@ impl Writer {
                     if let Some(p) = state.policy() {
                         shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
                         shared.set_agents(p.agents.clone());
+                        shared.set_traces(p.traces);
                     }
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);

@@ -172,6 +172,10 @@ pub struct TurnSpec {
     /// What happens then (default `skip`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<OnTimeout>,
+    /// Whether the server's executors write `turn_start`/`turn_end` traces for the agents it
+    /// runs (default true; failures are traced either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traces: Option<bool>,
 }
 
 /// Selects events: every given criterion must hold.

@@ -1,0 +1,182 @@
+//! Internal turn loop: two scripted agents take turns on the durable log (FULL sync), for one
+//! conversation and for 100 at once, beside the raw fsync rate of the same disk measured in the
+//! same run, and (with `BENCH_PY` pointing at a Python with the frameworks installed; see
+//! `scripts/bench-frameworks`) the same scripted exchange in AutoGen 0.7 and LangGraph 1.2.
+//!
+//! ```sh
+//! scripts/bench-frameworks                       # makes the Python environment, then runs this
+//! cargo bench --workspace --bench scenario_turns # without the frameworks
+//! ```
+//! Knobs: BENCH_TURNS (turns per conversation, default 200), BENCH_CONVERSATIONS (100).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orchestrator::auth::Identity;
+use orchestrator::config::Limits;
+use orchestrator::service::Orchestrator;
+use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use proto_spec::CreateConversationParams;
+use serde_json::{json, Value};
+
+/// Appends and fsyncs a small record, again and again: what one durable commit costs at least.
+fn fsync_rate(dir: &std::path::Path, secs: f64) -> anyhow::Result<f64> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync.bin"))?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        f.write_all(&[7u8; 128])?;
+        f.sync_data()?;
+        n += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn scenario(turns: u64, traces: bool) -> Value {
+    let replies = |who: &str| -> Vec<String> {
+        (1..=turns / 2 + 1)
+            .map(|i| format!("{who} says {i}"))
+            .collect()
+    };
+    json!({
+        "participants": [
+            {"id": "a", "kind": "scripted", "replies": replies("a")},
+            {"id": "b", "kind": "scripted", "replies": replies("b")}
+        ],
+        "policy": {"order": "round_robin", "first": "a"},
+        "stop": {"maxTurns": turns},
+        "turn": {"traces": traces}
+    })
+}
+
+/// Turns per second over `conversations` conversations of `turns` turns each, run at once.
+async fn turn_loop(conversations: usize, turns: u64, traces: bool) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(SqliteStore::open(
+        dir.path().join("turns.db"),
+        Synchronous::Full,
+    )?);
+    let orch = Orchestrator::open(store, Limits::default())?;
+    let admin = Identity::new("admin", true);
+    let start = Instant::now();
+    let mut creating = Vec::new();
+    for c in 0..conversations {
+        let (orch, admin) = (orch.clone(), admin.clone());
+        creating.push(tokio::spawn(async move {
+            orch.create_conversation(
+                &admin,
+                CreateConversationParams {
+                    conversation_id: Some(format!("c{c}")),
+                    scenario: Some(scenario(turns, traces)),
+                    ..Default::default()
+                },
+            )
+            .await
+        }));
+    }
+    for c in creating {
+        c.await??;
+    }
+    for c in 0..conversations {
+        let conv = orch
+            .hub()
+            .get(&format!("c{c}"))
+            .ok_or_else(|| anyhow::anyhow!("no c{c}"))?;
+        let mut head = conv.watch();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !conv.core().closed {
+            anyhow::ensure!(Instant::now() < deadline, "c{c} did not finish");
+            let _ = tokio::time::timeout(Duration::from_millis(100), head.changed()).await;
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    orch.shutdown().await;
+    Ok(turns as f64 * conversations as f64 / elapsed)
+}
+
+fn framework(
+    py: &str,
+    script: &str,
+    turns: u64,
+    conversations: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let path = format!(
+        "{}/../scripts/frameworks/{script}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = std::process::Command::new(py)
+        .args([path, turns.to_string(), conversations.to_string()])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)?;
+    Ok((
+        v["single"].as_f64().unwrap_or(0.0),
+        v["aggregate"].as_f64().unwrap_or(0.0),
+    ))
+}
+
+fn main() -> anyhow::Result<()> {
+    let turns: u64 = std::env::var("BENCH_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let conversations: usize = std::env::var("BENCH_CONVERSATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let dir = tempfile::tempdir()?;
+    println!(
+        "scripted turn loop: 2 scripted agents, round robin, {turns} turns per conversation, synchronous=FULL, {} cores",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let fsync = fsync_rate(dir.path(), 2.0)?;
+    let traced_single = rt.block_on(turn_loop(1, turns, true))?;
+    let traced_aggregate = rt.block_on(turn_loop(conversations, turns, true))?;
+    let single = rt.block_on(turn_loop(1, turns, false))?;
+    let aggregate = rt.block_on(turn_loop(conversations, turns, false))?;
+    println!("  raw fsync rate (128-byte appends + fdatasync)   {fsync:>9.0} /s");
+    println!("  with turn traces (the default: 3 commits a turn)");
+    println!(
+        "    one conversation                               {traced_single:>9.0} turns/s  ({:.0}% of the fsync rate)",
+        100.0 * traced_single / fsync
+    );
+    println!(
+        "    {conversations} conversations at once                 {traced_aggregate:>9.0} turns/s"
+    );
+    println!("  turn.traces: false (1 commit a turn)");
+    println!(
+        "    one conversation                               {single:>9.0} turns/s  ({:.0}% of the fsync rate; goal >= 70%)",
+        100.0 * single / fsync
+    );
+    println!("    {conversations} conversations at once                 {aggregate:>9.0} turns/s  (goal >= 50,000)");
+    match std::env::var("BENCH_PY") {
+        Ok(py) => {
+            for (name, script) in [
+                ("AutoGen 0.7 RoundRobinGroupChat", "autogen_turns.py"),
+                ("LangGraph 1.2 + SqliteSaver", "langgraph_turns.py"),
+            ] {
+                match framework(&py, script, turns, conversations) {
+                    Ok((s, a)) => println!(
+                        "  {name:<34} one {s:>9.0} turns/s, {conversations} at once {a:>9.0} turns/s  (orchestrator: {:.1}x one, {:.1}x aggregate; goal >= 25x aggregate)",
+                        single / s,
+                        aggregate / a
+                    ),
+                    Err(e) => println!("  {name}: failed: {e}"),
+                }
+            }
+        }
+        Err(_) => println!("  (frameworks not run: set BENCH_PY, or use scripts/bench-frameworks)"),
+    }
+    Ok(())
+}
