@@ -31,6 +31,10 @@ use orchestrator::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::turns::TurnConfig;
 use serde_json::json;
 
+/// The allocator the server binary uses.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Reply;
 
 #[async_trait]

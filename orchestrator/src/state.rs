@@ -483,16 +483,14 @@ impl ConvState {
             }
             _ => return Vec::new(),
         };
-        let mut state = self.clone();
+        // Built from this state without copying it: the drafts follow one another (seq + 1
+        // each); none of them changes the turn before the next is built.
         let mut out = Vec::new();
         match decision {
             Decision::Open => {}
-            Decision::Stop(reason) => {
-                let d = state.closing_draft(&reason);
-                out.push(d);
-            }
+            Decision::Stop(reason) => out.push(self.closing_draft(&reason)),
             Decision::Speaker(speaker, extra) => {
-                let gate = state.core.pending_approval.is_none()
+                let gate = self.core.pending_approval.is_none()
                     && extra.get("approval").is_none()
                     && policy.approver_of(&speaker).is_some();
                 if gate {
@@ -503,18 +501,16 @@ impl ConvState {
                         // In a sequence, the place of the speaker waiting for approval.
                         ask["position"] = p.clone();
                     }
-                    let d = state.system_draft(&ask);
-                    state.observe(&d);
-                    out.push(d);
-                    let d = state.speaker_draft(
+                    out.push(self.system_draft(&ask));
+                    let mut next = self.speaker_draft(
                         policy,
                         &approver,
                         json!({"reason": "approval", "for": speaker}),
                     );
-                    out.push(d);
+                    next.seq += 1;
+                    out.push(next);
                 } else {
-                    let d = state.speaker_draft(policy, &speaker, extra);
-                    out.push(d);
+                    out.push(self.speaker_draft(policy, &speaker, extra));
                 }
             }
         }
