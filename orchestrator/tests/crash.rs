@@ -21,13 +21,16 @@ use rand::Rng;
 use tokio::io::AsyncBufReadExt;
 
 const CONVERSATIONS: usize = 4;
-const MAX_TURNS: u64 = 2000;
+/// The bot's replies: more than the turns it takes while the kills go on.
+const BOT_REPLIES: u64 = 5000;
 
 /// What the external agent was told is durable: (conversation, seq) → text.
 type Acked = Arc<Mutex<BTreeMap<(String, u64), String>>>;
 
 struct Ext {
     acked: Acked,
+    /// Set once the kills are over: the next answers end the conversations (`onText`).
+    finish: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[async_trait]
@@ -36,7 +39,11 @@ impl Agent for Ext {
         // A little work, so that kills land in the middle of turns.
         let work = rand::rng().random_range(5..15);
         tokio::time::sleep(Duration::from_millis(work)).await;
-        let text = format!("ext answers turn {}", ctx.turn);
+        let text = if self.finish.load(std::sync::atomic::Ordering::Relaxed) {
+            format!("FINISH at turn {}", ctx.turn)
+        } else {
+            format!("ext answers turn {}", ctx.turn)
+        };
         let r = ctx.say(text.clone(), Finality::Turn).await?;
         if let Ok(mut a) = self.acked.lock() {
             a.insert((ctx.conversation_id.clone(), r.seq), text);
@@ -164,7 +171,7 @@ async fn check(admin: &WsJsonRpcClient, acked: &Acked, round: usize) -> usize {
         {
             assert_eq!(
                 log.last().unwrap().payload_value()["data"]["reason"],
-                "max_turns"
+                "on_text"
             );
             closed += 1;
         }
@@ -182,12 +189,12 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let db = dir.path().join("crash.db");
     let scenarios = dir.path().join("scenarios");
     std::fs::create_dir(&scenarios).unwrap();
-    let replies: Vec<String> = (1..=MAX_TURNS).map(|i| format!("bot says {i}")).collect();
+    let replies: Vec<String> = (1..=BOT_REPLIES).map(|i| format!("bot says {i}")).collect();
     let scenario = serde_json::json!({
         "name": "crash",
         "participants": [{"id": "bot", "kind": "scripted", "replies": replies}, "ext"],
         "policy": {"order": "round_robin", "first": "bot"},
-        "stop": {"maxTurns": MAX_TURNS},
+        "stop": {"onText": "FINISH"},
         "turn": {"timeout": "30s"}
     });
     std::fs::write(scenarios.join("crash.json"), scenario.to_string()).unwrap();
@@ -221,6 +228,7 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
             .expect("create");
     }
     let acked: Acked = Arc::default();
+    let finish: Arc<std::sync::atomic::AtomicBool> = Arc::default();
     let ext = WsJsonRpcClient::connect(fast(&ext_token))
         .await
         .expect("ext");
@@ -228,6 +236,7 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         Arc::new(ext.clone()),
         Arc::new(Ext {
             acked: acked.clone(),
+            finish: finish.clone(),
         }),
         Arc::new(ExecutorCore::default()),
     );
@@ -241,12 +250,10 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         server.child.kill().await.expect("SIGKILL");
         server = start(&db, &scenarios, port).await;
         let closed = check(&admin, &acked, round).await;
-        if round < 50 {
-            assert!(
-                closed < CONVERSATIONS,
-                "round {round}: the conversations ended before the kills did"
-            );
-        }
+        assert!(
+            closed < CONVERSATIONS,
+            "round {round}: the conversations ended before the kills did"
+        );
         progress.push(acked.lock().unwrap().len());
         assert!(
             tokio::time::Instant::now() < until,
@@ -257,6 +264,7 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let moved = progress.windows(2).filter(|w| w[1] > w[0]).count();
     assert!(moved > kills.min(50) / 2, "{progress:?}");
     // Let them finish: every conversation reaches its stop condition.
+    finish.store(true, std::sync::atomic::Ordering::Relaxed);
     let done_by = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
         let closed = check(&admin, &acked, kills).await;
@@ -272,6 +280,6 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     executor.abort();
     let acks = acked.lock().unwrap().len();
     assert!(acks > 0);
-    println!("{kills} kills; {acks} external answers acknowledged and found; all {CONVERSATIONS} conversations reached max_turns");
+    println!("{kills} kills; {acks} external answers acknowledged and found; all {CONVERSATIONS} conversations reached their stop condition");
     server.child.kill().await.ok();
 }
