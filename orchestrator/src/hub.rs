@@ -186,7 +186,19 @@ pub struct Hub {
     convs: DashMap<String, Arc<ConvShared>, ahash::RandomState>,
     global: broadcast::Sender<EventBatch>,
     closing: watch::Sender<bool>,
-    turn_sink: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Arc<ConvShared>>>,
+    turn_sink: std::sync::OnceLock<TurnSink>,
+}
+
+/// A callback on a conversation.
+pub type ConvCallback = Box<dyn Fn(&Arc<ConvShared>) + Send + Sync>;
+
+/// What the publisher calls when a conversation's speaker may have changed.
+pub struct TurnSink(pub ConvCallback);
+
+impl std::fmt::Debug for TurnSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TurnSink")
+    }
 }
 
 impl Default for Hub {
@@ -233,15 +245,15 @@ impl Hub {
     }
 
     /// Where conversations whose speaker changed are sent (the turn dispatcher); set once.
-    pub fn set_turn_sink(&self, tx: tokio::sync::mpsc::UnboundedSender<Arc<ConvShared>>) {
-        let _ = self.turn_sink.set(tx);
+    pub fn set_turn_sink(&self, sink: TurnSink) {
+        let _ = self.turn_sink.set(sink);
     }
 
     /// Tells the turn dispatcher that a policy named a speaker (publisher thread, after the
     /// commit and the publication).
     pub fn turn_changed(&self, conv: &Arc<ConvShared>) {
-        if let Some(tx) = self.turn_sink.get() {
-            let _ = tx.send(conv.clone());
+        if let Some(sink) = self.turn_sink.get() {
+            (sink.0)(conv);
         }
     }
 

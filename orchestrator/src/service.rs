@@ -45,17 +45,13 @@ impl Orchestrator {
         limits: Limits,
         turn_config: TurnConfig,
     ) -> Result<Arc<Orchestrator>> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Corrupt("the orchestrator needs a tokio runtime".into()))?;
         let hub = Arc::new(Hub::default());
-        let (turn_tx, turn_rx) = tokio::sync::mpsc::unbounded_channel();
-        hub.set_turn_sink(turn_tx);
         let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
-        let turns = Turns::new(hub.clone(), turn_config);
-        if tokio::runtime::Handle::try_current().is_ok() {
-            turns.spawn(turn_rx);
-            crate::timers::spawn(hub.clone(), writer.clone());
-        } else {
-            tracing::warn!("no tokio runtime: turns are not handed out");
-        }
+        let turns = Turns::new(hub.clone(), turn_config, runtime);
+        turns.attach(&hub);
+        crate::timers::spawn(hub.clone(), writer.clone());
         let orch = Arc::new(Orchestrator {
             store,
             hub,
@@ -64,10 +60,8 @@ impl Orchestrator {
             limits,
             scenarios: Default::default(),
         });
-        if tokio::runtime::Handle::try_current().is_ok() {
-            // Scenario participants of built-in kinds run from the start.
-            orch.start_agents(Default::default(), executors::ExecPolicy::default());
-        }
+        // Scenario participants of built-in kinds run from the start.
+        orch.start_agents(Default::default(), executors::ExecPolicy::default());
         Ok(orch)
     }
 

@@ -92,6 +92,7 @@ pub struct Turns {
     registered: Notify,
     assigned: Mutex<HashMap<String, u64>>,
     next_replica: AtomicU64,
+    runtime: tokio::runtime::Handle,
     /// Counters.
     pub stats: TurnStats,
 }
@@ -106,8 +107,8 @@ fn instant_at(epoch_ms: i64) -> Instant {
 }
 
 impl Turns {
-    /// A dispatcher over `hub`.
-    pub fn new(hub: Arc<Hub>, config: TurnConfig) -> Arc<Turns> {
+    /// A dispatcher over `hub`, spawning its offers on `runtime`.
+    pub fn new(hub: Arc<Hub>, config: TurnConfig, runtime: tokio::runtime::Handle) -> Arc<Turns> {
         Arc::new(Turns {
             hub,
             config,
@@ -118,6 +119,7 @@ impl Turns {
             registered: Notify::new(),
             assigned: Mutex::default(),
             next_replica: AtomicU64::new(1),
+            runtime,
             stats: TurnStats::default(),
         })
     }
@@ -150,15 +152,15 @@ impl Turns {
         }
     }
 
-    /// Follows policy decisions until the source closes.
-    pub fn spawn(self: &Arc<Self>, mut changed: mpsc::UnboundedReceiver<Arc<ConvShared>>) {
+    /// Follows policy decisions: the publisher calls [`Turns::consider`] itself right after
+    /// each commit that may change a speaker (no hop through another task), and every
+    /// conversation is looked at once now.
+    pub fn attach(self: &Arc<Self>, hub: &Hub) {
         let me = self.clone();
-        tokio::spawn(async move {
-            me.scan();
-            while let Some(conv) = changed.recv().await {
-                me.consider(&conv);
-            }
-        });
+        hub.set_turn_sink(crate::hub::TurnSink(Box::new(move |conv| {
+            me.consider(conv)
+        })));
+        self.scan();
     }
 
     /// Hands out the conversation's current turn, once per turn.
@@ -201,7 +203,8 @@ impl Turns {
         tracing::debug!(conversation = %conv.id, %agent, turn = core.turn, "turn to offer");
         let me = self.clone();
         let conv = conv.clone();
-        tokio::spawn(async move { me.offer(conv, agent, core.turn).await });
+        self.runtime
+            .spawn(async move { me.offer(conv, agent, core.turn).await });
     }
 
     /// Registers a push replica of `agent`; its offers arrive on the receiver.
