@@ -216,20 +216,9 @@ impl WriterHandle {
         created_by: String,
         policy: Option<TurnPolicy>,
     ) -> Result<()> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job::Create {
-                id,
-                participants,
-                metadata,
-                created_by,
-                policy: policy.map(Box::new),
-                fork: None,
-                reply,
-            })
+        let policy = policy.map(Box::new);
+        self.send_create(id, participants, metadata, created_by, policy, None)
             .await
-            .map_err(|_| Error::WriterGone)?;
-        Ok(rx.await.map_err(|_| Error::WriterGone)??)
     }
 
     /// Creates `id` as a copy of another conversation's first events, followed by a
@@ -241,19 +230,31 @@ impl WriterHandle {
         created_by: String,
         fork: ForkFrom,
     ) -> Result<()> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job::Create {
-                id,
-                participants,
-                metadata: None,
-                created_by,
-                policy: None,
-                fork: Some(Box::new(fork)),
-                reply,
-            })
+        let fork = Some(Box::new(fork));
+        self.send_create(id, participants, None, created_by, None, fork)
             .await
-            .map_err(|_| Error::WriterGone)?;
+    }
+
+    async fn send_create(
+        &self,
+        id: String,
+        participants: Vec<String>,
+        metadata: Option<Value>,
+        created_by: String,
+        policy: Option<Box<TurnPolicy>>,
+        fork: Option<Box<ForkFrom>>,
+    ) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Create {
+            id,
+            participants,
+            metadata,
+            created_by,
+            policy,
+            fork,
+            reply,
+        };
+        self.tx.send(job).await.map_err(|_| Error::WriterGone)?;
         Ok(rx.await.map_err(|_| Error::WriterGone)??)
     }
 

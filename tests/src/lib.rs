@@ -260,3 +260,58 @@ pub fn error_code<T: std::fmt::Debug>(r: Result<T, jsonrpsee::core::ClientError>
         other => panic!("expected a call error, got {other:?}"),
     }
 }
+
+/// The whole log of a conversation, page by page (a `tail` page is at most 1,000 events).
+pub async fn full_log(client: &dyn agent_sdk::AgentClient, id: &str) -> Vec<proto_spec::Event> {
+    let mut log: Vec<proto_spec::Event> = Vec::new();
+    loop {
+        let since = log.last().map_or(0, |e| e.seq);
+        let page = client
+            .tail(proto_spec::TailParams {
+                conversation_id: id.into(),
+                since_seq: since,
+                limit: None,
+            })
+            .await
+            .expect("tail");
+        let done =
+            page.events.is_empty() || page.events.last().map(|e| e.seq) == Some(page.latest_seq);
+        log.extend(page.events);
+        if done {
+            return log;
+        }
+    }
+}
+
+/// Waits (at most [`WAIT`]) until `cond` holds for the conversation's snapshot.
+pub async fn wait_for(
+    client: &dyn agent_sdk::AgentClient,
+    id: &str,
+    what: &str,
+    cond: impl Fn(&proto_spec::Snapshot) -> bool,
+) -> proto_spec::Snapshot {
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let s = client.get_conversation(id).await.expect("snapshot");
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{id}: {what} did not happen: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Creates a conversation from an inline scenario (as `client`, an admin).
+pub async fn create_scenario(client: &dyn agent_sdk::AgentClient, id: &str, scenario: Value) {
+    client
+        .create_conversation(proto_spec::CreateConversationParams {
+            conversation_id: Some(id.into()),
+            scenario: Some(scenario),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+}

@@ -6,7 +6,7 @@ use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, WsJsonRpcClient};
 use orchestrator::scenario::Scenario;
 use serde_json::Value;
-use tests::{TestServer, WAIT};
+use tests::{full_log, wait_for, TestServer, WAIT};
 
 fn example(name: &str) -> Value {
     let path = format!(
@@ -21,39 +21,16 @@ fn example(name: &str) -> Value {
 
 async fn start(server: &TestServer, id: &str, scenario: Value) -> WsJsonRpcClient {
     let admin = server.sdk("admin", None).await;
-    admin
-        .create_conversation(CreateConversationParams {
-            conversation_id: Some(id.into()),
-            scenario: Some(scenario),
-            ..Default::default()
-        })
-        .await
-        .expect("create");
+    tests::create_scenario(&admin, id, scenario).await;
     admin
 }
 
 async fn closed_log(admin: &WsJsonRpcClient, id: &str) -> Vec<Event> {
-    let until = tokio::time::Instant::now() + WAIT;
-    loop {
-        let s = admin.get_conversation(id).await.expect("snapshot");
-        if s.status == ConversationStatus::Closed {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{id} did not close: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    admin
-        .tail(TailParams {
-            conversation_id: id.into(),
-            since_seq: 0,
-            limit: None,
-        })
-        .await
-        .expect("tail")
-        .events
+    wait_for(admin, id, "the close", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    full_log(admin, id).await
 }
 
 fn said(log: &[Event]) -> Vec<String> {

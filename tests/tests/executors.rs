@@ -97,15 +97,7 @@ fn scenario(timeout: &str) -> Value {
 
 /// The whole log of a conversation, read as admin.
 async fn log_of(admin: &dyn AgentClient, id: &str) -> Vec<Event> {
-    admin
-        .tail(TailParams {
-            conversation_id: id.into(),
-            since_seq: 0,
-            limit: Some(1000),
-        })
-        .await
-        .expect("tail")
-        .events
+    tests::full_log(admin, id).await
 }
 
 /// Waits until the executor has finished the turn: its last trace is written.

@@ -6,50 +6,10 @@ use std::time::Duration;
 use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, ClientError, WsJsonRpcClient};
 use serde_json::{json, Value};
-use tests::{TestServer, WAIT};
+use tests::{full_log as log_of, wait_for as wait_until, TestServer};
 
 async fn create(admin: &WsJsonRpcClient, id: &str, scenario: Value) {
-    admin
-        .create_conversation(CreateConversationParams {
-            conversation_id: Some(id.into()),
-            scenario: Some(scenario),
-            ..Default::default()
-        })
-        .await
-        .expect("create");
-}
-
-async fn log_of(admin: &WsJsonRpcClient, id: &str) -> Vec<Event> {
-    admin
-        .tail(TailParams {
-            conversation_id: id.into(),
-            since_seq: 0,
-            limit: None,
-        })
-        .await
-        .expect("tail")
-        .events
-}
-
-/// Waits until `cond` holds for the conversation's snapshot.
-async fn wait_until(
-    c: &WsJsonRpcClient,
-    id: &str,
-    what: &str,
-    cond: impl Fn(&Snapshot) -> bool,
-) -> Snapshot {
-    let until = tokio::time::Instant::now() + WAIT;
-    loop {
-        let s = c.get_conversation(id).await.expect("snapshot");
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{id}: {what} did not happen: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tests::create_scenario(admin, id, scenario).await
 }
 
 fn system_types(log: &[Event]) -> Vec<String> {
@@ -390,31 +350,17 @@ async fn fork_starts_a_new_conversation_from_a_prefix_and_leaves_the_original() 
         "the original is untouched"
     );
     // Errors: a seq out of range, an existing id, not an admin.
-    let e = admin
-        .fork_conversation(ForkConversationParams {
+    for (who, at_seq, new_id, code) in [
+        (&admin, 999, None, ErrorCode::InvalidParams),
+        (&admin, 1, Some("alt"), ErrorCode::ConversationExists),
+        (&alice, 1, None, ErrorCode::Forbidden),
+    ] {
+        let p = ForkConversationParams {
             conversation_id: "orig".into(),
-            at_seq: 999,
-            new_conversation_id: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::InvalidParams));
-    let e = admin
-        .fork_conversation(ForkConversationParams {
-            conversation_id: "orig".into(),
-            at_seq: 1,
-            new_conversation_id: Some("alt".into()),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::ConversationExists));
-    let e = alice
-        .fork_conversation(ForkConversationParams {
-            conversation_id: "orig".into(),
-            at_seq: 1,
-            new_conversation_id: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::Forbidden));
+            at_seq,
+            new_conversation_id: new_id.map(str::to_string),
+        };
+        let e = who.fork_conversation(p).await.unwrap_err();
+        assert_eq!(e.code(), Some(code));
+    }
 }
