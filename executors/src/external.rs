@@ -1,14 +1,14 @@
 //! [`ExternalExecutor`]: runs an agent in a partner's process, in pull or push-claim mode.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::proto::*;
 use agent_sdk::{Agent, AgentClient, ClientResult};
 use tokio::time::Instant;
 
-use crate::core::{Assignment, ExecutorCore, RunReport};
+use crate::core::{Assignment, ExecutorCore};
 
 /// Runs one agent for one identity, taking turns as they come.
 #[derive(Clone)]
@@ -103,9 +103,10 @@ impl ExternalExecutor {
     /// this executor; after a reconnect the client replays what it missed, so no turn is missed.
     pub async fn run_pull(&self) -> ClientResult<()> {
         let mut events = self.client.subscribe(SubscribeParams::default()).await?;
-        let handled: Arc<Mutex<HashSet<(String, u64)>>> = Arc::default();
+        // The last turn taken, per conversation.
+        let mut handled: HashMap<String, u64> = HashMap::new();
         for s in self.client.list_conversations().await?.conversations {
-            self.consider(&s, &handled);
+            self.consider(&s, &mut handled);
         }
         while let Some(n) = events.next().await {
             let e = &n.event;
@@ -118,7 +119,7 @@ impl ExternalExecutor {
                 continue;
             }
             match self.client.get_conversation(&n.conversation_id).await {
-                Ok(s) => self.consider(&s, &handled),
+                Ok(s) => self.consider(&s, &mut handled),
                 Err(err) => tracing::debug!(error = %err, "guidance not read"),
             }
         }
@@ -126,16 +127,16 @@ impl ExternalExecutor {
     }
 
     /// Runs the agent if this snapshot says the turn is its own and it was not taken yet.
-    fn consider(&self, s: &Snapshot, handled: &Arc<Mutex<HashSet<(String, u64)>>>) {
+    fn consider(&self, s: &Snapshot, handled: &mut HashMap<String, u64>) {
         let me = self.client.agent_id();
         if s.guidance.status != GuidanceStatus::MaySpeak || s.speaker.as_deref() != Some(me) {
             return;
         }
-        let key = (s.conversation_id.clone(), s.turn);
-        let fresh = handled.lock().map(|mut h| h.insert(key)).unwrap_or(false);
-        if !fresh {
+        let last = handled.entry(s.conversation_id.clone()).or_insert(0);
+        if *last >= s.turn {
             return;
         }
+        *last = s.turn;
         let a = Assignment {
             conversation_id: s.conversation_id.clone(),
             agent_id: me.to_string(),
@@ -145,18 +146,11 @@ impl ExternalExecutor {
             traces: true,
         };
         let this = self.clone();
-        let handled = handled.clone();
         tokio::spawn(async move {
             let report = this
                 .core
                 .run(this.agent.as_ref(), this.client.clone(), &a)
                 .await;
-            if report == RunReport::AlreadyRunning {
-                // Let a later event try this turn again.
-                if let Ok(mut h) = handled.lock() {
-                    h.remove(&(a.conversation_id.clone(), a.turn));
-                }
-            }
             tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "pulled turn ran");
         });
     }

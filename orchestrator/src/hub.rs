@@ -40,13 +40,8 @@ pub struct ConvShared {
     /// When the conversation was created, and when its last event was committed (ms).
     created_ms: std::sync::atomic::AtomicI64,
     last_event_ms: std::sync::atomic::AtomicI64,
-    /// The policy's idle timeout and maximum duration (ms; 0: none).
-    idle_timeout_ms: std::sync::atomic::AtomicU64,
-    max_duration_ms: std::sync::atomic::AtomicU64,
-    /// Whether internal executors trace each turn (the scenario's `turn.traces`).
-    traces: std::sync::atomic::AtomicBool,
-    /// Participants the server runs itself (scenario kinds), by id.
-    agents: std::sync::OnceLock<std::collections::BTreeMap<String, serde_json::Value>>,
+    /// The conversation's policy (set once, at creation or recovery; it never changes).
+    policy: std::sync::OnceLock<crate::state::TurnPolicy>,
 }
 
 impl ConvShared {
@@ -79,44 +74,38 @@ impl ConvShared {
         self.last_event_ms.store(last_event_ms, Relaxed);
     }
 
-    /// Records the policy's stop timers.
-    pub fn set_limits(&self, idle_timeout_ms: Option<u64>, max_duration_ms: Option<u64>) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.idle_timeout_ms
-            .store(idle_timeout_ms.unwrap_or(0), Relaxed);
-        self.max_duration_ms
-            .store(max_duration_ms.unwrap_or(0), Relaxed);
+    /// Records the conversation's policy (once, at creation or recovery).
+    pub fn set_policy(&self, policy: crate::state::TurnPolicy) {
+        let _ = self.policy.set(policy);
     }
 
-    /// Records whether internal executors trace each turn.
-    pub fn set_traces(&self, on: bool) {
-        self.traces.store(on, std::sync::atomic::Ordering::Relaxed);
+    /// The conversation's policy, if it has one.
+    pub fn policy(&self) -> Option<&crate::state::TurnPolicy> {
+        self.policy.get()
     }
 
-    /// Whether internal executors trace each turn.
+    /// Whether internal executors trace each turn (the scenario's `turn.traces`; default on).
     pub fn traces(&self) -> bool {
-        self.traces.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Records the participants the server runs itself (once, at creation or recovery).
-    pub fn set_agents(&self, agents: std::collections::BTreeMap<String, serde_json::Value>) {
-        let _ = self.agents.set(agents);
+        self.policy().is_none_or(|p| p.traces)
     }
 
     /// The scenario's description of an internal participant (`{"kind": …}`).
     pub fn agent_spec(&self, agent: &str) -> Option<&serde_json::Value> {
-        self.agents.get()?.get(agent)
+        self.policy()?.agents.get(agent)
     }
 
     /// When the conversation closes for idleness, and for its maximum duration (ms since the
     /// epoch), from logged times.
     pub fn stop_deadlines(&self) -> (Option<i64>, Option<i64>) {
         use std::sync::atomic::Ordering::Relaxed;
-        let idle = self.idle_timeout_ms.load(Relaxed);
-        let max = self.max_duration_ms.load(Relaxed);
+        let Some(p) = self.policy() else {
+            return (None, None);
+        };
         (
-            (idle > 0).then(|| self.last_event_ms.load(Relaxed) + idle as i64),
-            (max > 0).then(|| self.created_ms.load(Relaxed) + max as i64),
+            p.idle_timeout_ms
+                .map(|idle| self.last_event_ms.load(Relaxed) + idle as i64),
+            p.max_duration_ms
+                .map(|max| self.created_ms.load(Relaxed) + max as i64),
         )
     }
 
@@ -225,10 +214,7 @@ impl Hub {
             turn_started_ms: std::sync::atomic::AtomicI64::new(0),
             created_ms: std::sync::atomic::AtomicI64::new(0),
             last_event_ms: std::sync::atomic::AtomicI64::new(0),
-            idle_timeout_ms: std::sync::atomic::AtomicU64::new(0),
-            max_duration_ms: std::sync::atomic::AtomicU64::new(0),
-            agents: std::sync::OnceLock::new(),
-            traces: std::sync::atomic::AtomicBool::new(true),
+            policy: std::sync::OnceLock::new(),
         })
     }
 

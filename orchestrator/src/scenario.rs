@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use proto_spec::scenario::{json_path, valid_path, MatchOp, OnTimeout, Order, ScenarioSpec};
+use proto_spec::scenario::{valid_path, MatchOp, OnTimeout, Order, ScenarioSpec};
 use proto_spec::{ErrorCode, RpcError};
 use serde_json::{json, Map, Value};
 
@@ -337,7 +337,6 @@ impl Scenario {
             || policy.idle_timeout_ms.is_some()
             || policy.max_duration_ms.is_some()
             || !policy.agents.is_empty();
-        let _ = json_path;
         Ok(Scenario {
             spec,
             participants,

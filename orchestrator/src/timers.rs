@@ -39,6 +39,15 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
             }
             let now = now_ms();
             for conv in hub.all() {
+                // Only a policy sets timers; most conversations are passed over here.
+                let timed = conv.policy().is_some_and(|p| {
+                    p.timeout_ms.is_some()
+                        || p.idle_timeout_ms.is_some()
+                        || p.max_duration_ms.is_some()
+                });
+                if !timed {
+                    continue;
+                }
                 let core = conv.core();
                 if core.closed || core.paused {
                     continue;

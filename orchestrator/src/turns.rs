@@ -140,7 +140,7 @@ impl Turns {
             *i = (agents.clone(), Some(tx));
         }
         if let Ok(mut a) = self.assigned.lock() {
-            a.retain(|_, _| false);
+            a.clear();
         }
         self.scan();
     }

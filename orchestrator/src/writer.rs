@@ -151,9 +151,7 @@ impl WriterHandle {
                 events.last().map_or(0, |e| e.ts_ms),
             );
             if let Some(p) = state.policy() {
-                shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
-                shared.set_agents(p.agents.clone());
-                shared.set_traces(p.traces);
+                shared.set_policy(p.clone());
             }
             convs.insert(
                 record.id.clone(),
@@ -363,9 +361,7 @@ impl Writer {
                     let empty = ConvState::new(id.clone(), Vec::new()).core;
                     let shared = Hub::make(&id, state.participants().to_vec(), empty);
                     if let Some(p) = state.policy() {
-                        shared.set_limits(p.idle_timeout_ms, p.max_duration_ms);
-                        shared.set_agents(p.agents.clone());
-                        shared.set_traces(p.traces);
+                        shared.set_policy(p.clone());
                     }
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);
@@ -535,7 +531,14 @@ fn fork_drafts(state: &mut ConvState, f: ForkFrom) -> Vec<Draft> {
 
 /// Whether a draft is a policy's `next_speaker` decision.
 pub fn is_next_speaker(d: &Draft) -> bool {
-    d.kind == proto_spec::EventKind::System && d.payload.get().contains("\"next_speaker\"")
+    #[derive(serde::Deserialize)]
+    struct Type<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<&'a str>,
+    }
+    d.kind == proto_spec::EventKind::System
+        && serde_json::from_str::<Type<'_>>(d.payload.get())
+            .is_ok_and(|t| t.kind == Some("next_speaker"))
 }
 
 fn answer(replies: Vec<Reply>) {

@@ -1,0 +1,307 @@
+//! Speaker policies: who speaks next and when the conversation stops. Decided inside
+//! [`ConvState::apply`] from the policy recorded in the `created` event, so each decision
+//! commits with the event that caused it and recovery reads it back from the log.
+
+use proto_spec::scenario::{ApprovalSpec, OnTimeout, Order, RuleSpec};
+use proto_spec::{EventKind, Finality, ORCHESTRATOR_AUTHOR};
+use serde_json::{json, Value};
+
+use super::{to_raw, ConvState, Draft};
+
+/// Who speaks next and when the conversation stops, decided in the state machine and logged as
+/// system events (`next_speaker`, `approval_requested`) or as the orchestrator's closing message,
+/// in the same transaction as the message that closes a turn (invariant 7). It is recorded in
+/// the conversation's `created` event, so recovery rebuilds it from the log.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnPolicy {
+    /// The order; `None`: every participant may speak at any time (stop conditions still hold).
+    #[serde(default)]
+    pub order: Option<Order>,
+    /// The speakers, in participant order.
+    #[serde(default)]
+    pub speakers: Vec<String>,
+    /// The speakers of a `sequence` order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sequence: Vec<String>,
+    /// Who takes turn 1.
+    #[serde(default)]
+    pub first: String,
+    /// Selector rules, tried before the order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSpec>,
+    /// Approval checkpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalSpec>,
+    /// Each turn's timeout, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// What a turn timeout does.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    /// Close after this many turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u64>,
+    /// Close when a turn-closing message contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_text: Option<String>,
+    /// Close after this long without an append (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Close this long after creation (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
+    /// Whether internal executors trace each turn's start and end.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub traces: bool,
+    /// The participants the server runs itself, with their kind and settings.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub agents: std::collections::BTreeMap<String, Value>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the policy decides after a turn ends.
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    /// Give the next turn to this speaker (with extra fields for the `next_speaker` event).
+    Speaker(String, Value),
+    /// Close the conversation, for this reason.
+    Stop(String),
+    /// Nothing to decide (no order: the floor is open).
+    Open,
+}
+
+impl TurnPolicy {
+    /// The speaker after `author` in participant order.
+    fn after(&self, author: &str) -> String {
+        let i = self.speakers.iter().position(|s| s == author);
+        match i {
+            Some(i) => self.speakers[(i + 1) % self.speakers.len()].clone(),
+            None => self.first.clone(),
+        }
+    }
+
+    /// The next speaker by the order alone, after `author` held the turn (`sequence_pos` is the
+    /// position in `sequence` of the turn that ended).
+    fn by_order(
+        &self,
+        author: &str,
+        payload: Option<&Value>,
+        sequence_pos: Option<usize>,
+    ) -> Decision {
+        match self.order {
+            None => Decision::Open,
+            Some(Order::RoundRobin) => Decision::Speaker(self.after(author), Value::Null),
+            Some(Order::Addressed) => {
+                let addressed = payload.and_then(|p| self.addressed(author, p));
+                Decision::Speaker(addressed.unwrap_or_else(|| self.after(author)), Value::Null)
+            }
+            Some(Order::Sequence) => {
+                let next = sequence_pos.map_or(0, |p| p + 1);
+                match self.sequence.get(next) {
+                    Some(s) => Decision::Speaker(s.clone(), json!({"position": next})),
+                    None => Decision::Stop("sequence_done".into()),
+                }
+            }
+            Some(Order::Rules) => Decision::Stop("no_rule_matched".into()),
+        }
+    }
+
+    /// The participant a message addresses: its first `to`, or the first `@id` it mentions.
+    fn addressed(&self, author: &str, payload: &Value) -> Option<String> {
+        let known = |id: &str| id != author && self.speakers.iter().any(|s| s == id);
+        if let Some(to) = payload.get("to").and_then(Value::as_array) {
+            if let Some(id) = to.iter().filter_map(Value::as_str).find(|id| known(id)) {
+                return Some(id.to_string());
+            }
+        }
+        let text = payload.get("text").and_then(Value::as_str)?;
+        text.split('@').skip(1).find_map(|rest| {
+            let id: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || "._:-".contains(*c))
+                .collect();
+            let id = id.trim_end_matches(['.', ':']).to_string();
+            known(&id).then_some(id)
+        })
+    }
+
+    fn approver_of(&self, speaker: &str) -> Option<&str> {
+        self.approvals
+            .iter()
+            .find(|a| a.before == speaker)
+            .map(|a| a.approver.as_str())
+    }
+}
+
+/// Reads an approver's decision from its message: `data.decision`, or text starting with
+/// approve/reject (any case). Anything else counts as a rejection.
+fn approved(payload: &Value) -> bool {
+    if let Some(d) = payload.pointer("/data/decision").and_then(Value::as_str) {
+        return d.eq_ignore_ascii_case("approve") || d.eq_ignore_ascii_case("approved");
+    }
+    let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+    let t = text.trim_start().to_ascii_lowercase();
+    t.starts_with("approve") || t.starts_with("yes") || t.starts_with("lgtm")
+}
+
+impl ConvState {
+    /// The policy's decisions after `d` (already observed): the events that start the next
+    /// turn (`next_speaker`, with `approval_requested` before it at a checkpoint) or the
+    /// orchestrator's closing message.
+    pub(super) fn decide(&self, d: &Draft) -> Vec<Draft> {
+        let Some(policy) = self.policy.as_ref() else {
+            return Vec::new();
+        };
+        if self.core.closed {
+            return Vec::new();
+        }
+        let decision = match (d.kind, d.finality) {
+            (EventKind::Message, Some(Finality::Turn)) if d.author != ORCHESTRATOR_AUTHOR => {
+                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
+                self.after_message(policy, d, &payload)
+            }
+            (EventKind::System, _) => {
+                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
+                match payload.get("type").and_then(Value::as_str) {
+                    Some("created") if policy.order.is_some() => {
+                        let extra = if policy.order == Some(Order::Sequence) {
+                            json!({"position": 0})
+                        } else {
+                            Value::Null
+                        };
+                        Decision::Speaker(policy.first.clone(), extra)
+                    }
+                    Some("turn_timeout") => {
+                        let speaker = payload.get("speaker").and_then(Value::as_str).unwrap_or("");
+                        match policy.on_timeout {
+                            OnTimeout::End => Decision::Stop("turn_timeout".into()),
+                            OnTimeout::Retry => Decision::Speaker(
+                                speaker.to_string(),
+                                json!({"retry": true, "position": self.core.sequence_pos}),
+                            ),
+                            OnTimeout::Skip => {
+                                policy.by_order(speaker, None, self.core.sequence_pos)
+                            }
+                        }
+                    }
+                    Some("idle_timeout") => Decision::Stop("idle_timeout".into()),
+                    Some("max_duration") => Decision::Stop("max_duration".into()),
+                    _ => return Vec::new(),
+                }
+            }
+            _ => return Vec::new(),
+        };
+        // Built from this state without copying it: the drafts follow one another (seq + 1
+        // each); none of them changes the turn before the next is built.
+        let mut out = Vec::new();
+        match decision {
+            Decision::Open => {}
+            Decision::Stop(reason) => out.push(self.closing_draft(&reason)),
+            Decision::Speaker(speaker, extra) => {
+                let gate = self.core.pending_approval.is_none()
+                    && extra.get("approval").is_none()
+                    && policy.approver_of(&speaker).is_some();
+                if gate {
+                    let approver = policy.approver_of(&speaker).unwrap_or_default().to_string();
+                    let mut ask =
+                        json!({"type": "approval_requested", "for": speaker, "approver": approver});
+                    if let Some(p) = extra.get("position") {
+                        // In a sequence, the place of the speaker waiting for approval.
+                        ask["position"] = p.clone();
+                    }
+                    out.push(self.system_draft(&ask));
+                    let mut next = self.speaker_draft(
+                        policy,
+                        &approver,
+                        json!({"reason": "approval", "for": speaker}),
+                    );
+                    next.seq += 1;
+                    out.push(next);
+                } else {
+                    out.push(self.speaker_draft(policy, &speaker, extra));
+                }
+            }
+        }
+        out
+    }
+
+    /// What follows a participant's message that closed its turn.
+    fn after_message(&self, policy: &TurnPolicy, d: &Draft, payload: &Value) -> Decision {
+        if let Some(token) = &policy.on_text {
+            let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+            if text.contains(token.as_str()) {
+                return Decision::Stop("on_text".into());
+            }
+        }
+        if policy.max_turns.is_some_and(|max| d.turn >= max) {
+            return Decision::Stop("max_turns".into());
+        }
+        // An approver's answer decides the pending checkpoint.
+        if let Some(waiting) = &self.core.pending_approval {
+            if policy.approver_of(waiting) == Some(d.author.as_str()) {
+                return if approved(payload) {
+                    Decision::Speaker(waiting.clone(), json!({"approval": "approved"}))
+                } else {
+                    match policy.by_order(waiting, None, self.core.sequence_pos) {
+                        Decision::Speaker(next, mut extra) => {
+                            if !extra.is_object() {
+                                extra = json!({});
+                            }
+                            extra["approval"] = json!("rejected");
+                            extra["skipped"] = json!(waiting);
+                            Decision::Speaker(next, extra)
+                        }
+                        other => other,
+                    }
+                };
+            }
+        }
+        if let Some(rule) = policy
+            .rules
+            .iter()
+            .find(|r| r.when.matches(&d.author, payload))
+        {
+            return Decision::Speaker(rule.next.clone(), Value::Null);
+        }
+        policy.by_order(&d.author, Some(payload), self.core.sequence_pos)
+    }
+
+    fn speaker_draft(&self, policy: &TurnPolicy, speaker: &str, extra: Value) -> Draft {
+        let mut payload =
+            json!({"type": "next_speaker", "speaker": speaker, "turn": self.core.turn});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                if !v.is_null() {
+                    payload[k] = v;
+                }
+            }
+        }
+        if let Some(t) = policy.timeout_ms {
+            payload["timeoutMs"] = json!(t);
+        }
+        self.system_draft(&payload)
+    }
+
+    /// The orchestrator's message that closes the conversation.
+    fn closing_draft(&self, reason: &str) -> Draft {
+        let payload = json!({
+            "text": format!("The conversation ended: {}.", reason.replace('_', " ")),
+            "data": {"reason": reason},
+            "schema": "orchestrator.stop.v1"
+        });
+        Draft {
+            seq: self.core.head + 1,
+            kind: EventKind::Message,
+            author: ORCHESTRATOR_AUTHOR.to_string(),
+            turn: self.core.turn,
+            finality: Some(Finality::Conversation),
+            payload: to_raw(&payload),
+            client_request_id: None,
+            hash: None,
+        }
+    }
+}
