@@ -64,6 +64,23 @@ pub enum RunReport {
     Failed(String),
 }
 
+impl RunReport {
+    /// A short label for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            RunReport::Done(_) => "done",
+            RunReport::AlreadyRunning => "already_running",
+            RunReport::NotMine => "not_mine",
+            RunReport::DeadlineExceeded => "deadline_exceeded",
+            RunReport::Failed(_) => "failed",
+        }
+    }
+}
+
+/// The histogram of executor runs, in seconds, by `outcome` ([`RunReport::label`]); recorded
+/// through the `metrics` facade.
+pub const RUN_SECONDS: &str = "orchestrator_executor_run_seconds";
+
 /// The executor core. Cheap to share.
 #[derive(Debug, Default)]
 pub struct ExecutorCore {
@@ -134,6 +151,21 @@ impl ExecutorCore {
     /// (conversation, agent) runs at a time: a call for the turn already running returns
     /// `AlreadyRunning`; a call for another turn waits for the running one to finish.
     pub async fn run(
+        &self,
+        agent: &dyn Agent,
+        client: Arc<dyn AgentClient>,
+        a: &Assignment,
+    ) -> RunReport {
+        let started = Instant::now();
+        let report = self.run_once(agent, client, a).await;
+        if !matches!(report, RunReport::AlreadyRunning) {
+            metrics::histogram!(RUN_SECONDS, "outcome" => report.label())
+                .record(started.elapsed().as_secs_f64());
+        }
+        report
+    }
+
+    async fn run_once(
         &self,
         agent: &dyn Agent,
         client: Arc<dyn AgentClient>,

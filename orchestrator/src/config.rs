@@ -15,6 +15,8 @@ pub struct Limits {
     pub max_in_flight_per_connection: usize,
     /// Subscriptions open on one connection.
     pub max_subscriptions_per_connection: u32,
+    /// Open SSE streams and parked long-polls at once (`RateLimited`, HTTP 429).
+    pub max_streams: usize,
     /// The longest wait a long-poll may ask for; longer timeouts are capped.
     pub max_wait: Duration,
     /// The most events one `tail` returns.
@@ -33,6 +35,7 @@ impl Default for Limits {
             max_connections: 1024,
             max_in_flight_per_connection: 256,
             max_subscriptions_per_connection: 64,
+            max_streams: 16_384,
             max_wait: Duration::from_secs(60),
             max_tail: 1000,
             max_participants: 256,

@@ -214,6 +214,7 @@ impl Feed {
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             self.resumed += 1;
+                            crate::telemetry::resumed();
                             for conv in self.hub.conversations_of(agent) {
                                 let cursor = *cursors.entry(conv.id.clone()).or_insert(Some(0));
                                 if cursor.unwrap_or(0) < conv.head() {

@@ -7,7 +7,9 @@
 //! - [`writer`]: the single writer thread with group commit.
 //! - [`hub`]: hot state in memory and the fanout of committed events; [`fanout`]: cursors and feeds.
 //! - [`service`]: the method core, shared by every transport.
-//! - [`rpc`]: the jsonrpsee module; [`server`]: the axum host on one port, graceful shutdown.
+//! - [`rpc`]: the jsonrpsee module; [`http`]: SSE, long-poll, REST and the viewer page;
+//!   [`server`]: the axum host on one port, graceful shutdown.
+//! - [`telemetry`]: the metrics behind `GET /metrics`.
 //! - [`scenario`]: inline scenarios (participants, speaker policy, turn timeout).
 //! - [`runner`]: one scenario run to its end with a live transcript (`run`, `demo`).
 //! - [`timers`]: turn timeouts, idle timeouts and maximum durations, from logged times.
@@ -36,6 +38,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod fanout;
+pub mod http;
 pub mod hub;
 pub mod rpc;
 pub mod runner;
@@ -44,6 +47,7 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 pub mod timers;
 pub mod turns;
 pub mod writer;

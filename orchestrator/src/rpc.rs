@@ -26,6 +26,8 @@ use crate::service::Orchestrator;
 pub struct Session {
     identity: RwLock<Option<Identity>>,
     in_flight: AtomicUsize,
+    /// Counts the connection as open while the session lives (WebSocket sessions only).
+    _open: Option<crate::telemetry::Open>,
 }
 
 /// Counts one call in flight on a connection while it lives.
@@ -39,6 +41,14 @@ impl Drop for InFlightGuard {
 }
 
 impl Session {
+    /// A session; `open` counts its connection while it lives.
+    pub fn new(open: Option<crate::telemetry::Open>) -> Self {
+        Session {
+            _open: open,
+            ..Default::default()
+        }
+    }
+
     /// The authenticated identity, or `Unauthenticated`.
     pub fn identity(&self) -> Result<Identity, RpcError> {
         self.identity
@@ -78,6 +88,7 @@ impl Session {
 
 /// The one conversion of a protocol error into jsonrpsee's error object.
 pub fn wire(e: RpcError) -> ErrorObjectOwned {
+    crate::telemetry::error(e.code, "rpc");
     let w = e.to_wire();
     ErrorObjectOwned::owned(w.code, w.message, w.data)
 }
@@ -228,6 +239,7 @@ pub fn module(
                 }
             };
             let sink = pending.accept().await?;
+            let _open = crate::telemetry::Open::subscriber("ws");
             loop {
                 let next = tokio::select! {
                     _ = sink.closed() => break,

@@ -1,4 +1,5 @@
-//! The HTTP host: axum on one port, with jsonrpsee mounted at `/rpc` as a tower service.
+//! The HTTP host: axum on one port, with jsonrpsee mounted at `/rpc` as a tower service and
+//! the routes of [`crate::http`] beside it.
 //!
 //! Each request to `/rpc` gets a fresh [`Session`] in its extensions before it reaches
 //! jsonrpsee; a WebSocket upgrade is one request, so the session lives as long as the
@@ -111,12 +112,14 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
     let app = Router::new()
         .route("/rpc", any(rpc_route))
         .route("/healthz", get(healthz))
-        .with_state(state);
+        .with_state(state)
+        .merge(crate::http::router(orch.clone()));
     let addr = listener.local_addr()?;
     let (http_stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         // Small frames (a claim, a reply) must not wait for Nagle's algorithm.
         let listener = listener.tap_io(|tcp| {
+            crate::telemetry::accepted();
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::debug!(error = %e, "TCP_NODELAY not set");
             }
@@ -140,7 +143,13 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
 }
 
 async fn rpc_route(State(app): State<AppState>, mut req: Request<Body>) -> Response {
-    req.extensions_mut().insert(Arc::new(Session::default()));
+    let upgrade = req
+        .headers()
+        .get(http::header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    req.extensions_mut().insert(Arc::new(Session::new(
+        upgrade.then(|| crate::telemetry::Open::connection("ws")),
+    )));
     let mut svc = app.rpc.clone().build(app.methods.clone(), app.stop.clone());
     match svc.call(req).await {
         Ok(resp) => resp.map(Body::new),

@@ -21,6 +21,9 @@ use crate::store::Store;
 use crate::turns::{TurnConfig, Turns};
 use crate::writer::WriterHandle;
 
+/// The long-poll's wait when the caller names none, in milliseconds.
+pub const DEFAULT_WAIT_MS: u64 = 30_000;
+
 /// The orchestrator: the store, the hot state, the writer, the turn dispatcher and the limits.
 #[derive(Debug)]
 pub struct Orchestrator {
@@ -47,6 +50,7 @@ impl Orchestrator {
     ) -> Result<Arc<Orchestrator>> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Corrupt("the orchestrator needs a tokio runtime".into()))?;
+        crate::telemetry::install();
         let hub = Arc::new(Hub::default());
         let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
         let turns = Turns::new(hub.clone(), turn_config, runtime);
@@ -321,6 +325,14 @@ impl Orchestrator {
         })
     }
 
+    /// The identity of `GET /me`.
+    pub fn who_am_i(&self, who: &Identity) -> WhoAmI {
+        WhoAmI {
+            agent_id: who.agent_id.clone(),
+            admin: who.admin,
+        }
+    }
+
     /// `getConversation`.
     pub fn get_conversation(&self, who: &Identity, p: ConversationParams) -> Result<Snapshot> {
         Ok(self
@@ -506,6 +518,31 @@ impl Orchestrator {
         Ok(WaitForChangeResult {
             latest_seq: conv.head(),
             timed_out: !changed,
+        })
+    }
+
+    /// The long-poll of `GET /conversations/{id}/wait`: events after `since_seq`, as soon as
+    /// there are any or when the (capped) timeout ends. The waiter is registered before the
+    /// head is read, so no wake-up is lost.
+    pub async fn wait_events(
+        &self,
+        who: &Identity,
+        conversation_id: &str,
+        q: WaitQuery,
+    ) -> Result<WaitResult> {
+        let conv = self.readable(who, conversation_id)?;
+        let timeout = self.capped(q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS));
+        let deadline = Instant::now() + timeout;
+        let changed = self.wait_past(&conv, q.since_seq, deadline).await;
+        let events = if changed {
+            read_after(&self.store, &conv, q.since_seq, self.limits.max_tail).await?
+        } else {
+            Vec::new()
+        };
+        Ok(WaitResult {
+            latest_seq: conv.head(),
+            timed_out: !changed,
+            events: events.iter().map(|e| (**e).clone()).collect(),
         })
     }
 

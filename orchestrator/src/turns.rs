@@ -190,6 +190,7 @@ impl Turns {
         });
         if let Some(tx) = internal {
             self.stats.internal.fetch_add(1, Ordering::Relaxed);
+            crate::telemetry::turn("internal");
             let _ = tx.send(Assignment {
                 conversation_id: conv.id.clone(),
                 agent_id: agent,
@@ -200,6 +201,7 @@ impl Turns {
             });
             return;
         }
+        crate::telemetry::turn("push");
         tracing::debug!(conversation = %conv.id, %agent, turn = core.turn, "turn to offer");
         let me = self.clone();
         let conv = conv.clone();

@@ -122,6 +122,7 @@ struct Writer {
     convs: HashMap<String, Slot>,
     next_num: i64,
     stats: Arc<WriterStats>,
+    metrics: crate::telemetry::CommitMetrics,
 }
 
 impl WriterHandle {
@@ -176,6 +177,7 @@ impl WriterHandle {
             convs,
             next_num,
             stats: stats.clone(),
+            metrics: crate::telemetry::CommitMetrics::new(),
         };
         let thread = std::thread::Builder::new()
             .name("log-writer".into())
@@ -412,10 +414,13 @@ impl Writer {
             })
             .collect();
         let n_rows = rows.len() as u64;
+        let started = std::time::Instant::now();
         let committed = self.log.commit(&new_convs, &rows);
         drop(rows);
         match committed {
             Ok(()) => {
+                self.metrics
+                    .committed(jobs as usize, n_rows, started.elapsed());
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
                 self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
                 let mut convs = Vec::with_capacity(touched.len());

@@ -10,6 +10,7 @@
 //! - [`guidance`]: guidance, conversation status, snapshots.
 //! - [`method`]: method names ([`method::names`]) and every params and result type.
 //! - [`error`]: the error-code table ([`error::codes`], [`ErrorCode`]) and [`RpcError::to_wire`].
+//! - [`http`]: the HTTP routes' bodies, queries and results.
 //! - [`spec`]: the OpenRPC document and JSON Schemas generated from the types.
 //!
 //! # Example
@@ -35,6 +36,7 @@
 pub mod error;
 pub mod event;
 pub mod guidance;
+pub mod http;
 pub mod method;
 pub mod scenario;
 pub mod spec;
@@ -42,6 +44,7 @@ pub mod spec;
 pub use error::{codes, ErrorCode, ErrorObject, RpcError};
 pub use event::{Attachment, Event, EventKind, Finality, MessagePayload};
 pub use guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
+pub use http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
 pub use method::*;
 
 /// The author of events the orchestrator writes itself.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use proto_spec::spec::{json_schemas, openrpc, to_pretty};
+use proto_spec::spec::{json_schemas, openapi, openrpc, to_pretty};
 use proto_spec::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -71,6 +71,12 @@ fn every_wire_type_round_trips_its_fixtures() {
         ClaimTurnResult,
         SeqResult,
         ForkConversationParams,
+        PostMessageBody,
+        EventsQuery,
+        WaitQuery,
+        WaitResult,
+        WhoAmI,
+        HttpError,
     );
     // Every type that has a generated schema has fixtures, and the other way round.
     let schema_names: Vec<&str> = json_schemas().keys().copied().collect();
@@ -104,7 +110,7 @@ fn error_codes_are_unique_and_map_back() {
     assert_eq!(ErrorCode::PayloadTooLarge.http_status(), 413);
 }
 
-/// Fails when the committed OpenRPC document or JSON Schemas drift from the types.
+/// Fails when the committed OpenRPC and OpenAPI documents or JSON Schemas drift from the types.
 /// `UPDATE_SPEC=1 cargo test --workspace --test wire` rewrites them.
 #[test]
 fn spec_drift() {
@@ -112,6 +118,7 @@ fn spec_drift() {
     let update = std::env::var_os("UPDATE_SPEC").is_some();
     let mut expected: BTreeMap<PathBuf, String> = BTreeMap::new();
     expected.insert(dir.join("openrpc.json"), to_pretty(&openrpc()));
+    expected.insert(dir.join("openapi.json"), to_pretty(&openapi()));
     for (name, schema) in json_schemas() {
         expected.insert(
             dir.join("schemas").join(format!("{name}.json")),

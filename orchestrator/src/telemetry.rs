@@ -1,0 +1,184 @@
+//! Metrics: the names, one place that records each, and the Prometheus recorder behind
+//! `GET /metrics`.
+//!
+//! Recording goes through the `metrics` facade, which costs nothing until a recorder is
+//! installed; [`install`] installs the Prometheus one once per process (a second server in the
+//! same process shares it, so its figures are the process's).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram, Counter, Histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use proto_spec::ErrorCode;
+
+/// Events committed (messages, traces, system events).
+pub const APPENDS: &str = "orchestrator_appends_total";
+/// Time of one group commit (the SQLite transaction, fsync included), in seconds.
+pub const COMMIT_SECONDS: &str = "orchestrator_commit_seconds";
+/// Jobs (appends, creations) in one group commit.
+pub const COMMIT_BATCH: &str = "orchestrator_commit_batch_size";
+/// Open subscribers, by `transport`: `ws` (subscriptions), `sse` (streams), `longpoll`
+/// (parked waits).
+pub const SUBSCRIBERS: &str = "orchestrator_subscribers";
+/// Feeds that fell behind the live broadcast and were resumed from the log.
+pub const RESUMED: &str = "orchestrator_subscribers_resumed_total";
+/// Open connections, by `transport` (`ws`: WebSocket sessions at `/rpc`).
+pub const CONNECTIONS: &str = "orchestrator_connections";
+/// TCP connections accepted on the port.
+pub const ACCEPTED: &str = "orchestrator_connections_accepted_total";
+/// Turns handed to an agent, by `mode`: `internal` or `push`.
+pub const TURNS: &str = "orchestrator_turns_total";
+/// Errors returned to callers, by `code` (the table's name) and `transport` (`rpc`, `http`).
+pub const ERRORS: &str = "orchestrator_errors_total";
+/// One executor run of an agent on a turn, in seconds (the executor crate records it).
+pub const EXECUTOR_RUN_SECONDS: &str = executors::core::RUN_SECONDS;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder (once per process) and returns its handle.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let latency = [
+            0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+            0.25, 0.5, 1.0,
+        ];
+        let runs = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0];
+        let batches = [
+            1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+        ];
+        let builder = PrometheusBuilder::new();
+        let recorder = builder
+            .set_buckets_for_metric(Matcher::Full(COMMIT_SECONDS.into()), &latency)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(COMMIT_BATCH.into()), &batches))
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(EXECUTOR_RUN_SECONDS.into()), &runs)
+            })
+            .map(|b| b.build_recorder())
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "metric buckets refused; using summaries");
+                PrometheusBuilder::new().build_recorder()
+            });
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("another metrics recorder is installed; /metrics shows only ours");
+        }
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(APPENDS, "Events committed to the log.");
+    describe_histogram!(
+        COMMIT_SECONDS,
+        Unit::Seconds,
+        "Time of one group commit, fsync included."
+    );
+    describe_histogram!(
+        COMMIT_BATCH,
+        "Jobs (appends, creations) in one group commit."
+    );
+    describe_gauge!(SUBSCRIBERS, "Open subscribers by transport.");
+    describe_counter!(
+        RESUMED,
+        "Feeds that fell behind and were resumed from the log."
+    );
+    describe_gauge!(CONNECTIONS, "Open WebSocket sessions.");
+    describe_counter!(ACCEPTED, "TCP connections accepted.");
+    describe_counter!(TURNS, "Turns handed to an agent, by mode.");
+    describe_counter!(ERRORS, "Errors returned to callers, by code and transport.");
+    describe_histogram!(
+        EXECUTOR_RUN_SECONDS,
+        Unit::Seconds,
+        "One executor run of an agent on a turn."
+    );
+}
+
+/// The Prometheus text of every metric; empty when no recorder is installed.
+pub fn render() -> String {
+    HANDLE.get().map(|h| h.render()).unwrap_or_default()
+}
+
+/// The writer's handles, looked up once.
+#[derive(Debug, Clone)]
+pub struct CommitMetrics {
+    appends: Counter,
+    seconds: Histogram,
+    batch: Histogram,
+}
+
+impl CommitMetrics {
+    /// Handles bound to the current recorder.
+    pub fn new() -> Self {
+        CommitMetrics {
+            appends: counter!(APPENDS),
+            seconds: histogram!(COMMIT_SECONDS),
+            batch: histogram!(COMMIT_BATCH),
+        }
+    }
+
+    /// One group commit of `jobs` jobs and `events` events that took `took`.
+    pub fn committed(&self, jobs: usize, events: u64, took: Duration) {
+        self.appends.increment(events);
+        self.seconds.record(took.as_secs_f64());
+        self.batch.record(jobs as f64);
+    }
+}
+
+impl Default for CommitMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An error returned to a caller.
+pub fn error(code: ErrorCode, transport: &'static str) {
+    counter!(ERRORS, "code" => code.name(), "transport" => transport).increment(1);
+}
+
+/// A turn handed out.
+pub fn turn(mode: &'static str) {
+    counter!(TURNS, "mode" => mode).increment(1);
+}
+
+/// A feed resumed from the log after falling behind.
+pub fn resumed() {
+    counter!(RESUMED).increment(1);
+}
+
+/// A TCP connection accepted.
+pub fn accepted() {
+    counter!(ACCEPTED).increment(1);
+}
+
+/// Counts one open subscriber or connection of a kind while it lives.
+#[derive(Debug)]
+pub struct Open {
+    name: &'static str,
+    transport: &'static str,
+}
+
+impl Open {
+    /// An open subscriber (`transport`: `ws`, `sse`, `longpoll`).
+    pub fn subscriber(transport: &'static str) -> Open {
+        Open::new(SUBSCRIBERS, transport)
+    }
+
+    /// An open connection.
+    pub fn connection(transport: &'static str) -> Open {
+        Open::new(CONNECTIONS, transport)
+    }
+
+    fn new(name: &'static str, transport: &'static str) -> Open {
+        gauge!(name, "transport" => transport).increment(1.0);
+        Open { name, transport }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        gauge!(self.name, "transport" => self.transport).decrement(1.0);
+    }
+}
