@@ -50,6 +50,12 @@ enum Command {
         /// Most calls in flight on one connection.
         #[arg(long, env = "ORCHESTRATOR_MAX_IN_FLIGHT", default_value_t = Limits::default().max_in_flight_per_connection)]
         max_in_flight: usize,
+        /// Most open SSE streams and parked long-polls at once.
+        #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS", default_value_t = Limits::default().max_streams)]
+        max_streams: usize,
+        /// The longest long-poll wait, in milliseconds; longer timeouts are capped to it.
+        #[arg(long, env = "ORCHESTRATOR_MAX_WAIT_MS", default_value_t = Limits::default().max_wait.as_millis() as u64)]
+        max_wait_ms: u64,
         /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
         #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
         scenarios: Option<PathBuf>,
@@ -151,6 +157,8 @@ fn main() -> anyhow::Result<()> {
             max_payload_bytes,
             max_connections,
             max_in_flight,
+            max_streams,
+            max_wait_ms,
             scenarios,
         } => {
             let limits = Limits {
@@ -158,6 +166,8 @@ fn main() -> anyhow::Result<()> {
                 max_payload_bytes,
                 max_connections,
                 max_in_flight_per_connection: max_in_flight,
+                max_streams,
+                max_wait: std::time::Duration::from_millis(max_wait_ms),
                 ..Limits::default()
             };
             let named = match scenarios {

@@ -31,9 +31,9 @@ class Server:
             args.append("--admin")
         return subprocess.run(args, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
-    def start(self):
+    def start(self, listen="127.0.0.1:0", *extra):
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--listen", "127.0.0.1:0", "--db", self.db],
+            [BIN, "serve", "--listen", listen, "--db", self.db, *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -42,6 +42,8 @@ class Server:
         match = re.search(r"(ws://\S+/rpc)", line)
         assert match, f"no address in {line!r}"
         self.url = match.group(1)
+        self.http = self.url.replace("ws://", "http://").removesuffix("/rpc")
+        self.port = int(self.http.rsplit(":", 1)[1])
         return self
 
     def stop(self, sig=signal.SIGTERM, timeout=10):

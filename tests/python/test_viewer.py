@@ -1,0 +1,139 @@
+"""The viewer page in a real browser: Debian's headless Chromium driven by playwright-core
+(tests/browser/viewer.mjs). It signs in, opens a conversation, sees messages posted over /rpc
+appear (a streamed turn in one bubble), rides out a server restart by Last-Event-ID without
+showing anything twice, pauses and resumes as an admin, and leaves a screenshot in
+target/artifacts/viewer.png."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT, Client, run
+
+BROWSER_DIR = ROOT / "tests" / "browser"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = ROOT / "target" / "artifacts"
+
+
+def browser_ready():
+    return (
+        os.path.exists(CHROMIUM)
+        and shutil.which("node")
+        and (BROWSER_DIR / "node_modules" / "playwright-core").is_dir()
+    )
+
+
+@pytest.fixture
+def viewer_prereqs():
+    if not browser_ready():
+        message = (
+            f"the viewer test needs {CHROMIUM} (Debian's chromium), node, and "
+            "`npm ci` in tests/browser; scripts/test installs them"
+        )
+        if os.environ.get("ORCHESTRATOR_SKIP_BROWSER") == "1":
+            pytest.skip(message)
+        pytest.fail(message)
+
+
+class Page:
+    """The browser driver process: one command in, one answer line out."""
+
+    def __init__(self, server, conversation):
+        env = dict(
+            os.environ,
+            VIEWER_URL=server.http + "/",
+            VIEWER_TOKEN=server.tokens["admin"],
+            VIEWER_CONVERSATION=conversation,
+            CHROMIUM=CHROMIUM,
+        )
+        self.proc = subprocess.Popen(
+            ["node", str(BROWSER_DIR / "viewer.mjs")],
+            cwd=BROWSER_DIR,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def answer(self, prefix):
+        line = self.proc.stdout.readline().strip()
+        assert line.startswith(prefix + " "), f"browser said {line!r}, expected {prefix}"
+        rest = line[len(prefix) + 1 :]
+        return json.loads(rest) if rest[:1] in "[{" else rest
+
+    def do(self, command, answer):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.answer(answer)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("QUIT\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=20)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+
+def say(server, who, text, finality="turn"):
+    async def main():
+        c = await Client.connect(server.url, server.tokens[who])
+        r = await c.call("sendMessage", {"conversationId": "v1", "payload": {"text": text}, "finality": finality})
+        await c.close()
+        return r
+
+    return run(main())
+
+
+def test_viewer_in_headless_chromium(server, viewer_prereqs):
+    async def setup():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": "v1", "participants": ["alice", "bob"]})
+        await admin.close()
+
+    run(setup())
+    say(server, "alice", "opening words")
+    page = Page(server, "v1")
+    try:
+        opened = page.answer("OPENED")
+        assert opened == [1, 2]
+
+        # A message posted over /rpc appears.
+        say(server, "bob", "hello from rpc")
+        saw = page.do("EXPECT hello from rpc", "SAW")
+        assert saw["seqs"] == [1, 2, 3]
+
+        # A streamed turn: progress messages update one bubble in place, then the final text.
+        say(server, "alice", "thinking", finality="none")
+        say(server, "alice", "thinking harder", finality="none")
+        say(server, "alice", "the answer is 42", finality="turn")
+        saw = page.do("EXPECT the answer is 42", "SAW")
+        assert saw["seqs"] == [1, 2, 3, 4, 5, 6]
+
+        # The server restarts under the page: the stream drops, and resumes by Last-Event-ID.
+        port = server.port
+        server.stop()
+        server.start(f"127.0.0.1:{port}")
+        say(server, "bob", "after the restart")
+        saw = page.do("EXPECT after the restart", "SAW")
+        assert saw["reconnects"] >= 1
+        assert saw["seqs"] == [1, 2, 3, 4, 5, 6, 7], "an event was shown twice or skipped"
+        assert len(saw["domSeqs"]) == len(set(saw["domSeqs"]))
+
+        # An admin pauses and resumes from the page.
+        page.do("CLICK pause", "CLICKED")
+        page.do("STATUS paused", "STATUS")
+        page.do("CLICK resume", "CLICKED")
+        page.do("STATUS active", "STATUS")
+
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "viewer.png"
+        page.do(f"SHOT {shot}", "SHOT")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        page.close()
