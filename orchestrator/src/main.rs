@@ -255,7 +255,7 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
     let orch = Orchestrator::open(store, Limits::default())?;
     let mut running = None;
     if !externals.is_empty() {
-        let listener = tokio::net::TcpListener::bind(opts.listen).await?;
+        let listener = server::bind(opts.listen)?;
         let r = server::start(orch.clone(), listener).await?;
         eprintln!(
             "external participants connect to ws://{}/rpc with:",
@@ -298,9 +298,7 @@ async fn serve(
         eprintln!("scenarios: {}", orch.scenario_names().join(", "));
     }
     let conversations = orch.hub().len();
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listening on {listen}"))?;
+    let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let running = server::start(orch, listener).await?;
     println!(
         "orchestrator listening on ws://{}/rpc (database {}, {} conversations)",

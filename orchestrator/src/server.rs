@@ -76,6 +76,22 @@ impl RunningServer {
     }
 }
 
+/// The listen backlog: bursts of thousands of connections (long-polls, idle sessions) queue
+/// instead of being dropped and retried by the client a second later.
+pub const BACKLOG: u32 = 4096;
+
+/// Binds `addr` with [`BACKLOG`] (address reuse on, so a restart can take the port at once).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// Starts serving on `listener`.
 pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<RunningServer> {
     let limits = orch.limits().clone();

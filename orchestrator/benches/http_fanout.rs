@@ -1,0 +1,624 @@
+//! Fanout over every transport, against the release server binary in its own process:
+//!
+//! 1. append → delivery latency (p50/p99/p99.9) to N WebSocket subscribers of one conversation
+//!    while one writer appends at R events/s (defaults 1,000 and 1,000/s);
+//! 2. the same to N SSE streams;
+//! 3. long-poll wake latency (append → the waiter's whole answer) with W parked waiters
+//!    (default 2,000), over several rounds;
+//! 4. C idle, authenticated WebSocket connections (default 10,000) and the server's resident
+//!    memory per connection (VmRSS after − before, divided by C).
+//!
+//! Latency is measured in this process, from just before the append is sent (so it includes
+//! the durable commit) to the moment the event arrives; each event carries its index in its
+//! text. The clients are minimal (raw WebSocket frames, raw HTTP/1.1 with chunked decoding)
+//! and scan for the index instead of parsing JSON, so that most of the two cores go to the
+//! server; the client load still shares the machine, so the figures are an upper bound.
+//!
+//! ```sh
+//! cargo bench --workspace --bench http_fanout
+//! # BENCH_SUBSCRIBERS, BENCH_RATE, BENCH_SECONDS, BENCH_WAITERS, BENCH_IDLE
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as TokioBufReader};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+    pid: u32,
+    _dir: tempfile::TempDir,
+    admin: String,
+    alice: String,
+    bob: String,
+}
+
+impl Server {
+    fn start() -> Server {
+        let bin = env!("CARGO_BIN_EXE_orchestrator");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("bench.db");
+        let token = |agent: &str, admin: bool| {
+            let mut cmd = Command::new(bin);
+            cmd.args(["token", "create", "--agent", agent, "--db"])
+                .arg(&db);
+            if admin {
+                cmd.arg("--admin");
+            }
+            let out = cmd.output().expect("token create");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let admin = token("admin", true);
+        let alice = token("alice", false);
+        let bob = token("bob", false);
+        let mut child = Command::new(bin)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-connections",
+                "30000",
+                "--max-streams",
+                "30000",
+                "--max-in-flight",
+                "4096",
+                "--db",
+            ])
+            .arg(&db)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("address line");
+        let addr = line
+            .split("ws://")
+            .nth(1)
+            .and_then(|s| s.split('/').next())
+            .expect("address")
+            .to_string();
+        let pid = child.id();
+        Server {
+            child,
+            addr,
+            pid,
+            _dir: dir,
+            admin,
+            alice,
+            bob,
+        }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields after the command: state is 0, utime 11, stime 12 (clock ticks of 1/100 s).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU used by the server and by this (client) process over a phase.
+struct CpuMeter {
+    server: String,
+    at: Instant,
+    server_cpu: f64,
+    client_cpu: f64,
+}
+
+impl CpuMeter {
+    fn start(s: &Server) -> CpuMeter {
+        let server = s.pid.to_string();
+        CpuMeter {
+            server_cpu: cpu_seconds(&server),
+            client_cpu: cpu_seconds("self"),
+            server,
+            at: Instant::now(),
+        }
+    }
+
+    fn report(&self) {
+        let wall = self.at.elapsed().as_secs_f64();
+        println!(
+            "{:<34} CPU over {:.1} s: server {:.0}%, clients {:.0}% (of one core)",
+            "",
+            wall,
+            100.0 * (cpu_seconds(&self.server) - self.server_cpu) / wall,
+            100.0 * (cpu_seconds("self") - self.client_cpu) / wall,
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+async fn ws_connect(addr: &str, token: &str) -> Ws {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/rpc"))
+        .await
+        .expect("connect");
+    call(&mut ws, 1, "authenticate", json!({"token": token})).await;
+    ws
+}
+
+async fn call(ws: &mut Ws, id: u64, method: &str, params: serde_json::Value) -> serde_json::Value {
+    let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    ws.send(Message::text(req.to_string())).await.expect("send");
+    loop {
+        let msg = ws.next().await.expect("open").expect("frame");
+        if let Message::Text(t) = msg {
+            let v: serde_json::Value = serde_json::from_str(&t).expect("json");
+            if v["id"] == json!(id) {
+                assert!(v.get("error").is_none(), "{method} failed: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+}
+
+/// The index an event carries in its text (`"text":"b<index>"`), found without parsing JSON.
+fn index_in(bytes: &[u8]) -> Option<usize> {
+    const KEY: &[u8] = b"\"text\":\"b";
+    let at = bytes.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let digits = bytes[at..].iter().take_while(|b| b.is_ascii_digit());
+    let mut n = 0usize;
+    let mut any = false;
+    for d in digits {
+        n = n * 10 + (d - b'0') as usize;
+        any = true;
+    }
+    any.then_some(n)
+}
+
+/// When each event was sent, in nanoseconds since `origin` (0: not yet).
+struct Clock {
+    origin: Instant,
+    sent: Vec<AtomicU64>,
+}
+
+impl Clock {
+    fn new(n: usize) -> Arc<Clock> {
+        Arc::new(Clock {
+            origin: Instant::now(),
+            sent: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn latency_us(&self, idx: usize) -> Option<u32> {
+        let sent = self.sent.get(idx)?.load(Ordering::Acquire);
+        (sent != 0).then(|| ((self.now().saturating_sub(sent)) / 1000) as u32)
+    }
+}
+
+/// Appends `n` events at `rate`/s from one WebSocket connection, pipelined; returns the
+/// median acknowledgement latency in microseconds.
+async fn write_events(
+    addr: &str,
+    token: &str,
+    conv: &str,
+    n: usize,
+    rate: usize,
+    clock: Arc<Clock>,
+) -> u32 {
+    let ws = ws_connect(addr, token).await;
+    let (mut tx, mut rx) = ws.split();
+    let acks = tokio::spawn({
+        let clock = clock.clone();
+        async move {
+            let mut lat = Vec::with_capacity(n);
+            let mut answered = 0;
+            while answered < n {
+                let t = match rx.next().await {
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(_)) => continue,
+                    other => {
+                        eprintln!("writer connection ended after {answered} answers: {other:?}");
+                        break;
+                    }
+                };
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap_or_default();
+                let Some(id) = v["id"].as_u64() else { continue };
+                answered += 1;
+                if v.get("error").is_some() {
+                    eprintln!("append {id} refused: {v}");
+                } else if let Some(l) = clock.latency_us(id as usize) {
+                    lat.push(l);
+                }
+            }
+            lat.sort_unstable();
+            lat.get(lat.len() / 2).copied().unwrap_or(0)
+        }
+    });
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for i in 0..n {
+        tick.tick().await;
+        let req = json!({"jsonrpc": "2.0", "id": i, "method": "sendMessage", "params": {
+            "conversationId": conv, "payload": {"text": format!("b{i}")}, "finality": "none"}});
+        clock.sent[i].store(clock.now(), Ordering::Release);
+        tx.send(Message::text(req.to_string())).await.expect("send");
+    }
+    let median = acks.await.unwrap_or(0);
+    let _ = tx.close().await;
+    median
+}
+
+fn report(name: &str, mut lat: Vec<u32>, expected: usize) {
+    lat.sort_unstable();
+    let pct = |p: f64| {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1000.0
+    };
+    println!(
+        "{name:<34} deliveries {:>9} of {:>9}   p50 {:>8.2} ms   p99 {:>8.2} ms   p99.9 {:>8.2} ms   max {:>8.2} ms",
+        lat.len(),
+        expected,
+        pct(0.5),
+        pct(0.99),
+        pct(0.999),
+        pct(1.0),
+    );
+}
+
+async fn create(addr: &str, admin: &str, conv: &str) {
+    let mut ws = ws_connect(addr, admin).await;
+    call(
+        &mut ws,
+        2,
+        "createConversation",
+        json!({"conversationId": conv, "participants": ["alice", "bob"]}),
+    )
+    .await;
+    let _ = ws.close(None).await;
+}
+
+/// Phase 1: WebSocket subscribers.
+async fn ws_fanout(s: &Server, subs: usize, rate: usize, n: usize) {
+    let conv = "ws-fanout";
+    create(&s.addr, &s.admin, conv).await;
+    let clock = Clock::new(n);
+    let ready = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(subs);
+    for _ in 0..subs {
+        let addr = s.addr.clone();
+        let token = s.bob.clone();
+        let clock = clock.clone();
+        let ready = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ws = ws_connect(&addr, &token).await;
+            call(
+                &mut ws,
+                2,
+                "subscribe",
+                json!({"conversationId": conv, "sinceSeq": 1}),
+            )
+            .await;
+            ready.fetch_add(1, Ordering::Relaxed);
+            let mut lat = Vec::with_capacity(n);
+            let mut seen = 0;
+            while seen < n {
+                let next = tokio::time::timeout(Duration::from_secs(10), ws.next()).await;
+                let Ok(Some(Ok(msg))) = next else { break };
+                let bytes: &[u8] = match &msg {
+                    Message::Text(t) => t.as_bytes(),
+                    _ => continue,
+                };
+                if let Some(i) = index_in(bytes) {
+                    seen += 1;
+                    if let Some(l) = clock.latency_us(i) {
+                        lat.push(l);
+                    }
+                }
+            }
+            let _ = ws.close(None).await;
+            lat
+        }));
+    }
+    while ready.load(Ordering::Relaxed) < subs {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cpu = CpuMeter::start(s);
+    let ack = write_events(&s.addr, &s.alice, conv, n, rate, clock).await;
+    let mut all = Vec::with_capacity(subs * n);
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    report(&format!("WebSocket x{subs} @ {rate}/s"), all, subs * n);
+    cpu.report();
+    println!(
+        "{:<34} append acknowledged (durable) p50 {:.2} ms",
+        "",
+        ack as f64 / 1000.0
+    );
+}
+
+/// A minimal SSE reader over raw HTTP/1.1 (chunked transfer decoding), yielding each event's
+/// data line.
+async fn sse_open(addr: &str, token: &str, conv: &str, since: u64) -> TokioBufReader<TcpStream> {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.set_nodelay(true).ok();
+    let req = format!(
+        "GET /conversations/{conv}/events?sinceSeq={since} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.expect("request");
+    let mut r = TokioBufReader::new(tcp);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).await.expect("header");
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    r
+}
+
+/// Phase 2: SSE streams.
+async fn sse_fanout(s: &Server, subs: usize, rate: usize, n: usize) {
+    let conv = "sse-fanout";
+    create(&s.addr, &s.admin, conv).await;
+    let clock = Clock::new(n);
+    let ready = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(subs);
+    for _ in 0..subs {
+        let addr = s.addr.clone();
+        let token = s.bob.clone();
+        let clock = clock.clone();
+        let ready = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut r = sse_open(&addr, &token, conv, 1).await;
+            ready.fetch_add(1, Ordering::Relaxed);
+            let mut lat = Vec::with_capacity(n);
+            let mut seen = 0;
+            let mut size_line = String::new();
+            let mut chunk = Vec::new();
+            while seen < n {
+                size_line.clear();
+                let read =
+                    tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut size_line))
+                        .await;
+                let Ok(Ok(got)) = read else { break };
+                if got == 0 {
+                    break;
+                }
+                let Ok(size) = usize::from_str_radix(size_line.trim(), 16) else {
+                    continue;
+                };
+                if size == 0 {
+                    break;
+                }
+                chunk.resize(size + 2, 0);
+                if r.read_exact(&mut chunk).await.is_err() {
+                    break;
+                }
+                // One chunk holds one or more whole events; each carries one index.
+                for event in chunk
+                    .split(|b| *b == b'\n')
+                    .filter(|l| l.starts_with(b"data:"))
+                {
+                    if let Some(i) = index_in(event) {
+                        seen += 1;
+                        if let Some(l) = clock.latency_us(i) {
+                            lat.push(l);
+                        }
+                    }
+                }
+            }
+            lat
+        }));
+    }
+    while ready.load(Ordering::Relaxed) < subs {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The stream is open once its headers arrive; give the server a moment to park each feed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cpu = CpuMeter::start(s);
+    write_events(&s.addr, &s.alice, conv, n, rate, clock).await;
+    let mut all = Vec::with_capacity(subs * n);
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    report(&format!("SSE x{subs} @ {rate}/s"), all, subs * n);
+    cpu.report();
+}
+
+/// Phase 3: long-poll waiters.
+async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
+    let conv = "long-poll";
+    create(&s.addr, &s.admin, conv).await;
+    let mut all = Vec::with_capacity(waiters * rounds);
+    for round in 0..rounds {
+        let since = 1 + round as u64;
+        let clock = Clock::new(1);
+        let parked = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::with_capacity(waiters);
+        for w in 0..waiters {
+            if w % 250 == 249 {
+                // Park them in bursts the listen backlog takes.
+                while parked.load(Ordering::Relaxed) < w {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            let addr = s.addr.clone();
+            let token = s.bob.clone();
+            let clock = clock.clone();
+            let parked = parked.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tcp = TcpStream::connect(&addr).await.expect("connect");
+                tcp.set_nodelay(true).ok();
+                let req = format!(
+                    "GET /conversations/{conv}/wait?sinceSeq={since}&timeoutMs=30000 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+                );
+                tcp.write_all(req.as_bytes()).await.expect("request");
+                parked.fetch_add(1, Ordering::Relaxed);
+                let mut body = Vec::new();
+                let read = tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut body)).await;
+                if !matches!(read, Ok(Ok(_))) {
+                    return None;
+                }
+                let i = index_in(&body)?;
+                clock.latency_us(i)
+            }));
+        }
+        while parked.load(Ordering::Relaxed) < waiters {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The requests are sent; wait until the server has parked them (the gauge says so).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while parked_waiters(&s.addr).await < waiters && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut ws = ws_connect(&s.addr, &s.alice).await;
+        clock.sent[0].store(clock.now(), Ordering::Release);
+        call(
+            &mut ws,
+            2,
+            "sendMessage",
+            json!({"conversationId": conv, "payload": {"text": "b0"}, "finality": "none"}),
+        )
+        .await;
+        for t in tasks {
+            if let Ok(Some(l)) = t.await {
+                all.push(l);
+            }
+        }
+        let _ = ws.close(None).await;
+    }
+    report(
+        &format!("long-poll x{waiters} parked, {rounds} rounds"),
+        all,
+        waiters * rounds,
+    );
+}
+
+/// The server's `orchestrator_subscribers{transport="longpoll"}` gauge.
+async fn parked_waiters(addr: &str) -> usize {
+    let Ok(mut tcp) = TcpStream::connect(addr).await else {
+        return 0;
+    };
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if tcp.write_all(req.as_bytes()).await.is_err() {
+        return 0;
+    }
+    let mut body = String::new();
+    let _ = tcp.read_to_string(&mut body).await;
+    body.lines()
+        .find(|l| l.starts_with("orchestrator_subscribers{transport=\"longpoll\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as usize)
+}
+
+/// Phase 4: idle connections and memory.
+async fn idle(s: &Server, n: usize) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = s.rss_kib();
+    let mut conns = Vec::with_capacity(n);
+    let started = Instant::now();
+    for chunk in 0..n.div_ceil(500) {
+        let mut batch = Vec::new();
+        for _ in 0..500.min(n - chunk * 500) {
+            let addr = s.addr.clone();
+            let token = s.bob.clone();
+            batch.push(tokio::spawn(async move { ws_connect(&addr, &token).await }));
+        }
+        for b in batch {
+            if let Ok(ws) = b.await {
+                conns.push(ws);
+            }
+        }
+    }
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = s.rss_kib();
+    let per = (after.saturating_sub(before)) as f64 * 1024.0 / conns.len().max(1) as f64;
+    println!(
+        "idle WebSocket connections {:>6} (authenticated, in {:.1} s)   server RSS {} → {} KiB   {:.1} KiB per connection",
+        conns.len(),
+        took.as_secs_f64(),
+        before,
+        after,
+        per / 1024.0
+    );
+    drop(conns);
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("http_fanout: bench");
+        return;
+    }
+    if !std::env::args().any(|a| a == "--bench") {
+        // `cargo test` runs bench targets in test mode: nothing to check here.
+        return;
+    }
+    let subs = env_or("BENCH_SUBSCRIBERS", 1000);
+    let rate = env_or("BENCH_RATE", 1000);
+    let seconds = env_or("BENCH_SECONDS", 5);
+    let waiters = env_or("BENCH_WAITERS", 2000);
+    let idle_n = env_or("BENCH_IDLE", 10_000);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let server = Server::start();
+    println!(
+        "http_fanout: server pid {} on {}, {} cores; {subs} subscribers, {rate} events/s for {seconds} s",
+        server.pid,
+        server.addr,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    rt.block_on(async {
+        ws_fanout(&server, subs, rate, rate * seconds).await;
+        sse_fanout(&server, subs, rate, rate * seconds).await;
+        long_poll(&server, waiters, 5).await;
+        idle(&server, idle_n).await;
+    });
+}
