@@ -16,7 +16,8 @@
 //!
 //! ```sh
 //! cargo bench --workspace --bench http_fanout
-//! # BENCH_SUBSCRIBERS, BENCH_RATE, BENCH_SECONDS, BENCH_WAITERS, BENCH_IDLE
+//! # BENCH_SUBSCRIBERS, BENCH_RATE, BENCH_SECONDS, BENCH_WAITERS, BENCH_IDLE,
+//! # BENCH_PHASES=ws,sse,poll,idle (which phases run)
 //! ```
 
 use std::io::{BufRead, BufReader};
@@ -615,10 +616,20 @@ fn main() {
         server.addr,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "ws,sse,poll,idle".into());
+    let on = |p: &str| phases.split(',').any(|x| x.trim() == p);
     rt.block_on(async {
-        ws_fanout(&server, subs, rate, rate * seconds).await;
-        sse_fanout(&server, subs, rate, rate * seconds).await;
-        long_poll(&server, waiters, 5).await;
-        idle(&server, idle_n).await;
+        if on("ws") {
+            ws_fanout(&server, subs, rate, rate * seconds).await;
+        }
+        if on("sse") {
+            sse_fanout(&server, subs, rate, rate * seconds).await;
+        }
+        if on("poll") {
+            long_poll(&server, waiters, 5).await;
+        }
+        if on("idle") {
+            idle(&server, idle_n).await;
+        }
     });
 }

@@ -15,8 +15,15 @@ use tokio::sync::{broadcast, watch};
 
 use crate::state::{guidance_for, Core};
 
-/// How many recent events each conversation keeps in memory.
+/// How many recent events each conversation keeps in memory at least.
 pub const RECENT_EVENTS: usize = 64;
+/// Beyond [`RECENT_EVENTS`], a conversation also keeps the events of the last
+/// [`RECENT_WINDOW`], up to [`RECENT_MAX`]: a subscriber that is a moment behind a busy
+/// conversation reads from memory instead of each one reading the same rows from the store.
+/// Memory follows the recent event rate, not the number of conversations.
+pub const RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+/// The most events a conversation keeps in memory.
+pub const RECENT_MAX: usize = 4096;
 /// The global broadcast's buffer (in commits per conversation); a subscriber further behind is
 /// resumed from the log.
 pub const GLOBAL_BUFFER: usize = 4096;
@@ -34,7 +41,7 @@ pub struct ConvShared {
     members: std::collections::HashSet<String, ahash::RandomState>,
     core: RwLock<Core>,
     head: watch::Sender<u64>,
-    recent: Mutex<VecDeque<Arc<Event>>>,
+    recent: Mutex<VecDeque<(std::time::Instant, Arc<Event>)>>,
     /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
     turn_started_ms: std::sync::atomic::AtomicI64,
     /// When the conversation was created, and when its last event was committed (ms).
@@ -134,11 +141,17 @@ impl ConvShared {
     /// Events with seq > `after` from the ring, if the ring covers them.
     pub fn recent_after(&self, after: u64, limit: usize) -> Option<Vec<Arc<Event>>> {
         let ring = self.recent.lock().ok()?;
-        let first = ring.front().map(|e| e.seq);
+        let first = ring.front().map(|(_, e)| e.seq);
         match first {
             Some(f) if f <= after + 1 => {
                 let skip = (after + 1 - f) as usize;
-                Some(ring.iter().skip(skip).take(limit).cloned().collect())
+                Some(
+                    ring.iter()
+                        .skip(skip)
+                        .take(limit)
+                        .map(|(_, e)| e.clone())
+                        .collect(),
+                )
             }
             None if after >= self.head() => Some(Vec::new()),
             _ => None,
@@ -286,12 +299,11 @@ impl Hub {
     /// Publishes committed events of one conversation (writer thread only, after the commit).
     pub fn publish(&self, conv: &ConvShared, core: Core, events: Vec<Arc<Event>>) {
         if let Ok(mut ring) = conv.recent.lock() {
+            let now = std::time::Instant::now();
             for e in &events {
-                if ring.len() == RECENT_EVENTS {
-                    ring.pop_front();
-                }
-                ring.push_back(e.clone());
+                ring.push_back((now, e.clone()));
             }
+            trim(&mut ring, now);
         }
         let head = core.head;
         if let Ok(mut c) = conv.core.write() {
@@ -303,6 +315,17 @@ impl Hub {
         }
     }
 
+    /// Drops events older than [`RECENT_WINDOW`] from every conversation's ring (keeping
+    /// [`RECENT_EVENTS`]), so a burst followed by silence does not stay in memory.
+    pub fn trim_recent(&self) {
+        let now = std::time::Instant::now();
+        for conv in self.all() {
+            if let Ok(mut ring) = conv.recent.lock() {
+                trim(&mut ring, now);
+            }
+        }
+    }
+
     /// Tells every waiter and subscription that the server is stopping.
     pub fn close(&self) {
         self.closing.send_replace(true);
@@ -311,5 +334,16 @@ impl Hub {
     /// A receiver that turns true when the server is stopping.
     pub fn closing(&self) -> watch::Receiver<bool> {
         self.closing.subscribe()
+    }
+}
+
+fn trim(ring: &mut VecDeque<(std::time::Instant, Arc<Event>)>, now: std::time::Instant) {
+    while ring.len() > RECENT_EVENTS
+        && (ring.len() > RECENT_MAX
+            || ring
+                .front()
+                .is_some_and(|(at, _)| now.duration_since(*at) > RECENT_WINDOW))
+    {
+        ring.pop_front();
     }
 }

@@ -8,7 +8,7 @@
 //! - [`hub`]: hot state in memory and the fanout of committed events; [`fanout`]: cursors and feeds.
 //! - [`service`]: the method core, shared by every transport.
 //! - [`rpc`]: the jsonrpsee module; [`http`]: SSE, long-poll, REST and the viewer page;
-//!   [`server`]: the axum host on one port, graceful shutdown.
+//!   [`server`]: the axum host on one port, graceful shutdown; [`net`]: coalesced writes.
 //! - [`telemetry`]: the metrics behind `GET /metrics`.
 //! - [`scenario`]: inline scenarios (participants, speaker policy, turn timeout).
 //! - [`runner`]: one scenario run to its end with a live transcript (`run`, `demo`).
@@ -40,6 +40,7 @@ pub mod error;
 pub mod fanout;
 pub mod http;
 pub mod hub;
+pub mod net;
 pub mod rpc;
 pub mod runner;
 pub mod scenario;

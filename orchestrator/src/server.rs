@@ -15,7 +15,6 @@ use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use jsonrpsee::server::{
     stop_channel, BatchRequestConfig, PingConfig, ServerConfig, ServerHandle, StopHandle,
@@ -133,13 +132,9 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
     let addr = listener.local_addr()?;
     let (http_stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        // Small frames (a claim, a reply) must not wait for Nagle's algorithm.
-        let listener = listener.tap_io(|tcp| {
-            crate::telemetry::accepted();
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set");
-            }
-        });
+        // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
+        // frames to one connection leave in one write when the server is busy.
+        let listener = crate::net::CoalescingListener(listener);
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stopped.await;

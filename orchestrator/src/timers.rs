@@ -32,10 +32,16 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
         let mut closing = hub.closing();
         // What was fired, so that it is not fired again while its append is in flight.
         let mut fired: HashMap<String, (u64, &'static str)> = HashMap::new();
+        let mut ticks: u64 = 0;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = closing.wait_for(|c| *c) => return,
+            }
+            ticks += 1;
+            if ticks.is_multiple_of(50) {
+                // About once a second: recent events past their window leave memory.
+                hub.trim_recent();
             }
             let now = now_ms();
             for conv in hub.all() {
