@@ -1,0 +1,284 @@
+//! The MCP tools, each a call of the orchestrator's protocol through [`WsJsonRpcClient`].
+//!
+//! The adapter keeps no conversation state: the cursor of `wait_for_updates` is the `sinceSeq`
+//! its caller passes and gets back as `latestSeq`, so the adapter can be restarted at any
+//! moment and the caller goes on from where it was. A protocol error becomes an MCP tool error
+//! whose text says what to do next.
+
+use std::sync::Arc;
+
+use agent_sdk::proto::*;
+use agent_sdk::{AgentClient, ClientError, WsConfig, WsJsonRpcClient};
+use rmcp::handler::server::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{schemars, tool, tool_handler, tool_router, ServerHandler};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::OnceCell;
+
+/// The longest wait one `wait_for_updates` call asks the server for.
+pub const MAX_WAIT_MS: u64 = 60_000;
+/// The wait when the caller names none.
+pub const DEFAULT_WAIT_MS: u64 = 25_000;
+
+/// `wait_for_updates` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaitArgs {
+    /// The conversation to follow.
+    pub conversation_id: String,
+    /// Return messages with a seq greater than this: pass the `latestSeq` of your previous
+    /// call (0 or absent: from the start).
+    #[serde(default)]
+    pub since_seq: Option<u64>,
+    /// How long to wait for something new when nothing is, in milliseconds (default 25,000;
+    /// at most 60,000). 0 answers at once.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `post_message` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PostArgs {
+    /// The conversation.
+    pub conversation_id: String,
+    /// What you say.
+    pub text: String,
+    /// `turn` (default: you are done speaking and the turn passes on), `none` (progress;
+    /// you keep the turn) or `conversation` (this ends the conversation).
+    #[serde(default)]
+    pub finality: Option<Finality>,
+    /// An idempotency key of your choice: posting again with the same key (after a timeout or
+    /// a restart) appends nothing and returns the original result.
+    #[serde(default)]
+    pub client_request_id: Option<String>,
+}
+
+/// `get_conversation` arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConversationArgs {
+    /// The conversation.
+    pub conversation_id: String,
+}
+
+/// The MCP server: four tools over one connection to the orchestrator.
+#[derive(Clone)]
+pub struct Bridge {
+    config: WsConfig,
+    client: Arc<OnceCell<Arc<WsJsonRpcClient>>>,
+    tool_router: ToolRouter<Bridge>,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("url", &self.config.url)
+            .finish()
+    }
+}
+
+/// A tool's answer: JSON for programs, and the same as text for models.
+fn answer(value: Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(value.to_string())]);
+    r.structured_content = Some(value);
+    r
+}
+
+/// What a caller should do after a protocol error.
+fn advice(e: &RpcError) -> &'static str {
+    match e.code {
+        ErrorCode::NotYourTurn => {
+            "It is not your turn. Call wait_for_updates with the latestSeq you have, and post when its guidance says may_speak."
+        }
+        ErrorCode::TurnMismatch | ErrorCode::TurnClosed => {
+            "The turn has moved on. Call wait_for_updates to read what happened, then post again if it is your turn."
+        }
+        ErrorCode::ConversationClosed => {
+            "The conversation is closed. Stop: nothing more can be posted to it."
+        }
+        ErrorCode::ConversationPaused => {
+            "The conversation is paused. Call wait_for_updates and post once it resumes."
+        }
+        ErrorCode::ConversationNotFound => {
+            "No such conversation. Call list_conversations to see the ones you take part in."
+        }
+        ErrorCode::Forbidden => {
+            "You do not take part in this conversation. Call list_conversations to see yours."
+        }
+        ErrorCode::IdempotencyKeyReused => {
+            "This clientRequestId was used before with another message. Use a new key for a new message."
+        }
+        ErrorCode::PayloadTooLarge => "The message is too large. Post a shorter one.",
+        ErrorCode::InvalidParams | ErrorCode::InvalidFinality => {
+            "The arguments were refused; correct them as the message says."
+        }
+        ErrorCode::Unauthenticated => {
+            "The adapter's token was refused by the orchestrator; its operator must set a valid ORCHESTRATOR_TOKEN."
+        }
+        _ => "Try again in a moment.",
+    }
+}
+
+/// A protocol error as an MCP tool error: the code, the server's message, what to do.
+fn tool_error(e: ClientError) -> CallToolResult {
+    let value = match &e {
+        ClientError::Rpc(rpc) => json!({
+            "error": rpc.code.name(),
+            "code": rpc.code.code(),
+            "message": rpc.message,
+            "data": rpc.data,
+            "whatToDo": advice(rpc),
+        }),
+        other => json!({
+            "error": "Unavailable",
+            "message": other.to_string(),
+            "whatToDo": "The orchestrator cannot be reached right now; try again in a moment.",
+        }),
+    };
+    let text = format!(
+        "{}: {} {}",
+        value["error"].as_str().unwrap_or("Error"),
+        value["message"].as_str().unwrap_or_default(),
+        value["whatToDo"].as_str().unwrap_or_default()
+    );
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(value);
+    r
+}
+
+/// A message event as the tools show it.
+fn message_view(e: &Event) -> Value {
+    let p = e.payload_value();
+    let mut v = json!({
+        "seq": e.seq,
+        "author": e.author,
+        "turn": e.turn,
+        "finality": e.finality,
+        "text": p.get("text").cloned().unwrap_or(Value::Null),
+    });
+    for key in ["data", "schema", "tags", "to"] {
+        if let Some(x) = p.get(key) {
+            v[key] = x.clone();
+        }
+    }
+    v
+}
+
+type ToolResult = Result<CallToolResult, rmcp::ErrorData>;
+
+#[tool_router]
+impl Bridge {
+    /// A bridge that connects to the orchestrator on first use (and reconnects by itself).
+    pub fn new(config: WsConfig) -> Bridge {
+        Bridge {
+            config,
+            client: Arc::new(OnceCell::new()),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    async fn client(&self) -> Result<Arc<WsJsonRpcClient>, ClientError> {
+        self.client
+            .get_or_try_init(|| async {
+                WsJsonRpcClient::connect(self.config.clone())
+                    .await
+                    .map(Arc::new)
+            })
+            .await
+            .cloned()
+    }
+
+    #[tool(
+        description = "Wait for new messages in a conversation and learn whether you may speak. Pass the latestSeq of your previous call as sinceSeq (0 the first time): you get the messages after it, guidance (status may_speak, wait or closed; the current turn and speaker), the conversation's status, and a new latestSeq to pass next time. Waits up to timeoutMs when nothing is new."
+    )]
+    async fn wait_for_updates(&self, Parameters(a): Parameters<WaitArgs>) -> ToolResult {
+        let client = match self.client().await {
+            Ok(c) => c,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let p = GetUpdatesParams {
+            conversation_id: a.conversation_id,
+            since_seq: a.since_seq,
+            limit: None,
+            timeout_ms: Some(a.timeout_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS)),
+        };
+        Ok(match client.get_updates(p).await {
+            Ok(r) => answer(json!({
+                "messages": r.messages.iter().map(message_view).collect::<Vec<_>>(),
+                "guidance": r.guidance,
+                "status": r.status,
+                "latestSeq": r.latest_seq,
+                "timedOut": r.timed_out,
+            })),
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Post a message to a conversation. finality: turn (default; you are done and the turn passes on), none (progress; you keep the turn) or conversation (ends the conversation). Give a clientRequestId to make a retry safe: the same key again appends nothing."
+    )]
+    async fn post_message(&self, Parameters(a): Parameters<PostArgs>) -> ToolResult {
+        let client = match self.client().await {
+            Ok(c) => c,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let p = SendMessageParams {
+            conversation_id: a.conversation_id,
+            payload: MessagePayload::text(a.text),
+            finality: a.finality.unwrap_or(Finality::Turn),
+            turn_hint: None,
+            client_request_id: a.client_request_id,
+        };
+        Ok(match client.send_message(p).await {
+            Ok(r) => answer(json!({"seq": r.seq, "turn": r.turn, "duplicate": r.duplicate})),
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "List the conversations you take part in, each with its status, latest seq, turn and guidance for you."
+    )]
+    async fn list_conversations(&self) -> ToolResult {
+        let client = match self.client().await {
+            Ok(c) => c,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        Ok(match client.list_conversations().await {
+            Ok(r) => answer(serde_json::to_value(r).unwrap_or(Value::Null)),
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "A conversation's state: status (active, paused or closed), latest seq, current turn and speaker, participants, and guidance for you."
+    )]
+    async fn get_conversation(&self, Parameters(a): Parameters<ConversationArgs>) -> ToolResult {
+        let client = match self.client().await {
+            Ok(c) => c,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        Ok(match client.get_conversation(&a.conversation_id).await {
+            Ok(r) => answer(serde_json::to_value(r).unwrap_or(Value::Null)),
+            Err(e) => tool_error(e),
+        })
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "orchestrator-mcp",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "Take part in orchestrated conversations. Loop: wait_for_updates (pass back \
+                 latestSeq as sinceSeq), and when guidance.status is may_speak, post_message. \
+                 Stop when guidance.status is closed.",
+            )
+    }
+}

@@ -1,0 +1,248 @@
+"""The MCP adapter with the official Python `mcp` client, over stdio and over streamable HTTP.
+
+An external participant talks to an internal scripted assistant only through the adapter's
+tools until the conversation closes; in the middle the adapter is killed (SIGKILL) and a new
+one started, and the conversation completes with no gap and no duplicate: the participant's
+cursor lives with it, not in the adapter."""
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from conftest import ROOT, Client as RpcClient, run
+
+MCP_BIN = os.environ.get("ORCHESTRATOR_MCP_BIN", str(ROOT / "target" / "release" / "orchestrator-mcp"))
+
+SCENARIO = {
+    "participants": [
+        {"id": "user", "external": True},
+        {
+            "id": "assistant",
+            "kind": "scripted",
+            "replies": [
+                "Hello! Ask me anything.",
+                "An append-only log keeps every decision.",
+                "Replicas claim turns, so each is answered once.",
+                "That is all for today. TERMINATE",
+            ],
+        },
+    ],
+    "policy": {"order": "round_robin", "first": "user"},
+    "stop": {"onText": "TERMINATE"},
+    "turn": {"timeout": "60s"},
+}
+
+
+def create(server, cid):
+    async def main():
+        admin = await RpcClient.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": cid, "scenario": SCENARIO})
+        await admin.close()
+
+    run(main())
+
+
+def log_messages(server, cid):
+    async def main():
+        admin = await RpcClient.connect(server.url, server.tokens["admin"])
+        tail = await admin.call("tail", {"conversationId": cid, "sinceSeq": 0})
+        await admin.close()
+        return [e for e in tail["events"] if e["kind"] == "message"]
+
+    return run(main())
+
+
+def data(result):
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+def kill_adapters(marker):
+    """SIGKILLs every adapter process whose command line holds `marker`; how many."""
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    for pid in out:
+        os.kill(int(pid), signal.SIGKILL)
+    return len(out)
+
+
+class Participant:
+    """The user's side: the cursor and what it saw live here, across adapters."""
+
+    def __init__(self, cid):
+        self.cid = cid
+        self.cursor = 0
+        self.seen = []
+        self.asked = 0
+        self.closed = False
+
+    async def step(self, client):
+        """One wait, then a post if it is our turn."""
+        r = data(await client.call_tool("wait_for_updates", {"conversationId": self.cid, "sinceSeq": self.cursor, "timeoutMs": 5000}))
+        self.seen.extend(m["seq"] for m in r["messages"])
+        self.cursor = r["latestSeq"]
+        g = r["guidance"]
+        if g["status"] == "closed":
+            self.closed = True
+        elif g["status"] == "may_speak":
+            # The key makes the post safe to repeat after an adapter dies in the middle of it.
+            posted = data(await client.call_tool("post_message", {
+                "conversationId": self.cid, "text": f"question {self.asked}", "clientRequestId": f"{self.cid}-q{self.asked}",
+            }))
+            assert posted["seq"] > self.cursor
+            self.asked += 1
+
+    async def until(self, client, asked=None):
+        for _ in range(100):
+            if self.closed or (asked is not None and self.asked >= asked):
+                return
+            await self.step(client)
+        raise AssertionError("the conversation did not move on")
+
+
+def check_complete(server, p):
+    assert p.closed
+    messages = log_messages(server, p.cid)
+    assert p.seen == [m["seq"] for m in messages], "a message was missed or seen twice"
+    mine = [m["payload"]["text"] for m in messages if m["author"] == "user"]
+    assert mine == [f"question {i}" for i in range(len(mine))], "a post was doubled or lost"
+    assert messages[-1]["author"] in ("assistant", "orchestrator")
+    assert any("TERMINATE" in m["payload"]["text"] for m in messages)
+
+
+def stdio_params(server, marker):
+    return StdioServerParameters(
+        command=MCP_BIN,
+        args=["--url", server.url + "?" + marker],
+        env={"ORCHESTRATOR_TOKEN": server.tokens["user"]},
+    )
+
+
+def test_mcp_over_stdio_survives_an_adapter_kill(server):
+    server.tokens["user"] = server.token("user")
+    create(server, "mcp-stdio")
+    p = Participant("mcp-stdio")
+    marker = "adapter=stdio-test"  # in a query the server ignores; it marks this test's adapters
+
+    async def main():
+        async with Client(stdio_params(server, marker)) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names == {"wait_for_updates", "post_message", "list_conversations", "get_conversation"}
+            listed = data(await client.call_tool("list_conversations", {}))
+            assert [c["conversationId"] for c in listed["conversations"]] == ["mcp-stdio"]
+            await p.until(client, asked=2)
+            assert kill_adapters(marker) == 1
+            with pytest.raises(Exception):
+                await asyncio.wait_for(p.step(client), 10)
+        async with Client(stdio_params(server, marker)) as client:
+            await p.until(client)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    check_complete(server, p)
+
+
+class HttpAdapter:
+    def __init__(self, server, listen="127.0.0.1:0"):
+        self.proc = subprocess.Popen(
+            [MCP_BIN, "--url", server.url, "--http", listen],
+            env=dict(os.environ, ORCHESTRATOR_TOKEN=server.tokens["user"]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        m = re.search(r"(http://\S+/mcp)", line)
+        assert m, f"no address in {line!r}"
+        self.url = m.group(1)
+        self.listen = self.url.removeprefix("http://").removesuffix("/mcp")
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def test_mcp_over_streamable_http_survives_an_adapter_kill(server):
+    server.tokens["user"] = server.token("user")
+    create(server, "mcp-http")
+    p = Participant("mcp-http")
+    adapter = HttpAdapter(server)
+
+    async def main():
+        nonlocal adapter
+        async with Client(adapter.url) as client:
+            await p.until(client, asked=2)
+        adapter.kill()
+        adapter = HttpAdapter(server, adapter.listen)
+        async with Client(adapter.url) as client:
+            await p.until(client)
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 120))
+    finally:
+        adapter.kill()
+    check_complete(server, p)
+
+
+def test_mcp_tool_errors_say_what_to_do(server):
+    server.tokens["user"] = server.token("user")
+    create(server, "mcp-errors")
+
+    async def create_turns():
+        admin = await RpcClient.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": "mcp-turns", "scenario": {
+            "participants": [{"id": "other", "external": True}, {"id": "user", "external": True}],
+            "policy": {"order": "round_robin", "first": "other"},
+        }})
+        await admin.close()
+
+    run(create_turns())
+    adapter = HttpAdapter(server)
+
+    async def main():
+        async with Client(adapter.url) as client:
+            # Unknown conversation.
+            r = await client.call_tool("get_conversation", {"conversationId": "nope"})
+            assert r.is_error and r.structured_content["error"] == "ConversationNotFound"
+            assert "list_conversations" in r.structured_content["whatToDo"]
+            # Not your turn: in this conversation another (silent) participant speaks first.
+            r = await client.call_tool("post_message", {"conversationId": "mcp-turns", "text": "too early"})
+            assert r.is_error and r.structured_content["error"] == "NotYourTurn"
+            assert "wait_for_updates" in r.structured_content["whatToDo"]
+            w = data(await client.call_tool("wait_for_updates", {"conversationId": "mcp-turns", "timeoutMs": 0}))
+            assert w["guidance"]["status"] == "wait" and w["guidance"]["speaker"] == "other"
+            # Malformed arguments: a missing field, a wrong type, an unknown field.
+            for bad in ({"text": "no conversation"}, {"conversationId": "mcp-errors", "text": 5},
+                        {"conversationId": "mcp-errors", "text": "x", "author": "mallory"}):
+                try:
+                    r = await client.call_tool("post_message", bad)
+                except Exception as e:  # a JSON-RPC error: invalid params
+                    assert "param" in str(e).lower() or "invalid" in str(e).lower(), e
+                else:
+                    assert r.is_error, bad
+            # Closed: the admin closes the conversation; then posting says stop.
+            async def close():
+                admin = await RpcClient.connect(server.url, server.tokens["admin"])
+                c = await RpcClient.connect(server.url, server.tokens["user"])
+                for _ in range(50):
+                    snap = await c.call("getConversation", {"conversationId": "mcp-errors"})
+                    if snap["guidance"]["status"] == "may_speak":
+                        break
+                    await asyncio.sleep(0.05)
+                await c.call("sendMessage", {"conversationId": "mcp-errors", "payload": {"text": "bye"}, "finality": "conversation"})
+                await admin.close()
+                await c.close()
+
+            await close()
+            r = await client.call_tool("post_message", {"conversationId": "mcp-errors", "text": "after the end"})
+            assert r.is_error and r.structured_content["error"] == "ConversationClosed"
+            assert "Stop" in r.structured_content["whatToDo"]
+            w = data(await client.call_tool("wait_for_updates", {"conversationId": "mcp-errors", "sinceSeq": 0, "timeoutMs": 0}))
+            assert w["guidance"]["status"] == "closed"
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        adapter.kill()
