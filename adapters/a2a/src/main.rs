@@ -1,14 +1,667 @@
-//! `orchestrator-a2a`: the A2A adapter, a separate process that exposes conversation scenarios
-//! as A2A agents (a `contextId` is a conversation, a task one exchange) and speaks the
-//! orchestrator's protocol over WebSocket, holding no state a restart could lose.
+//! `orchestrator-a2a`: the A2A adapter. A separate process that lets an A2A peer (any client of
+//! the A2A protocol 1.0, JSON-RPC binding, as the official `a2a-sdk` speaks it) take part in
+//! conversations run from the orchestrator's named scenarios.
 //!
-//! It is built by the adapters issue; until then this binary says so and exits with status 2.
+//! - One Agent Card per exposed scenario, at `/{scenario}/.well-known/agent-card.json` (the
+//!   first scenario's also at `/.well-known/agent-card.json`); its JSON-RPC endpoint is
+//!   `/{scenario}/` (the first's also `/`).
+//! - An A2A `contextId` is a conversation: a message without one starts a new conversation from
+//!   the scenario; the peer speaks in it as the adapter's agent, which must be an external
+//!   participant of the scenario (and an admin, to create conversations).
+//! - A task is one exchange (see [`tasks`]): `input-required` when the turn comes back to the
+//!   peer, `completed` when the conversation closes, `canceled` on `CancelTask`. Its state is
+//!   read back from the log each time, so the adapter holds nothing a restart could lose.
+//! - A peer's retried message (same `messageId`) is recognised through the clientRequestId
+//!   `a2a:{messageId}`: nothing is appended twice and the same task comes back.
+//!
+//! ```sh
+//! ORCHESTRATOR_TOKEN=oct_… orchestrator-a2a --scenario support --listen 127.0.0.1:7400
+//! ```
 
-fn main() {
-    eprintln!(
-        "orchestrator-a2a: the A2A adapter is not built yet (protocol {}); \
-         use the orchestrator's JSON-RPC over WebSocket at /rpc",
-        agent_sdk::proto::method::names::SEND_MESSAGE
+mod tasks;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_sdk::proto::*;
+use agent_sdk::{AgentClient, ClientError, WsConfig, WsJsonRpcClient};
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Parser;
+use serde_json::{json, Value};
+
+use crate::tasks::{ReadError, State as TaskState, TaskId, TaskView, CANCEL_TRACE, KEY_PREFIX};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "orchestrator-a2a",
+    version,
+    about = "A2A adapter for the conversation orchestrator"
+)]
+struct Cli {
+    /// The orchestrator's WebSocket URL.
+    #[arg(
+        long,
+        env = "ORCHESTRATOR_URL",
+        default_value = "ws://127.0.0.1:7300/rpc"
+    )]
+    url: String,
+    /// The token the adapter speaks as: an admin agent that is an external participant of each
+    /// exposed scenario.
+    #[arg(long, env = "ORCHESTRATOR_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Where to serve A2A.
+    #[arg(
+        long,
+        env = "ORCHESTRATOR_A2A_LISTEN",
+        default_value = "127.0.0.1:7400"
+    )]
+    listen: SocketAddr,
+    /// The address peers reach this adapter at, for the Agent Cards (default: http://LISTEN).
+    #[arg(long, env = "ORCHESTRATOR_A2A_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// A scenario (by its name on the orchestrator, `serve --scenarios`) to expose; repeat for
+    /// several. The first is also served at the root.
+    #[arg(
+        long = "scenario",
+        env = "ORCHESTRATOR_A2A_SCENARIOS",
+        value_delimiter = ',',
+        required = true
+    )]
+    scenarios: Vec<String>,
+}
+
+/// How long a blocking `SendMessage` waits for the exchange to settle before it answers with
+/// the task still `working` (the peer can then poll with `GetTask` or `SubscribeToTask`).
+const BLOCKING_WAIT: Duration = Duration::from_secs(60);
+/// One wait on the orchestrator while streaming.
+const POLL_MS: u64 = 20_000;
+
+struct App {
+    client: Arc<WsJsonRpcClient>,
+    me: String,
+    public_url: String,
+    scenarios: Vec<String>,
+}
+
+type Shared = Arc<App>;
+
+/// An A2A JSON-RPC error.
+struct A2aError {
+    code: i32,
+    message: String,
+    reason: &'static str,
+}
+
+impl A2aError {
+    fn new(code: i32, reason: &'static str, message: impl Into<String>) -> A2aError {
+        A2aError {
+            code,
+            message: message.into(),
+            reason,
+        }
+    }
+
+    fn task_not_found(id: &str) -> A2aError {
+        A2aError::new(-32001, "TASK_NOT_FOUND", format!("no task {id}"))
+    }
+
+    fn invalid_params(message: impl Into<String>) -> A2aError {
+        A2aError::new(-32602, "INVALID_PARAMS", message)
+    }
+
+    fn wire(&self, id: &Value) -> Value {
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": self.code,
+                "message": self.message,
+                "data": [{
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": self.reason,
+                    "domain": "a2a-protocol.org",
+                    "metadata": {},
+                }],
+            },
+        })
+    }
+
+    /// A refusal of the orchestrator, in A2A terms.
+    fn upstream(e: ClientError) -> A2aError {
+        match &e {
+            ClientError::Rpc(rpc) => match rpc.code {
+                ErrorCode::ConversationNotFound | ErrorCode::Forbidden => {
+                    A2aError::invalid_params(format!("unknown contextId: {}", rpc.message))
+                }
+                ErrorCode::NotYourTurn | ErrorCode::TurnMismatch | ErrorCode::TurnClosed => {
+                    A2aError::new(
+                        -32600,
+                        "NOT_YOUR_TURN",
+                        format!(
+                            "{}; wait until the task is input-required before sending",
+                            rpc.message
+                        ),
+                    )
+                }
+                ErrorCode::ConversationClosed => A2aError::new(
+                    -32600,
+                    "CONTEXT_CLOSED",
+                    format!("{}; start a new context", rpc.message),
+                ),
+                ErrorCode::ConversationPaused => A2aError::new(
+                    -32600,
+                    "CONTEXT_PAUSED",
+                    format!("{}; try again once it resumes", rpc.message),
+                ),
+                ErrorCode::IdempotencyKeyReused => A2aError::invalid_params(format!(
+                    "this messageId was sent before with another content: {}",
+                    rpc.message
+                )),
+                ErrorCode::PayloadTooLarge | ErrorCode::InvalidParams => {
+                    A2aError::invalid_params(rpc.message.clone())
+                }
+                _ => A2aError::new(-32603, "INTERNAL", rpc.message.clone()),
+            },
+            other => A2aError::new(
+                -32603,
+                "UPSTREAM_UNAVAILABLE",
+                format!("the orchestrator cannot be reached: {other}"),
+            ),
+        }
+    }
+
+    fn from_read(e: ReadError, id: &str) -> A2aError {
+        match e {
+            ReadError::NotFound => A2aError::task_not_found(id),
+            ReadError::Upstream(e) => A2aError::upstream(e),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ORCHESTRATOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let client = WsJsonRpcClient::connect(WsConfig::new(cli.url.clone(), cli.token))
+        .await
+        .with_context(|| format!("connecting to {}", cli.url))?;
+    let me = client.agent_id().to_string();
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .with_context(|| format!("listening on {}", cli.listen))?;
+    let local = listener.local_addr()?;
+    let public_url = cli
+        .public_url
+        .unwrap_or_else(|| format!("http://{local}"))
+        .trim_end_matches('/')
+        .to_string();
+    let app = Arc::new(App {
+        client: Arc::new(client),
+        me,
+        public_url: public_url.clone(),
+        scenarios: cli.scenarios,
+    });
+    let router = Router::new()
+        .route("/.well-known/agent-card.json", get(root_card))
+        .route("/{scenario}/.well-known/agent-card.json", get(card))
+        .route("/", post(root_rpc))
+        .route("/{scenario}", post(rpc))
+        .route("/{scenario}/", post(rpc))
+        .with_state(app.clone());
+    println!(
+        "orchestrator-a2a listening on {public_url} (scenarios: {})",
+        app.scenarios.join(", ")
     );
-    std::process::exit(2);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+fn agent_card(app: &App, scenario: &str) -> Value {
+    json!({
+        "name": scenario,
+        "description": format!(
+            "The orchestrated conversation scenario \"{scenario}\". Each new contextId is a new conversation; \
+             a task ends input-required when the turn comes back to you, completed when the conversation closes."
+        ),
+        "supportedInterfaces": [{
+            "url": format!("{}/{scenario}/", app.public_url),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }],
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": {"streaming": true},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{
+            "id": scenario,
+            "name": scenario,
+            "description": format!("Take part in the \"{scenario}\" conversation."),
+            "tags": ["conversation", "orchestrator"],
+        }],
+    })
+}
+
+async fn root_card(State(app): State<Shared>) -> Response {
+    let first = app.scenarios[0].clone();
+    Json(agent_card(&app, &first)).into_response()
+}
+
+async fn card(State(app): State<Shared>, Path(scenario): Path<String>) -> Response {
+    if !app.scenarios.contains(&scenario) {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("no scenario {scenario} here; try {}", app.scenarios.join(", "))})),
+        )
+            .into_response();
+    }
+    Json(agent_card(&app, &scenario)).into_response()
+}
+
+async fn root_rpc(State(app): State<Shared>, body: Bytes) -> Response {
+    let first = app.scenarios[0].clone();
+    dispatch(app, first, body).await
+}
+
+async fn rpc(State(app): State<Shared>, Path(scenario): Path<String>, body: Bytes) -> Response {
+    if !app.scenarios.contains(&scenario) {
+        let e = A2aError::new(-32601, "NOT_FOUND", format!("no scenario {scenario} here"));
+        return (StatusCode::NOT_FOUND, Json(e.wire(&Value::Null))).into_response();
+    }
+    dispatch(app, scenario, body).await
+}
+
+fn reply(id: &Value, result: Result<Value, A2aError>) -> Response {
+    let body = match result {
+        Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
+        Err(e) => e.wire(id),
+    };
+    Json(body).into_response()
+}
+
+async fn dispatch(app: Shared, scenario: String, body: Bytes) -> Response {
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            let err = A2aError::new(-32700, "PARSE_ERROR", format!("invalid JSON: {e}"));
+            return reply(&Value::Null, Err(err));
+        }
+    };
+    let id = req.get("id").cloned().unwrap_or(Value::Null);
+    if req.get("jsonrpc") != Some(&json!("2.0")) || !req["method"].is_string() {
+        let err = A2aError::new(-32600, "INVALID_REQUEST", "not a JSON-RPC 2.0 request");
+        return reply(&id, Err(err));
+    }
+    let params = req.get("params").cloned().unwrap_or(json!({}));
+    match req["method"].as_str().unwrap_or_default() {
+        "SendMessage" => reply(&id, send_message(&app, &scenario, &params).await),
+        "SendStreamingMessage" => match start_exchange(&app, &scenario, &params).await {
+            Ok(view) => stream(app, id, view),
+            Err(e) => reply(&id, Err(e)),
+        },
+        "GetTask" => reply(&id, get_task(&app, &params).await),
+        "CancelTask" => reply(&id, cancel_task(&app, &params).await),
+        "SubscribeToTask" => {
+            let Some(task) = params["id"].as_str() else {
+                return reply(
+                    &id,
+                    Err(A2aError::invalid_params("id: the task id is required")),
+                );
+            };
+            let Some(tid) = TaskId::parse(task) else {
+                return reply(&id, Err(A2aError::task_not_found(task)));
+            };
+            match tasks::read(&app.client, &app.me, &tid).await {
+                Ok(view) if view.state.terminal() => reply(
+                    &id,
+                    Err(A2aError::new(
+                        -32004,
+                        "UNSUPPORTED_OPERATION",
+                        format!("task {task} is {}; read it with GetTask", view.state.wire()),
+                    )),
+                ),
+                Ok(view) => stream(app, id, view),
+                Err(e) => reply(&id, Err(A2aError::from_read(e, task))),
+            }
+        }
+        other => reply(
+            &id,
+            Err(A2aError::new(
+                -32601,
+                "METHOD_NOT_FOUND",
+                format!("method {other} is not served here"),
+            )),
+        ),
+    }
+}
+
+/// Text (and the first data part) of an A2A message.
+fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aError> {
+    let m = params
+        .get("message")
+        .ok_or_else(|| A2aError::invalid_params("message: required"))?;
+    let message_id = m["messageId"]
+        .as_str()
+        .filter(|s| !s.is_empty() && s.len() <= 200)
+        .ok_or_else(|| A2aError::invalid_params("message.messageId: required (1-200 characters)"))?
+        .to_string();
+    let parts = m["parts"]
+        .as_array()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| A2aError::invalid_params("message.parts: at least one part"))?;
+    let text: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+    let data = parts.iter().find_map(|p| p.get("data").cloned());
+    if text.is_empty() && data.is_none() {
+        return Err(A2aError::invalid_params(
+            "message.parts: a text or data part is required",
+        ));
+    }
+    Ok((message_id, text.join("\n"), data))
+}
+
+/// Posts the peer's message (starting a conversation when it names no context) and returns
+/// the task it opens or continues.
+async fn start_exchange(app: &App, scenario: &str, params: &Value) -> Result<TaskView, A2aError> {
+    let (message_id, text, data) = read_message(params)?;
+    let m = &params["message"];
+    let existing_task = match m["taskId"].as_str() {
+        Some(t) => Some(TaskId::parse(t).ok_or_else(|| A2aError::task_not_found(t))?),
+        None => None,
+    };
+    let fresh = m["contextId"].as_str().is_none() && existing_task.is_none();
+    let conversation = match (m["contextId"].as_str(), &existing_task) {
+        (_, Some(t)) => t.conversation.clone(),
+        (Some(c), None) => c.to_string(),
+        (None, None) => {
+            // A new context: a new conversation from the scenario. Its id comes from the
+            // messageId, so a retried first message finds the same conversation.
+            let id = format!("a2a-{}", short_hash(&message_id));
+            let created = app
+                .client
+                .create_conversation(CreateConversationParams {
+                    conversation_id: Some(id.clone()),
+                    scenario: None,
+                    scenario_name: Some(scenario.to_string()),
+                    participants: None,
+                    metadata: Some(json!({"a2a": {"scenario": scenario, "messageId": message_id}})),
+                })
+                .await;
+            match created {
+                Ok(r) => r.conversation_id,
+                Err(e) if e.code() == Some(ErrorCode::ConversationExists) => id,
+                Err(e) => return Err(A2aError::upstream(e)),
+            }
+        }
+    };
+    if let Some(t) = &existing_task {
+        // The task must be the peer's, in this context.
+        let view = tasks::read(&app.client, &app.me, t)
+            .await
+            .map_err(|e| A2aError::from_read(e, &t.wire()))?;
+        if view.state.terminal() {
+            return Err(A2aError::new(
+                -32600,
+                "TASK_TERMINAL",
+                format!(
+                    "task {} is {}; start a new task",
+                    t.wire(),
+                    view.state.wire()
+                ),
+            ));
+        }
+    }
+    if fresh {
+        // A scenario may open with others speaking: wait (briefly) for the peer's turn.
+        wait_for_turn(app, &conversation).await;
+    }
+    let mut payload = MessagePayload::text(text);
+    payload.data = data;
+    let posted = app
+        .client
+        .send_message(SendMessageParams {
+            conversation_id: conversation.clone(),
+            payload,
+            finality: Finality::Turn,
+            turn_hint: None,
+            client_request_id: Some(format!("{KEY_PREFIX}{message_id}")),
+        })
+        .await
+        .map_err(A2aError::upstream)?;
+    let task = existing_task.unwrap_or(TaskId {
+        conversation,
+        start: posted.seq,
+    });
+    tasks::read(&app.client, &app.me, &task)
+        .await
+        .map_err(|e| A2aError::from_read(e, &task.wire()))
+}
+
+fn short_hash(s: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+async fn wait_for_turn(app: &App, conversation: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut since = 0;
+    while Instant::now() < deadline {
+        let Ok(snap) = app.client.get_conversation(conversation).await else {
+            return;
+        };
+        if snap.guidance.status != GuidanceStatus::Wait {
+            return;
+        }
+        since = since.max(snap.latest_seq);
+        let _ = app
+            .client
+            .wait_for_change(WaitForChangeParams {
+                conversation_id: conversation.to_string(),
+                since_seq: since,
+                timeout_ms: 2_000,
+            })
+            .await;
+    }
+}
+
+/// Waits until the task settles (or `until`), following the log from `view.latest_seq`.
+async fn settle(app: &App, mut view: TaskView, until: Instant) -> Result<TaskView, A2aError> {
+    while !view.state.settled() && Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        let _ = app
+            .client
+            .wait_for_change(WaitForChangeParams {
+                conversation_id: view.id.conversation.clone(),
+                since_seq: view.latest_seq,
+                timeout_ms: (left.as_millis() as u64).clamp(1, POLL_MS),
+            })
+            .await
+            .map_err(A2aError::upstream)?;
+        view = tasks::read(&app.client, &app.me, &view.id)
+            .await
+            .map_err(|e| A2aError::from_read(e, &view.id.wire()))?;
+    }
+    Ok(view)
+}
+
+async fn send_message(app: &App, scenario: &str, params: &Value) -> Result<Value, A2aError> {
+    let view = start_exchange(app, scenario, params).await?;
+    let immediate = params["configuration"]["returnImmediately"].as_bool() == Some(true);
+    let view = if immediate {
+        view
+    } else {
+        settle(app, view, Instant::now() + BLOCKING_WAIT).await?
+    };
+    let history = history_length(&params["configuration"]);
+    Ok(json!({"task": view.wire(&app.me, history)}))
+}
+
+fn history_length(v: &Value) -> Option<usize> {
+    v["historyLength"].as_u64().map(|n| n as usize)
+}
+
+async fn get_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let task = params["id"]
+        .as_str()
+        .ok_or_else(|| A2aError::invalid_params("id: the task id is required"))?;
+    let tid = TaskId::parse(task).ok_or_else(|| A2aError::task_not_found(task))?;
+    let view = tasks::read(&app.client, &app.me, &tid)
+        .await
+        .map_err(|e| A2aError::from_read(e, task))?;
+    Ok(view.wire(&app.me, history_length(params)))
+}
+
+async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let task = params["id"]
+        .as_str()
+        .ok_or_else(|| A2aError::invalid_params("id: the task id is required"))?;
+    let tid = TaskId::parse(task).ok_or_else(|| A2aError::task_not_found(task))?;
+    let view = tasks::read(&app.client, &app.me, &tid)
+        .await
+        .map_err(|e| A2aError::from_read(e, task))?;
+    if view.state.terminal() {
+        return Err(A2aError::new(
+            -32002,
+            "TASK_NOT_CANCELABLE",
+            format!("task {task} is already {}", view.state.wire()),
+        ));
+    }
+    app.client
+        .send_trace(SendTraceParams {
+            conversation_id: tid.conversation.clone(),
+            payload: json!({"type": CANCEL_TRACE, "taskId": task}),
+            turn: None,
+            client_request_id: Some(format!("a2a-cancel:{task}")),
+            finality: None,
+        })
+        .await
+        .map_err(A2aError::upstream)?;
+    let view = tasks::read(&app.client, &app.me, &tid)
+        .await
+        .map_err(|e| A2aError::from_read(e, task))?;
+    Ok(view.wire(&app.me, None))
+}
+
+/// An SSE answer: the task first, then a `working` update for each new message from the
+/// others, then the settling update (`input-required`, `completed` or `canceled`). It follows
+/// the log, so a peer that subscribes again gets the task as it is and then the rest.
+fn stream(app: Shared, id: Value, view: TaskView) -> Response {
+    let frame = move |result: Value| -> Result<SseEvent, Infallible> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        Ok(SseEvent::default().data(body.to_string()))
+    };
+    let mut resp = Sse::new(follow(app, view, frame)).into_response();
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    resp
+}
+
+struct Follow<F> {
+    app: Shared,
+    frame: F,
+    view: TaskView,
+    /// Messages from the others up to this seq are sent.
+    sent: u64,
+    queue: std::collections::VecDeque<Value>,
+    done: bool,
+}
+
+fn follow<F>(
+    app: Shared,
+    view: TaskView,
+    frame: F,
+) -> impl futures::Stream<Item = Result<SseEvent, Infallible>>
+where
+    F: Fn(Value) -> Result<SseEvent, Infallible> + Send + 'static,
+{
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(json!({"task": view.wire(&app.me, None)}));
+    let state = Follow {
+        sent: view.latest_seq,
+        done: view.state.settled(),
+        app,
+        frame,
+        view,
+        queue,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(result) = st.queue.pop_front() {
+                let item = (st.frame)(result);
+                return Some((item, st));
+            }
+            if st.done {
+                return None;
+            }
+            let waited = st
+                .app
+                .client
+                .wait_for_change(WaitForChangeParams {
+                    conversation_id: st.view.id.conversation.clone(),
+                    since_seq: st.view.latest_seq,
+                    timeout_ms: POLL_MS,
+                })
+                .await;
+            if waited.is_err() {
+                return None;
+            }
+            let next = tasks::read(&st.app.client, &st.app.me, &st.view.id)
+                .await
+                .ok()?;
+            let me = st.app.me.clone();
+            for m in next
+                .messages
+                .iter()
+                .filter(|m| m.seq > st.sent && m.author != me)
+            {
+                let mut update = next.status_update(&me);
+                let status = &mut update["statusUpdate"]["status"];
+                status["state"] = json!(TaskState::Working.wire());
+                status["message"] = tasks::message(&me, &next.id, m);
+                status["timestamp"] = json!(m.ts);
+                st.queue.push_back(update);
+            }
+            st.sent = st.sent.max(next.latest_seq);
+            if next.state.settled() {
+                st.queue.push_back(next.status_update(&me));
+                st.done = true;
+            }
+            st.view = next;
+        }
+    })
 }

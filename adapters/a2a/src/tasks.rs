@@ -1,0 +1,271 @@
+//! A2A tasks read from the orchestrator's log.
+//!
+//! A `contextId` is a conversation. A task is one exchange: it starts with the caller's
+//! message at seq `S` of conversation `C` and its id is `C~S` (`~` cannot appear in an id), so
+//! nothing about it lives in the adapter: its state is read back from the log every time.
+//! - `completed` once the conversation is closed;
+//! - `canceled` once the adapter logged a cancel trace for it;
+//! - `input-required` when the turn is back with the caller (its guidance is `may_speak`)
+//!   after its latest message;
+//! - `working` otherwise (`submitted` while nobody has answered yet).
+
+use std::sync::Arc;
+
+use agent_sdk::proto::*;
+use agent_sdk::{AgentClient, ClientError, WsJsonRpcClient};
+use serde_json::{json, Value};
+
+/// The trace type that records a cancelled task.
+pub const CANCEL_TRACE: &str = "a2a_task_canceled";
+/// The prefix of the clientRequestId made from an A2A messageId.
+pub const KEY_PREFIX: &str = "a2a:";
+
+/// A task id: conversation and the seq of the message that opened it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskId {
+    /// The conversation (the A2A contextId).
+    pub conversation: String,
+    /// The seq of the caller's message that opened the task.
+    pub start: u64,
+}
+
+impl TaskId {
+    /// Parses `C~S`.
+    pub fn parse(id: &str) -> Option<TaskId> {
+        let (c, s) = id.rsplit_once('~')?;
+        let start = s.parse().ok()?;
+        (!c.is_empty()).then(|| TaskId {
+            conversation: c.to_string(),
+            start,
+        })
+    }
+
+    /// The wire form.
+    pub fn wire(&self) -> String {
+        format!("{}~{}", self.conversation, self.start)
+    }
+}
+
+/// A task's state, as A2A names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Nobody has answered yet.
+    Submitted,
+    /// Others are speaking.
+    Working,
+    /// The turn is back with the caller.
+    InputRequired,
+    /// The conversation is closed.
+    Completed,
+    /// Cancelled by the caller.
+    Canceled,
+}
+
+impl State {
+    /// The wire name.
+    pub fn wire(self) -> &'static str {
+        match self {
+            State::Submitted => "TASK_STATE_SUBMITTED",
+            State::Working => "TASK_STATE_WORKING",
+            State::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            State::Completed => "TASK_STATE_COMPLETED",
+            State::Canceled => "TASK_STATE_CANCELED",
+        }
+    }
+
+    /// Whether the exchange is over (for now, or for good).
+    pub fn settled(self) -> bool {
+        matches!(
+            self,
+            State::InputRequired | State::Completed | State::Canceled
+        )
+    }
+
+    /// Whether nothing more will happen in the task.
+    pub fn terminal(self) -> bool {
+        matches!(self, State::Completed | State::Canceled)
+    }
+}
+
+/// An event of the log as an A2A message.
+pub fn message(me: &str, task: &TaskId, e: &Event) -> Value {
+    let p = e.payload_value();
+    let mine = e.author == me;
+    let message_id = match (&e.client_request_id, mine) {
+        (Some(k), true) if k.starts_with(KEY_PREFIX) => k[KEY_PREFIX.len()..].to_string(),
+        _ => format!("{}~{}", e.conversation_id, e.seq),
+    };
+    let mut parts =
+        vec![json!({"text": p.get("text").and_then(Value::as_str).unwrap_or_default()})];
+    if let Some(data) = p.get("data") {
+        parts.push(json!({"data": data}));
+    }
+    json!({
+        "messageId": message_id,
+        "contextId": e.conversation_id,
+        "taskId": task.wire(),
+        "role": if mine { "ROLE_USER" } else { "ROLE_AGENT" },
+        "parts": parts,
+        "metadata": {"author": e.author, "seq": e.seq, "turn": e.turn, "finality": e.finality},
+    })
+}
+
+/// Everything needed to describe a task, read from the log.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    /// Its id.
+    pub id: TaskId,
+    /// Its state.
+    pub state: State,
+    /// Messages from the task's start, in order.
+    pub messages: Vec<Event>,
+    /// The latest message from others after the caller's latest one (the answer so far).
+    pub answer: Option<Event>,
+    /// The latest seq read.
+    pub latest_seq: u64,
+    /// When its state last changed (the last event's time).
+    pub ts: String,
+}
+
+impl TaskView {
+    /// The A2A `Task`, with at most `history` messages of history (all when `None`).
+    pub fn wire(&self, me: &str, history: Option<usize>) -> Value {
+        let mut status = json!({"state": self.state.wire(), "timestamp": self.ts});
+        if let Some(a) = &self.answer {
+            status["message"] = message(me, &self.id, a);
+        }
+        let skip = history.map_or(0, |h| self.messages.len().saturating_sub(h));
+        let history: Vec<Value> = self.messages[skip..]
+            .iter()
+            .map(|e| message(me, &self.id, e))
+            .collect();
+        json!({
+            "id": self.id.wire(),
+            "contextId": self.id.conversation,
+            "status": status,
+            "history": history,
+        })
+    }
+
+    /// A `statusUpdate` of this view.
+    pub fn status_update(&self, me: &str) -> Value {
+        let mut status = json!({"state": self.state.wire(), "timestamp": self.ts});
+        if let Some(a) = &self.answer {
+            status["message"] = message(me, &self.id, a);
+        }
+        json!({"statusUpdate": {
+            "taskId": self.id.wire(),
+            "contextId": self.id.conversation,
+            "status": status,
+        }})
+    }
+}
+
+/// Reads a task back from the log. `NotFound` when the conversation does not exist (or is
+/// not the caller's) or its seq is not one of the caller's messages.
+pub async fn read(
+    client: &Arc<WsJsonRpcClient>,
+    me: &str,
+    id: &TaskId,
+) -> Result<TaskView, ReadError> {
+    let snapshot = client
+        .get_conversation(&id.conversation)
+        .await
+        .map_err(ReadError::from_client)?;
+    let mut events = Vec::new();
+    let mut cursor = id.start.saturating_sub(1);
+    loop {
+        let page = client
+            .tail(TailParams {
+                conversation_id: id.conversation.clone(),
+                since_seq: cursor,
+                limit: None,
+            })
+            .await
+            .map_err(ReadError::from_client)?;
+        let Some(last) = page.events.last() else {
+            break;
+        };
+        cursor = last.seq;
+        events.extend(page.events);
+        if cursor >= page.latest_seq {
+            break;
+        }
+    }
+    let opened = events
+        .first()
+        .is_some_and(|e| e.seq == id.start && e.author == me && e.kind == EventKind::Message);
+    if !opened {
+        return Err(ReadError::NotFound);
+    }
+    let canceled = events.iter().any(|e| {
+        e.kind == EventKind::Trace
+            && e.author == me
+            && e.payload_value()["type"] == CANCEL_TRACE
+            && e.payload_value()["taskId"] == id.wire()
+    });
+    let messages: Vec<Event> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Message)
+        .cloned()
+        .collect();
+    let last_mine = messages.iter().rposition(|e| e.author == me).unwrap_or(0);
+    let answer = messages[last_mine + 1..].last().cloned();
+    let state = if canceled {
+        State::Canceled
+    } else if snapshot.status == ConversationStatus::Closed {
+        State::Completed
+    } else if snapshot.guidance.status == GuidanceStatus::MaySpeak
+        && (answer.is_some() || snapshot.speaker.as_deref() == Some(me))
+    {
+        State::InputRequired
+    } else if answer.is_some() {
+        State::Working
+    } else {
+        State::Submitted
+    };
+    let ts = events.last().map(|e| e.ts.clone()).unwrap_or_default();
+    Ok(TaskView {
+        id: id.clone(),
+        state,
+        messages,
+        answer,
+        latest_seq: cursor.max(snapshot.latest_seq),
+        ts,
+    })
+}
+
+/// Why a task could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// No such task for this caller.
+    NotFound,
+    /// The orchestrator failed or could not be reached.
+    Upstream(ClientError),
+}
+
+impl ReadError {
+    fn from_client(e: ClientError) -> ReadError {
+        match e.code() {
+            Some(ErrorCode::ConversationNotFound | ErrorCode::Forbidden) => ReadError::NotFound,
+            _ => ReadError::Upstream(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_round_trip_and_refuse_garbage() {
+        let id = TaskId {
+            conversation: "a2a-1:x".into(),
+            start: 12,
+        };
+        assert_eq!(TaskId::parse(&id.wire()), Some(id));
+        assert_eq!(TaskId::parse("nope"), None);
+        assert_eq!(TaskId::parse("~3"), None);
+        assert_eq!(TaskId::parse("c~x"), None);
+    }
+}

@@ -1,0 +1,270 @@
+"""The A2A adapter with the official Python `a2a-sdk` client (protocol 1.0, JSON-RPC): the
+Agent Card, a message and its task, a streamed reply, a resubscription to a running task that
+receives the rest from the log, cancellation, a retried message, and bad input."""
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.types import a2a_pb2 as pb
+
+from conftest import ROOT, Client, RpcError, Server, run
+
+A2A_BIN = os.environ.get("ORCHESTRATOR_A2A_BIN", str(ROOT / "target" / "release" / "orchestrator-a2a"))
+
+HELPDESK = """
+name: helpdesk
+participants:
+  - id: peer
+    external: true
+  - id: assistant
+    kind: scripted
+    replies:
+      - "Hello! What do you need?"
+      - "Done: your ticket is filed."
+      - "Goodbye. TERMINATE"
+policy:
+  order: round_robin
+  first: peer
+stop:
+  onText: TERMINATE
+"""
+
+EXPERT = """
+name: expert
+participants:
+  - id: peer
+    external: true
+  - id: expert
+    external: true
+policy:
+  order: round_robin
+  first: peer
+"""
+
+
+@pytest.fixture
+def stack(tmp_path):
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "helpdesk.yaml").write_text(HELPDESK)
+    (scenarios / "expert.yaml").write_text(EXPERT)
+    server = Server(tmp_path / "a2a.db")
+    server.tokens = {"admin": server.token("admin", admin=True), "peer": server.token("peer", admin=True), "expert": server.token("expert")}
+    server.start("127.0.0.1:0", "--scenarios", str(scenarios))
+    adapter = subprocess.Popen(
+        [A2A_BIN, "--url", server.url, "--listen", "127.0.0.1:0", "--scenario", "helpdesk", "--scenario", "expert"],
+        env=dict(os.environ, ORCHESTRATOR_TOKEN=server.tokens["peer"]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = adapter.stdout.readline()
+    m = re.search(r"listening on (http://\S+)", line)
+    assert m, f"no address in {line!r}"
+    server.a2a = m.group(1)
+    yield server
+    adapter.send_signal(signal.SIGKILL)
+    adapter.wait(10)
+    server.stop(signal.SIGKILL)
+
+
+def user_message(text, message_id, context_id=None, task_id=None):
+    m = pb.Message(message_id=message_id, role=pb.ROLE_USER, parts=[pb.Part(text=text)])
+    if context_id:
+        m.context_id = context_id
+    if task_id:
+        m.task_id = task_id
+    return m
+
+
+async def client_for(url, streaming):
+    return await create_client(url, client_config=ClientConfig(streaming=streaming, httpx_client=httpx.AsyncClient(timeout=30)))
+
+
+async def send(client, message, immediately=False):
+    request = pb.SendMessageRequest(message=message)
+    if immediately:
+        request.configuration.return_immediately = True
+    return [ev async for ev in client.send_message(request)]
+
+
+def expert_says(server, conversation, text, finality="turn"):
+    async def main():
+        c = await Client.connect(server.url, server.tokens["expert"])
+        for _ in range(100):
+            snap = await c.call("getConversation", {"conversationId": conversation})
+            if snap["guidance"]["status"] == "may_speak":
+                break
+            await asyncio.sleep(0.05)
+        r = await c.call("sendMessage", {"conversationId": conversation, "payload": {"text": text}, "finality": finality})
+        await c.close()
+        return r
+
+    return run(main())
+
+
+def messages_of(server, conversation):
+    async def main():
+        c = await Client.connect(server.url, server.tokens["admin"])
+        tail = await c.call("tail", {"conversationId": conversation, "sinceSeq": 0})
+        await c.close()
+        return [(e["author"], e["payload"]["text"]) for e in tail["events"] if e["kind"] == "message"]
+
+    return run(main())
+
+
+def test_agent_card_per_scenario(stack):
+    async def main():
+        async with httpx.AsyncClient() as http:
+            root = await A2ACardResolver(http, stack.a2a).get_agent_card()
+            expert = await A2ACardResolver(http, stack.a2a + "/expert").get_agent_card()
+            missing = await http.get(stack.a2a + "/nope/.well-known/agent-card.json")
+        assert root.name == "helpdesk" and expert.name == "expert"
+        assert root.capabilities.streaming
+        assert root.supported_interfaces[0].protocol_binding == "JSONRPC"
+        assert root.supported_interfaces[0].protocol_version == "1.0"
+        assert root.supported_interfaces[0].url == stack.a2a + "/helpdesk/"
+        assert missing.status_code == 404
+
+    asyncio.run(main())
+
+
+def test_send_a_message_get_the_task_and_retry_it(stack):
+    async def main():
+        client = await client_for(stack.a2a, streaming=False)
+        [ev] = await send(client, user_message("I need a ticket", "m-1"))
+        task = ev.task
+        assert task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+        assert task.status.message.parts[0].text == "Hello! What do you need?"
+        assert task.status.message.role == pb.ROLE_AGENT
+        assert [m.parts[0].text for m in task.history] == ["I need a ticket", "Hello! What do you need?"]
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert got.id == task.id and got.context_id == task.context_id
+        assert got.status.state == pb.TASK_STATE_INPUT_REQUIRED
+        # The peer retries the same message (same messageId): nothing is appended twice.
+        [again] = await send(client, user_message("I need a ticket", "m-1"))
+        assert again.task.id == task.id
+        # The next message in the same context continues the conversation.
+        [nxt] = await send(client, user_message("File it please", "m-2", context_id=task.context_id))
+        assert nxt.task.context_id == task.context_id and nxt.task.id != task.id
+        assert nxt.task.status.message.parts[0].text == "Done: your ticket is filed."
+        # The last exchange closes the conversation: the task completes.
+        [last] = await send(client, user_message("Thanks", "m-3", context_id=task.context_id))
+        assert last.task.status.state == pb.TASK_STATE_COMPLETED
+        await client.close()
+        return task.context_id
+
+    conversation = asyncio.run(main())
+    assert messages_of(stack, conversation)[:4] == [
+        ("peer", "I need a ticket"), ("assistant", "Hello! What do you need?"),
+        ("peer", "File it please"), ("assistant", "Done: your ticket is filed."),
+    ]
+
+
+def test_stream_a_reply(stack):
+    async def main():
+        client = await client_for(stack.a2a, streaming=True)
+        events = await send(client, user_message("Stream it", "s-1"))
+        await client.close()
+        return events
+
+    events = asyncio.run(main())
+    assert events[0].HasField("task")
+    updates = [e.status_update for e in events[1:]]
+    assert [u.status.state for u in updates] == [pb.TASK_STATE_WORKING, pb.TASK_STATE_INPUT_REQUIRED]
+    assert updates[0].status.message.parts[0].text == "Hello! What do you need?"
+    assert all(u.task_id == events[0].task.id for u in updates)
+
+
+def test_resubscribe_to_a_running_task_and_receive_the_rest(stack):
+    async def start():
+        client = await client_for(stack.a2a + "/expert", streaming=False)
+        [ev] = await send(client, user_message("Question for the expert", "r-1"), immediately=True)
+        await client.close()
+        return ev.task
+
+    task = asyncio.run(start())
+    assert task.status.state == pb.TASK_STATE_SUBMITTED
+    # The expert answers part of it before anyone listens: the subscription starts from the log.
+    expert_says(stack, task.context_id, "Looking into it", finality="none")
+
+    async def follow():
+        client = await client_for(stack.a2a + "/expert", streaming=True)
+        seen = []
+
+        async def read():
+            async for ev in client.subscribe(pb.SubscribeToTaskRequest(id=task.id)):
+                seen.append(ev)
+                if ev.HasField("status_update") and ev.status_update.status.state == pb.TASK_STATE_INPUT_REQUIRED:
+                    return
+
+        reader = asyncio.create_task(read())
+        while not seen:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(expert_says, stack, task.context_id, "Here is the answer")
+        await asyncio.wait_for(reader, 20)
+        await client.close()
+        return seen
+
+    seen = asyncio.run(follow())
+    first = seen[0].task
+    assert first.id == task.id and first.status.state == pb.TASK_STATE_WORKING
+    assert first.status.message.parts[0].text == "Looking into it"
+    rest = [e.status_update for e in seen[1:]]
+    assert [u.status.message.parts[0].text for u in rest] == ["Here is the answer", "Here is the answer"]
+    assert [u.status.state for u in rest] == [pb.TASK_STATE_WORKING, pb.TASK_STATE_INPUT_REQUIRED]
+
+
+def test_cancel_a_task(stack):
+    async def main():
+        client = await client_for(stack.a2a + "/expert", streaming=False)
+        [ev] = await send(client, user_message("Never mind soon", "c-1"), immediately=True)
+        canceled = await client.cancel_task(pb.CancelTaskRequest(id=ev.task.id))
+        assert canceled.status.state == pb.TASK_STATE_CANCELED
+        got = await client.get_task(pb.GetTaskRequest(id=ev.task.id))
+        assert got.status.state == pb.TASK_STATE_CANCELED
+        with pytest.raises(Exception) as e:
+            await client.cancel_task(pb.CancelTaskRequest(id=ev.task.id))
+        assert "cancel" in str(e.value).lower()
+        await client.close()
+
+    asyncio.run(main())
+
+
+def rpc(url, method, params):
+    r = httpx.post(url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, headers={"A2A-Version": "1.0"})
+    assert r.status_code in (200, 404), r.text
+    return r.json()
+
+
+def test_bad_input_gets_a2a_errors(stack):
+    url = stack.a2a + "/expert/"
+    # Unknown task, unknown context, malformed message, unknown method.
+    assert rpc(url, "GetTask", {"id": "nope~1"})["error"]["code"] == -32001
+    assert rpc(url, "GetTask", {"id": "garbage"})["error"]["code"] == -32001
+    assert rpc(url, "SendMessage", {"message": {"messageId": "x1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "no-such"}})["error"]["code"] == -32602
+    assert rpc(url, "SendMessage", {"message": {"messageId": "x2", "role": "ROLE_USER"}})["error"]["code"] == -32602
+    assert rpc(url, "SendMessage", {})["error"]["code"] == -32602
+    assert rpc(url, "Bogus", {})["error"]["code"] == -32601
+    r = httpx.post(url, content=b"{not json", headers={"A2A-Version": "1.0"})
+    assert r.json()["error"]["code"] == -32700
+
+    # Not your turn: the expert holds the turn after the peer spoke.
+    first = rpc(url, "SendMessage", {"message": {"messageId": "t1", "role": "ROLE_USER", "parts": [{"text": "one"}]}, "configuration": {"returnImmediately": True}})
+    context = first["result"]["task"]["contextId"]
+    second = rpc(url, "SendMessage", {"message": {"messageId": "t2", "role": "ROLE_USER", "parts": [{"text": "two"}], "contextId": context}, "configuration": {"returnImmediately": True}})
+    assert second["error"]["code"] == -32600 and "input-required" in second["error"]["message"]
+
+    # A closed conversation: the expert ends it; the task completes; sending again is refused.
+    expert_says(stack, context, "That is all.", finality="conversation")
+    task = rpc(url, "GetTask", {"id": first["result"]["task"]["id"]})["result"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    third = rpc(url, "SendMessage", {"message": {"messageId": "t3", "role": "ROLE_USER", "parts": [{"text": "three"}], "contextId": context}})
+    assert third["error"]["code"] == -32600 and "closed" in third["error"]["message"]
+    assert rpc(url, "CancelTask", {"id": first["result"]["task"]["id"]})["error"]["code"] == -32002
+    assert messages_of(stack, context) == [("peer", "one"), ("expert", "That is all.")]
