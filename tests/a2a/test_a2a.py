@@ -3,10 +3,14 @@ Agent Card, a message and its task, a streamed reply, a resubscription to a runn
 receives the rest from the log, cancellation, a retried message, and bad input."""
 
 import asyncio
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
+import sys
+import time
 
 import httpx
 import pytest
@@ -268,3 +272,53 @@ def test_bad_input_gets_a2a_errors(stack):
     assert third["error"]["code"] == -32600 and "closed" in third["error"]["message"]
     assert rpc(url, "CancelTask", {"id": first["result"]["task"]["id"]})["error"]["code"] == -32002
     assert messages_of(stack, context) == [("peer", "one"), ("expert", "That is all.")]
+
+
+def shape(v):
+    """The structure of a JSON value: keys and types, not values."""
+    if isinstance(v, dict):
+        return {k: shape(x) for k, x in v.items() if k != "metadata"}
+    if isinstance(v, list):
+        return [shape(v[0])] if v else []
+    return type(v).__name__
+
+
+def test_the_wire_has_the_shape_of_the_official_server(stack, tmp_path):
+    """The same calls against an agent built with the official a2a-sdk server and against the
+    adapter give answers of the same structure (Agent Card, task, streamed events)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ref = subprocess.Popen([sys.executable, str(ROOT / "tests" / "a2a" / "reference_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in ref.stdout.readline()
+        official = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                httpx.get(official + "/.well-known/agent-card.json")
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        ours = stack.a2a + "/helpdesk/"
+        card_keys = set(httpx.get(official + "/.well-known/agent-card.json").json())
+        assert card_keys <= set(httpx.get(stack.a2a + "/helpdesk/.well-known/agent-card.json").json())
+
+        def send(url, mid):
+            return rpc(url, "SendMessage", {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hello"}]}})["result"]
+
+        theirs, mine = send(official + "/", "w-1"), send(ours, "w-1")
+        assert shape(theirs) == shape(mine)
+
+        def stream(url, mid):
+            body = {"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "again"}]}}}
+            with httpx.stream("POST", url, json=body, headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}, timeout=20) as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                lines = [l for l in r.iter_lines() if l.startswith("data:")]
+            return [json.loads(l[5:]) for l in lines]
+
+        theirs, mine = stream(official + "/", "w-2"), stream(ours, "w-2")
+        assert [list(e["result"]) for e in theirs] == [list(e["result"]) for e in mine] == [["task"], ["statusUpdate"], ["statusUpdate"]]
+        assert shape(theirs[-1]) == shape(mine[-1])
+    finally:
+        ref.send_signal(signal.SIGKILL)
+        ref.wait(10)
