@@ -61,20 +61,24 @@ def stack(tmp_path):
     server = Server(tmp_path / "a2a.db")
     server.tokens = {"admin": server.token("admin", admin=True), "peer": server.token("peer", admin=True), "expert": server.token("expert")}
     server.start("127.0.0.1:0", "--scenarios", str(scenarios))
-    adapter = subprocess.Popen(
-        [A2A_BIN, "--url", server.url, "--listen", "127.0.0.1:0", "--scenario", "helpdesk", "--scenario", "expert"],
+    start_adapter(server)
+    yield server
+    server.adapter.send_signal(signal.SIGKILL)
+    server.adapter.wait(10)
+    server.stop(signal.SIGKILL)
+
+
+def start_adapter(server, listen="127.0.0.1:0"):
+    server.adapter = subprocess.Popen(
+        [A2A_BIN, "--url", server.url, "--listen", listen, "--scenario", "helpdesk", "--scenario", "expert"],
         env=dict(os.environ, ORCHESTRATOR_TOKEN=server.tokens["peer"]),
         stdout=subprocess.PIPE,
         text=True,
     )
-    line = adapter.stdout.readline()
+    line = server.adapter.stdout.readline()
     m = re.search(r"listening on (http://\S+)", line)
     assert m, f"no address in {line!r}"
     server.a2a = m.group(1)
-    yield server
-    adapter.send_signal(signal.SIGKILL)
-    adapter.wait(10)
-    server.stop(signal.SIGKILL)
 
 
 def user_message(text, message_id, context_id=None, task_id=None):
@@ -322,3 +326,33 @@ def test_the_wire_has_the_shape_of_the_official_server(stack, tmp_path):
     finally:
         ref.send_signal(signal.SIGKILL)
         ref.wait(10)
+
+
+def test_tasks_survive_an_adapter_restart(stack):
+    """The adapter keeps nothing: after a SIGKILL and a restart, a task reads the same from
+    the log, and the context goes on."""
+    async def first():
+        client = await client_for(stack.a2a, streaming=False)
+        [ev] = await send(client, user_message("Before the restart", "k-1"))
+        await client.close()
+        return ev.task
+
+    task = asyncio.run(first())
+    assert task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    listen = stack.a2a.removeprefix("http://")
+    stack.adapter.send_signal(signal.SIGKILL)
+    stack.adapter.wait(10)
+    start_adapter(stack, listen)
+
+    async def second():
+        client = await client_for(stack.a2a, streaming=False)
+        again = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert again.status.state == task.status.state
+        assert [m.parts[0].text for m in again.history] == [m.parts[0].text for m in task.history]
+        [ev] = await send(client, user_message("After the restart", "k-2", context_id=task.context_id))
+        await client.close()
+        return ev.task
+
+    nxt = asyncio.run(second())
+    assert nxt.context_id == task.context_id
+    assert nxt.status.message.parts[0].text == "Done: your ticket is filed."
