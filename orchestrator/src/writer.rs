@@ -3,12 +3,14 @@
 //! Callers send [`Job`]s over a bounded channel. The thread takes everything queued (up to
 //! [`MAX_BATCH`]), runs each job through the state machine against its authoritative per-
 //! conversation state, writes every resulting event in one transaction, and only after the
-//! commit hands the batch to a publisher thread, which publishes the events to the [`Hub`] and
-//! then answers the callers, in commit order. If the commit fails the
+//! commit publishes the events to the [`Hub`] and then answers the callers, in commit order:
+//! a large batch through a publisher thread (so that publishing overlaps the next commit), a
+//! small one on this thread when the publisher has nothing queued (one thread hop less on the
+//! path of a lone turn). If the commit fails the
 //! in-memory state is rolled back and every caller of the batch gets `Internal`: nothing is
 //! acknowledged that is not durable, and seq stays dense.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -25,6 +27,9 @@ use crate::store::{format_ts, now_ms, to_event, LogWriter, NewConversation, NewR
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
 const QUEUE: usize = 65_536;
+/// Batches of at most this many jobs are published by the writer itself when the publisher
+/// has nothing queued.
+const INLINE_PUBLISH: usize = 4;
 
 /// Work for the writer.
 #[derive(Debug)]
@@ -117,6 +122,9 @@ enum Reply {
 
 struct Writer {
     log: Box<dyn LogWriter>,
+    hub: Arc<Hub>,
+    /// Batches handed to the publisher thread and not yet published.
+    queued: Arc<AtomicUsize>,
     publisher: Option<std::sync::mpsc::Sender<Committed>>,
     publisher_thread: Option<JoinHandle<()>>,
     convs: HashMap<String, Slot>,
@@ -167,11 +175,18 @@ impl WriterHandle {
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
         let (publisher, committed) = std::sync::mpsc::channel::<Committed>();
-        let publisher_thread = std::thread::Builder::new()
-            .name("log-publisher".into())
-            .spawn(move || publish_loop(&hub, committed))?;
+        let queued = Arc::new(AtomicUsize::new(0));
+        let publisher_thread = {
+            let hub = hub.clone();
+            let queued = queued.clone();
+            std::thread::Builder::new()
+                .name("log-publisher".into())
+                .spawn(move || publish_loop(&hub, committed, &queued))?
+        };
         let mut writer = Writer {
             log,
+            hub,
+            queued,
             publisher: Some(publisher),
             publisher_thread: Some(publisher_thread),
             convs,
@@ -436,9 +451,17 @@ impl Writer {
                     convs,
                     replies,
                 };
-                if let Some(p) = &self.publisher {
+                // A small batch with nothing ahead of it in the publisher's queue is published
+                // here, saving a thread hop on the path of a lone turn; larger ones go to the
+                // publisher, so that publishing overlaps the next commit. Commit order holds
+                // either way: the queue is empty when this thread publishes.
+                if jobs as usize <= INLINE_PUBLISH && self.queued.load(Ordering::Acquire) == 0 {
+                    publish(&self.hub, committed);
+                } else if let Some(p) = &self.publisher {
+                    self.queued.fetch_add(1, Ordering::AcqRel);
                     if let Err(std::sync::mpsc::SendError(c)) = p.send(committed) {
                         tracing::error!("the publisher is gone; answering without publishing");
+                        self.queued.fetch_sub(1, Ordering::AcqRel);
                         answer(c.replies);
                     }
                 }
@@ -476,8 +499,17 @@ impl Writer {
 /// The publisher thread: for each committed batch, in commit order, registers new
 /// conversations, publishes the events to the hub, then answers the callers (so a caller that
 /// reads after its answer sees its own write).
-fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>) {
+fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>, queued: &AtomicUsize) {
     while let Ok(batch) = committed.recv() {
+        publish(hub, batch);
+        queued.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Publishes one committed batch (new conversations, events, turn changes), then answers its
+/// callers.
+fn publish(hub: &Hub, batch: Committed) {
+    {
         let ts = format_ts(batch.ts_ms);
         for (shared, core, drafts, new) in batch.convs {
             if new {
