@@ -68,7 +68,10 @@ fn duration_ms(v: &Option<Value>, path: &str) -> Result<Option<u64>, RpcError> {
 }
 
 /// The internal kinds this server runs, and the settings each takes.
-const KINDS: &[(&str, &[&str])] = &[("scripted", &["replies"])];
+const KINDS: &[(&str, &[&str])] = &[
+    ("scripted", &["replies"]),
+    ("process", &["command", "context"]),
+];
 
 fn check_participant(
     i: usize,
@@ -112,6 +115,20 @@ fn check_participant(
                 &at(&format!(".{k}")),
                 format!("unknown setting for kind {kind} ({})", fields.join(", ")),
             ));
+        }
+    }
+    if kind != "scripted" {
+        // The kind checks its own settings; its message starts with the setting's path.
+        let mut spec = config.clone();
+        spec.insert("kind".into(), json!(kind));
+        if let Err(msg) = agent_sdk::kinds::build(&Value::Object(spec)) {
+            let (field, why) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
+            let path = if field.is_empty() {
+                String::new()
+            } else {
+                format!(".{field}")
+            };
+            return Err(bad(&at(&path), why.to_string()));
         }
     }
     if kind == "scripted" {

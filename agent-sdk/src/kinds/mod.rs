@@ -1,8 +1,14 @@
 //! Built-in agent kinds, each a plain [`crate::Agent`], so that a partner can run any of them in
 //! its own process too. Scenarios name them with `kind:`.
 
+pub mod context;
+pub mod pipeline;
+pub mod process;
 mod scripted;
 
+pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
+pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
+pub use process::Process;
 pub use scripted::Scripted;
 
 use std::sync::Arc;
@@ -14,8 +20,27 @@ use crate::Agent;
 /// Builds the agent a scenario describes (`{"kind": …, settings…}`); `None` for a kind this
 /// build does not have.
 pub fn from_spec(spec: &Value) -> Option<Arc<dyn Agent>> {
-    match spec.get("kind").and_then(Value::as_str)? {
-        "scripted" => Scripted::from_spec(spec).map(|s| Arc::new(s) as Arc<dyn Agent>),
-        _ => None,
+    build(spec).ok()
+}
+
+/// Builds the agent a scenario describes, or says which setting is wrong and why.
+pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
+    let kind = spec
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("kind: required")?;
+    let context = match spec.get("context") {
+        Some(c) => ContextSpec::from_value(c)?,
+        None => ContextSpec::default(),
+    };
+    match kind {
+        "scripted" => Scripted::from_spec(spec)
+            .map(|s| Arc::new(s) as Arc<dyn Agent>)
+            .ok_or_else(|| "replies: a non-empty list of texts".to_string()),
+        "process" => {
+            let step = Process::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        other => Err(format!("kind: {other:?} is not a built-in kind")),
     }
 }

@@ -1,0 +1,238 @@
+//! Built-in agent kinds on the one pipeline, on the running server: `process` agents (small
+//! Python scripts speaking JSON lines), declared context sources assembled exactly as declared,
+//! and a misbehaving process stopped and reported.
+
+use std::path::PathBuf;
+
+use agent_sdk::proto::*;
+use agent_sdk::AgentClient;
+use serde_json::{json, Value};
+use tests::{create_scenario, full_log, wait_for, TestServer};
+
+fn script(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("agents")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn messages(log: &[Event]) -> Vec<(String, String)> {
+    log.iter()
+        .filter(|e| e.kind == EventKind::Message)
+        .map(|e| {
+            (
+                e.author.clone(),
+                e.payload_value()["text"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_agent_answers_each_turn_from_its_context() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    create_scenario(
+        &admin,
+        "calc",
+        json!({
+            "participants": [
+                {"id": "asker", "kind": "scripted", "replies": ["2 + 3", "7 * 6", "thanks TERMINATE"]},
+                {"id": "calc", "kind": "process", "command": ["python3", script("calc.py")], "context": {"tail": 1}}
+            ],
+            "policy": {"order": "round_robin", "first": "asker"},
+            "stop": {"onText": "TERMINATE"},
+            "turn": {"timeout": "20s"}
+        }),
+    )
+    .await;
+    wait_for(&admin, "calc", "the end", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    let log = full_log(&admin, "calc").await;
+    let said = messages(&log);
+    assert_eq!(
+        said[..5],
+        [
+            ("asker".to_string(), "2 + 3".to_string()),
+            ("calc".into(), "= 5".into()),
+            ("asker".into(), "7 * 6".into()),
+            ("calc".into(), "= 42".into()),
+            ("asker".into(), "thanks TERMINATE".into()),
+        ]
+    );
+    let answer = log
+        .iter()
+        .find(|e| e.author == "calc" && e.kind == EventKind::Message)
+        .unwrap()
+        .payload_value();
+    assert_eq!(answer["data"], json!({"value": 5}));
+    assert_eq!(answer["schema"], "calc.result.v1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_sources_assemble_exactly_what_they_declare() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let alice = server.sdk("alice", None).await;
+    let bob = server.sdk("bob", None).await;
+    // Another conversation the agent reads from.
+    server.create("notes", &["alice", "reader"]).await;
+    for (i, tags) in [
+        (1, json!(["finding"])),
+        (2, json!(["chatter"])),
+        (3, json!(["finding"])),
+        (4, json!(["finding"])),
+    ] {
+        alice
+            .send_message(SendMessageParams {
+                conversation_id: "notes".into(),
+                payload: serde_json::from_value(json!({"text": format!("note {i}"), "tags": tags}))
+                    .unwrap(),
+                finality: Finality::None,
+                turn_hint: None,
+                client_request_id: None,
+            })
+            .await
+            .unwrap();
+    }
+    create_scenario(
+        &admin,
+        "ctx",
+        json!({
+            "participants": [
+                {"id": "alice", "external": true},
+                {"id": "bob", "external": true},
+                {"id": "reader", "kind": "process", "command": ["python3", script("echo_context.py")], "context": {
+                    "tail": 2,
+                    "sources": [
+                        {"name": "request", "select": {"schema": "tool.request.v1"}, "fetch": "latest"},
+                        {"name": "fromBob", "select": {"author": "bob"}, "fetch": "all"},
+                        {"name": "big", "select": {"match": [{"path": "$.data.n", "op": "exists"}]}, "fetch": {"recent": 2}},
+                        {"name": "findings", "conversation": "notes", "select": {"tags": ["finding"]}, "fetch": {"recent": 2}},
+                        {"name": "missing", "select": {"schema": "nothing.v1"}, "fetch": "latest"}
+                    ]
+                }}
+            ],
+            "policy": {"order": "sequence", "sequence": ["alice", "bob", "alice", "reader"]},
+            "turn": {"timeout": "20s"}
+        }),
+    )
+    .await;
+    let post = |who: &agent_sdk::WsJsonRpcClient, payload: Value| {
+        let p = SendMessageParams {
+            conversation_id: "ctx".into(),
+            payload: serde_json::from_value(payload).unwrap(),
+            finality: Finality::Turn,
+            turn_hint: None,
+            client_request_id: None,
+        };
+        let who = who.clone();
+        async move { who.send_message(p).await.unwrap() }
+    };
+    post(&alice, json!({"text": "first", "data": {"n": 1}})).await;
+    post(
+        &bob,
+        json!({"text": "call it", "schema": "tool.request.v1", "data": {"tool": "calc", "n": 2}}),
+    )
+    .await;
+    post(
+        &alice,
+        json!({"text": "third", "data": {"n": 3}, "tags": ["x"]}),
+    )
+    .await;
+    wait_for(&admin, "ctx", "the reader's answer", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    let log = full_log(&admin, "ctx").await;
+    let ctx = log
+        .iter()
+        .find(|e| e.author == "reader" && e.kind == EventKind::Message)
+        .expect("the reader answered")
+        .payload_value()["data"]
+        .clone();
+    let seq_of = |text: &str| {
+        log.iter()
+            .find(|e| e.payload_value()["text"] == text)
+            .unwrap()
+            .seq
+    };
+    let (first, call, third) = (seq_of("first"), seq_of("call it"), seq_of("third"));
+    let bob_msg = json!({"seq": call, "author": "bob", "turn": 2, "text": "call it", "schema": "tool.request.v1", "data": {"tool": "calc", "n": 2}});
+    let third_msg = json!({"seq": third, "author": "alice", "turn": 3, "text": "third", "data": {"n": 3}, "tags": ["x"]});
+    let notes = full_log(&admin, "notes").await;
+    let note = |n: u64| {
+        let e = notes
+            .iter()
+            .find(|e| e.payload_value()["text"] == format!("note {n}"))
+            .unwrap();
+        json!({"seq": e.seq, "author": "alice", "turn": e.turn, "text": format!("note {n}"), "tags": ["finding"]})
+    };
+    assert_eq!(
+        ctx,
+        json!({
+            "tail": [bob_msg.clone(), third_msg.clone()],
+            "request": bob_msg.clone(),
+            "fromBob": [bob_msg.clone()],
+            "big": [bob_msg, third_msg],
+            "findings": [note(3), note(4)],
+            "missing": null,
+        })
+    );
+    assert!(first < call);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_process_is_stopped_and_reported() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    for how in ["sleep", "crash", "garbage"] {
+        let id = format!("bad-{how}");
+        create_scenario(
+            &admin,
+            &id,
+            json!({
+                "participants": [
+                    {"id": "asker", "kind": "scripted", "replies": ["go"]},
+                    {"id": "worker", "kind": "process", "command": ["python3", script("misbehave.py"), how]}
+                ],
+                "policy": {"order": "round_robin", "first": "asker"},
+                "turn": {"timeout": "1500ms", "onTimeout": "end"}
+            }),
+        )
+        .await;
+        wait_for(&admin, &id, "the turn to end", |s| {
+            s.status == ConversationStatus::Closed
+        })
+        .await;
+        let log = full_log(&admin, &id).await;
+        let errors: Vec<String> = log
+            .iter()
+            .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
+            .map(|e| e.payload_value().to_string())
+            .collect();
+        assert!(!errors.is_empty(), "{how}: no turn_error trace in {log:?}");
+        let expected = match how {
+            "sleep" => "deadline",
+            "crash" => "the calculator is on fire",
+            _ => "not JSON",
+        };
+        assert!(
+            errors.iter().any(|e| e.contains(expected)),
+            "{how}: {errors:?}"
+        );
+        assert!(
+            !messages(&log).iter().any(|(a, _)| a == "worker"),
+            "{how}: the worker posted"
+        );
+    }
+    // The sleeping process was killed at the deadline, not left behind.
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "misbehave.py sleep"])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "a process outlived its turn");
+}
