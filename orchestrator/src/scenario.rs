@@ -71,6 +71,12 @@ fn duration_ms(v: &Option<Value>, path: &str) -> Result<Option<u64>, RpcError> {
 const KINDS: &[(&str, &[&str])] = &[
     ("scripted", &["replies"]),
     ("process", &["command", "context"]),
+    (
+        "http",
+        &[
+            "endpoint", "method", "headers", "body", "response", "timeout", "retries", "context",
+        ],
+    ),
 ];
 
 fn check_participant(

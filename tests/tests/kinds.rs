@@ -236,3 +236,175 @@ async fn a_misbehaving_process_is_stopped_and_reported() {
         .unwrap();
     assert!(left.stdout.is_empty(), "a process outlived its turn");
 }
+
+/// A local API for the `http` kind: the first call answers 503; later ones check the token and
+/// answer a forecast for the city in the body.
+async fn forecast_api() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::post;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new()
+        .route(
+            "/forecast",
+            post(move |headers: HeaderMap, body: axum::Json<Value>| {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"error": "warming up"})));
+                    }
+                    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer s3cret") {
+                        return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad token"})));
+                    }
+                    let city = body["city"].as_str().unwrap_or("?").to_string();
+                    (
+                        StatusCode::OK,
+                        axum::Json(json!({"summary": format!("Sunny in {city}"), "forecast": {"city": city, "days": body["days"]}, "echo": body.0})),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/missing",
+            post(|| async { (StatusCode::NOT_FOUND, "no such thing") }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_calls_an_api_with_retries_and_maps_the_answer() {
+    // The token comes from the environment only.
+    std::env::set_var("KINDS_TEST_WEATHER_TOKEN", "s3cret");
+    let (api, calls) = forecast_api().await;
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let weather = |endpoint: String, token_var: &str| {
+        json!({
+            "id": "weather", "kind": "http",
+            "endpoint": endpoint,
+            "headers": {"Authorization": {"env": token_var, "prefix": "Bearer "}, "X-Caller": "orchestrator-test"},
+            "body": {"city": "{{$.last.text}}", "days": 3, "note": "asked by {{$.last.author}}"},
+            "response": {"text": "$.summary", "data": "$.forecast", "schema": "weather.v1"},
+            "timeout": "5s",
+            "retries": 2
+        })
+    };
+    create_scenario(
+        &admin,
+        "api",
+        json!({
+            "participants": [{"id": "asker", "kind": "scripted", "replies": ["Paris"]}, weather(format!("{api}/forecast"), "KINDS_TEST_WEATHER_TOKEN")],
+            "policy": {"order": "sequence", "sequence": ["asker", "weather"]},
+            "turn": {"timeout": "20s"}
+        }),
+    )
+    .await;
+    wait_for(&admin, "api", "the answer", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    let log = full_log(&admin, "api").await;
+    let answer = log
+        .iter()
+        .find(|e| e.author == "weather" && e.kind == EventKind::Message)
+        .expect("the weather agent answered")
+        .payload_value();
+    assert_eq!(answer["text"], "Sunny in Paris");
+    assert_eq!(answer["data"], json!({"city": "Paris", "days": 3}));
+    assert_eq!(answer["schema"], "weather.v1");
+    let statuses: Vec<Value> = log
+        .iter()
+        .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "http_call")
+        .map(|e| e.payload_value()["status"].clone())
+        .collect();
+    assert_eq!(
+        statuses,
+        [json!(503), json!(200)],
+        "one retry after the 503"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // A 404 and a missing secret are the agent's errors, in the log; nothing is posted.
+    for (id, endpoint, var, expected) in [
+        (
+            "api-404",
+            format!("{api}/missing"),
+            "KINDS_TEST_WEATHER_TOKEN",
+            "404",
+        ),
+        (
+            "api-secret",
+            format!("{api}/forecast"),
+            "KINDS_TEST_NOT_SET",
+            "KINDS_TEST_NOT_SET",
+        ),
+    ] {
+        create_scenario(
+            &admin,
+            id,
+            json!({
+                "participants": [{"id": "asker", "kind": "scripted", "replies": ["Oslo"]}, weather(endpoint, var)],
+                "policy": {"order": "sequence", "sequence": ["asker", "weather"]},
+                "turn": {"timeout": "1500ms", "onTimeout": "end"}
+            }),
+        )
+        .await;
+        wait_for(&admin, id, "the end", |s| {
+            s.status == ConversationStatus::Closed
+        })
+        .await;
+        let log = full_log(&admin, id).await;
+        let errors: Vec<String> = log
+            .iter()
+            .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
+            .map(|e| e.payload_value().to_string())
+            .collect();
+        assert!(
+            errors.iter().any(|e| e.contains(expected)),
+            "{id}: {errors:?}"
+        );
+        assert!(
+            !messages(&log).iter().any(|(a, _)| a == "weather"),
+            "{id}: posted"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_kind_settings_are_refused_with_the_field() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    for (participant, field) in [
+        (
+            json!({"id": "w", "kind": "http", "endpoint": "ftp://x"}),
+            "participants[0].endpoint",
+        ),
+        (
+            json!({"id": "w", "kind": "http", "endpoint": "http://x", "timeout": "soon"}),
+            "participants[0].timeout",
+        ),
+        (
+            json!({"id": "p", "kind": "process", "command": []}),
+            "participants[0].command",
+        ),
+        (
+            json!({"id": "p", "kind": "process", "command": ["x"], "context": {"sources": [{"name": "tail"}]}}),
+            "participants[0].context",
+        ),
+    ] {
+        let r = admin
+            .create_conversation(CreateConversationParams {
+                conversation_id: Some("bad".into()),
+                scenario: Some(json!({"participants": [participant.clone(), "other"]})),
+                ..Default::default()
+            })
+            .await;
+        let e = r.expect_err("refused");
+        let msg = e.to_string();
+        assert!(msg.contains(field), "{participant}: {msg}");
+    }
+}

@@ -2,11 +2,13 @@
 //! its own process too. Scenarios name them with `kind:`.
 
 pub mod context;
+pub mod http;
 pub mod pipeline;
 pub mod process;
 mod scripted;
 
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
+pub use http::Http;
 pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
 pub use process::Process;
 pub use scripted::Scripted;
@@ -39,6 +41,10 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
             .ok_or_else(|| "replies: a non-empty list of texts".to_string()),
         "process" => {
             let step = Process::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "http" => {
+            let step = Http::from_spec(spec)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         other => Err(format!("kind: {other:?} is not a built-in kind")),
