@@ -77,6 +77,23 @@ const KINDS: &[(&str, &[&str])] = &[
             "endpoint", "method", "headers", "body", "response", "timeout", "retries", "context",
         ],
     ),
+    (
+        "llm",
+        &[
+            "baseUrl",
+            "model",
+            "apiKeyEnv",
+            "system",
+            "stream",
+            "structured",
+            "tools",
+            "temperature",
+            "maxTokens",
+            "timeout",
+            "retries",
+            "context",
+        ],
+    ),
 ];
 
 fn check_participant(

@@ -3,12 +3,14 @@
 
 pub mod context;
 pub mod http;
+pub mod llm;
 pub mod pipeline;
 pub mod process;
 mod scripted;
 
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
 pub use http::Http;
+pub use llm::Llm;
 pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
 pub use process::Process;
 pub use scripted::Scripted;
@@ -45,6 +47,10 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
         }
         "http" => {
             let step = Http::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "llm" => {
+            let step = Llm::from_spec(spec)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         other => Err(format!("kind: {other:?} is not a built-in kind")),
