@@ -77,6 +77,7 @@ const KINDS: &[(&str, &[&str])] = &[
             "endpoint", "method", "headers", "body", "response", "timeout", "retries", "context",
         ],
     ),
+    ("tool", &["builtins", "mcp", "context"]),
     (
         "llm",
         &[

@@ -137,3 +137,108 @@ async fn approval_waits_for_the_external_approver() {
         .collect();
     assert!(types.contains(&"approval_requested".to_string()));
 }
+
+/// A stand-in for the model of the llm-tools example, speaking the OpenAI wire format: it asks
+/// for the calculator, then for `word_count`, then answers with both results.
+async fn scripted_model() -> String {
+    use axum::routing::post;
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(|body: axum::Json<Value>| async move {
+            let results: Vec<Value> = body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["content"].as_str())
+                .filter(|c| c.starts_with("tools: "))
+                .filter_map(|c| c.split("(data: ").nth(1))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim_end_matches(')')).ok())
+                .map(|d| d["output"].clone())
+                .collect();
+            let answer = match results.len() {
+                0 => serde_json::json!({"response_text": "", "tools_to_invoke": [{"tool": "calculator", "args": {"op": "mul", "a": 6, "b": 7}}]}),
+                1 => serde_json::json!({"tools_to_invoke": [{"tool": "word_count", "args": {"text": "the quick brown fox"}}]}),
+                _ => serde_json::json!({"response_text": format!("6 times 7 is {} and the phrase has {} words. DONE", results[0], results[1])}),
+            };
+            axum::Json(serde_json::json!({
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.to_string()}}],
+                "usage": {"prompt_tokens": 30, "completion_tokens": 10}
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+/// The Python that runs the example's MCP server: `ORCHESTRATOR_TEST_PYTHON` (scripts/test
+/// points it at its virtual environment, which has the `mcp` SDK), else `python3`.
+fn python_with_mcp() -> String {
+    let python = std::env::var("ORCHESTRATOR_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "{python} cannot import the mcp SDK: run scripts/test, or set ORCHESTRATOR_TEST_PYTHON to a Python with `pip install mcp`"
+    );
+    python
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_tools_asks_a_builtin_and_an_mcp_tool_then_answers() {
+    let model = scripted_model().await;
+    let python = python_with_mcp();
+    let server = TestServer::start().await;
+    let mut scenario = example("llm-tools");
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    for p in scenario["participants"].as_array_mut().unwrap() {
+        if p["id"] == "assistant" {
+            p["baseUrl"] = Value::String(model.clone());
+            p["model"] = Value::String("scripted".into());
+        }
+        if p["id"] == "tools" {
+            p["mcp"][0]["command"] =
+                serde_json::json!([python, format!("{root}/examples/scenarios/tools_server.py")]);
+        }
+    }
+    let admin = start(&server, "llm-tools", scenario).await;
+    let log = closed_log(&admin, "llm-tools").await;
+    let lines = said(&log);
+    assert_eq!(
+        lines,
+        [
+            "user: What is 6 times 7, and how many words are in 'the quick brown fox'?",
+            "assistant: calculator {\"a\":6,\"b\":7,\"op\":\"mul\"}",
+            "tools: 42.0",
+            "assistant: word_count {\"text\":\"the quick brown fox\"}",
+            "tools: 4",
+            "assistant: 6 times 7 is 42.0 and the phrase has 4 words. DONE",
+            "orchestrator: The conversation ended: on text.",
+        ],
+        "{lines:#?}"
+    );
+    let responses: Vec<Value> = log
+        .iter()
+        .filter(|e| e.payload_value()["schema"] == "tool.response.v1")
+        .map(|e| e.payload_value()["data"].clone())
+        .collect();
+    assert_eq!(responses[0]["status"], "ok");
+    assert_eq!(responses[1]["tool"], "word_count");
+    let request_seqs: Vec<u64> = log
+        .iter()
+        .filter(|e| e.payload_value()["schema"] == "tool.request.v1")
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(
+        responses
+            .iter()
+            .map(|r| r["requestSeq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        request_seqs,
+        "each response names its request by seq"
+    );
+}

@@ -30,7 +30,7 @@ use proto_spec::scenario::{json_path, valid_path};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::pipeline::{Execute, OutMessage, Reply};
+use super::pipeline::{settings, Execute, OutMessage, Reply};
 use crate::{AgentContext, AgentError};
 
 /// A header value: text, or read from the environment.
@@ -174,20 +174,7 @@ pub fn render(template: &Value, scope: &Value) -> Value {
 impl Http {
     /// From a participant's settings; the error names the setting.
     pub fn from_spec(spec: &Value) -> Result<Http, String> {
-        let mut settings = spec.clone();
-        if let Some(o) = settings.as_object_mut() {
-            o.remove("kind");
-            o.remove("context");
-        }
-        let spec: HttpSpec = serde_json::from_value(settings).map_err(|e| {
-            let msg = e.to_string();
-            match msg.split('`').nth(1) {
-                Some(field) if msg.contains("unknown field") || msg.contains("missing field") => {
-                    format!("{field}: {msg}")
-                }
-                _ => format!("endpoint: {msg}"),
-            }
-        })?;
+        let spec: HttpSpec = settings(spec, "endpoint")?;
         let url = reqwest::Url::parse(&spec.endpoint)
             .map_err(|e| format!("endpoint: not a URL ({e})"))?;
         if !matches!(url.scheme(), "http" | "https") {

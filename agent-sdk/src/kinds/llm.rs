@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::http::parse_duration;
-use super::pipeline::{Execute, OutMessage, Reply};
+use super::pipeline::{settings, Execute, OutMessage, Reply};
 use crate::{AgentContext, AgentError};
 
 /// The schema of a tool request message.
@@ -108,20 +108,7 @@ pub struct Llm {
 impl Llm {
     /// From a participant's settings; the error names the setting.
     pub fn from_spec(spec: &Value) -> Result<Llm, String> {
-        let mut settings = spec.clone();
-        if let Some(o) = settings.as_object_mut() {
-            o.remove("kind");
-            o.remove("context");
-        }
-        let spec: LlmSpec = serde_json::from_value(settings).map_err(|e| {
-            let msg = e.to_string();
-            match msg.split('`').nth(1) {
-                Some(f) if msg.contains("unknown field") || msg.contains("missing field") => {
-                    format!("{f}: {msg}")
-                }
-                _ => format!("model: {msg}"),
-            }
-        })?;
+        let spec: LlmSpec = settings(spec, "model")?;
         reqwest::Url::parse(&spec.base_url).map_err(|e| format!("baseUrl: not a URL ({e})"))?;
         if spec.model.trim().is_empty() {
             return Err("model: a model name is required".into());
@@ -237,7 +224,13 @@ impl Llm {
                 CallError::Status(status.as_u16(), msg)
             });
         }
-        if !self.spec.stream {
+        // A server may answer a streaming request with one JSON body; read it as such.
+        let event_stream = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if !self.spec.stream || !event_stream {
             let v: Value = resp.json().await.map_err(|e| {
                 CallError::Fatal(format!("llm: the answer is not JSON: {e}").into())
             })?;

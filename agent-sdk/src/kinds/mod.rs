@@ -7,6 +7,7 @@ pub mod llm;
 pub mod pipeline;
 pub mod process;
 mod scripted;
+pub mod tool;
 
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
 pub use http::Http;
@@ -14,6 +15,7 @@ pub use llm::Llm;
 pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
 pub use process::Process;
 pub use scripted::Scripted;
+pub use tool::Tool;
 
 use std::sync::Arc;
 
@@ -47,6 +49,14 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
         }
         "http" => {
             let step = Http::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "tool" => {
+            let step = Tool::from_spec(spec)?;
+            let context = match spec.get("context") {
+                Some(_) => context,
+                None => Tool::default_context(),
+            };
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "llm" => {

@@ -141,3 +141,23 @@ pub fn parse_reply(v: Value) -> Result<Reply, AgentError> {
     })?;
     Ok(Reply { messages: vec![m] })
 }
+
+/// Reads a kind's settings (the participant without `kind`, `id` and `context`); the error
+/// starts with the setting it is about (`fallback` when serde does not name one).
+pub fn settings<T: serde::de::DeserializeOwned>(spec: &Value, fallback: &str) -> Result<T, String> {
+    let mut v = spec.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("kind");
+        o.remove("id");
+        o.remove("context");
+    }
+    serde_json::from_value(v).map_err(|e| {
+        let msg = e.to_string();
+        match msg.split('`').nth(1) {
+            Some(field) if msg.contains("unknown field") || msg.contains("missing field") => {
+                format!("{field}: {msg}")
+            }
+            _ => format!("{fallback}: {msg}"),
+        }
+    })
+}
