@@ -35,10 +35,18 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
         .get("kind")
         .and_then(Value::as_str)
         .ok_or("kind: required")?;
-    let context = match spec.get("context") {
+    let mut context = match spec.get("context") {
         Some(c) => ContextSpec::from_value(c)?,
         None => ContextSpec::default(),
     };
+    // A model's own tokenizer counts its budget, where it is known.
+    if let (Some(b), Some(model)) = (
+        &mut context.budget,
+        spec.get("model").and_then(Value::as_str),
+    ) {
+        b.tokenizer
+            .get_or_insert(context::Tokenizer::for_model(model));
+    }
     match kind {
         "scripted" => Scripted::from_spec(spec)
             .map(|s| Arc::new(s) as Arc<dyn Agent>)

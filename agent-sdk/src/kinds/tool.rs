@@ -249,6 +249,7 @@ impl Tool {
                 },
                 fetch: Fetch::Latest,
             }],
+            budget: None,
         }
     }
 
