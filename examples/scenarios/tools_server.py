@@ -1,6 +1,6 @@
-"""A tool on an MCP server, built with the official Python `mcp` SDK, served over stdio:
-`word_count`. The llm-tools example's `tools` participant calls it.
-Run by the orchestrator (see llm-tools.yaml); needs `pip install mcp`."""
+"""A tool on an MCP server, built with the official Python `mcp` SDK: `word_count`. The
+llm-tools example's `tools` participant calls it over stdio; `tools_server.py http PORT`
+serves it over streamable HTTP at http://127.0.0.1:PORT/mcp instead. Needs `pip install mcp`."""
 
 from mcp.server.mcpserver import MCPServer
 
@@ -14,4 +14,10 @@ def word_count(text: str) -> int:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "http":
+        print(f"listening on http://127.0.0.1:{sys.argv[2]}/mcp", flush=True)
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -242,3 +242,74 @@ async fn llm_tools_asks_a_builtin_and_an_mcp_tool_then_answers() {
         "each response names its request by seq"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_participant_reaches_an_mcp_server_over_streamable_http() {
+    let python = python_with_mcp();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    let mut mcp = tokio::process::Command::new(&python)
+        .args([
+            format!("{root}/examples/scenarios/tools_server.py"),
+            "http".into(),
+            port.to_string(),
+        ])
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the MCP server starts");
+    // Wait for it to listen.
+    let until = tokio::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the MCP server did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let bob = server.sdk("bob", None).await;
+    tests::create_scenario(
+        &admin,
+        "mcp-http",
+        serde_json::json!({
+            "participants": [
+                {"id": "bob", "external": true},
+                {"id": "tools", "kind": "tool", "mcp": [{"url": format!("http://127.0.0.1:{port}/mcp")}]}
+            ],
+            "policy": {"order": "sequence", "sequence": ["bob", "tools"]},
+            "turn": {"timeout": "20s"}
+        }),
+    )
+    .await;
+    bob.send_message(SendMessageParams {
+        conversation_id: "mcp-http".into(),
+        payload: serde_json::from_value(serde_json::json!({
+            "text": "count", "schema": "tool.request.v1",
+            "data": {"tool": "word_count", "args": {"text": "one two three"}, "requestId": "r1"}
+        }))
+        .unwrap(),
+        finality: Finality::Turn,
+        turn_hint: None,
+        client_request_id: None,
+    })
+    .await
+    .expect("the request");
+    let log = closed_log(&admin, "mcp-http").await;
+    let response = log
+        .iter()
+        .find(|e| e.payload_value()["schema"] == "tool.response.v1")
+        .expect("a tool response")
+        .payload_value();
+    assert_eq!(response["data"]["status"], "ok");
+    assert_eq!(response["data"]["output"], 3);
+    assert_eq!(response["data"]["requestId"], "r1");
+    assert_eq!(response["to"], serde_json::json!(["bob"]));
+    let _ = mcp.kill().await;
+}
