@@ -253,6 +253,32 @@ async fn llm_streams_answers_retries_and_reports_errors() {
         errors.iter().any(|e| e.contains("LLM_KIND_TEST_WRONG")),
         "{errors:?}"
     );
+    // A key the endpoint refuses: 401, not retried, said plainly.
+    std::env::set_var("LLM_KIND_TEST_BAD_KEY", "not-the-key");
+    let refused = llm(
+        &base,
+        "echo",
+        json!({"apiKeyEnv": "LLM_KIND_TEST_BAD_KEY", "stream": false}),
+    );
+    let log = run(&server, "refused", refused, vec![], "3s").await;
+    let errors: Vec<String> = traces(&log, "turn_error")
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("refused the API key") && e.contains("401")),
+        "{errors:?}"
+    );
+    let statuses: Vec<Value> = traces(&log, "llm_call")
+        .iter()
+        .map(|t| t["status"].clone())
+        .collect();
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| *s == json!(401)),
+        "{statuses:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
