@@ -31,6 +31,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod host;
 pub mod kinds;
 pub mod ws;
 

@@ -186,7 +186,12 @@ async fn body<T: DeserializeOwned>(
         return Err(too_large());
     }
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        if e.to_string().contains("length limit") {
+        let over_limit =
+            std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |err| {
+                err.source()
+            })
+            .any(|err| err.is::<http_body_util::LengthLimitError>());
+        if over_limit {
             too_large()
         } else {
             refuse(

@@ -127,13 +127,7 @@ impl From<SyncMode> for Synchronous {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ORCHESTRATOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    agent_sdk::host::init_logging();
     let cli = Cli::parse();
     match cli.command {
         Command::Token {
@@ -269,7 +263,7 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     let result = tokio::select! {
         r = orchestrator::runner::run(orch.clone(), scenario, &mut out, color, limit) => r,
-        _ = shutdown_signal() => {
+        _ = agent_sdk::host::shutdown_signal() => {
             eprintln!("orchestrator: interrupted");
             Err(orchestrator::error::Error::Corrupt("interrupted".into()))
         }
@@ -308,32 +302,9 @@ async fn serve(
     );
     use std::io::Write;
     std::io::stdout().flush()?;
-    shutdown_signal().await;
+    agent_sdk::host::shutdown_signal().await;
     eprintln!("orchestrator: stopping");
     running.stop().await;
     eprintln!("orchestrator: stopped; every acknowledged event is on disk");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }

@@ -58,6 +58,14 @@ const APPEND_ERRORS: &[ErrorCode] = &[
     E::RateLimited,
 ];
 
+/// The errors of pausing and resuming (admins only, not on a closed conversation).
+const PAUSE_ERRORS: &[ErrorCode] = &[
+    E::Unauthenticated,
+    E::Forbidden,
+    E::ConversationNotFound,
+    E::ConversationClosed,
+];
+
 /// Every method of the protocol.
 pub const METHODS: &[MethodSpec] = &[
     MethodSpec {
@@ -178,12 +186,7 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::PAUSE_CONVERSATION,
         summary: "Pause a conversation: messages are refused until it resumes (admins only).",
         needs_auth: true,
-        errors: &[
-            E::Unauthenticated,
-            E::Forbidden,
-            E::ConversationNotFound,
-            E::ConversationClosed,
-        ],
+        errors: PAUSE_ERRORS,
         params: s::<ConversationParams>,
         result: s::<SeqResult>,
         notification: None,
@@ -192,12 +195,7 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::RESUME_CONVERSATION,
         summary: "Resume a paused conversation (admins only).",
         needs_auth: true,
-        errors: &[
-            E::Unauthenticated,
-            E::Forbidden,
-            E::ConversationNotFound,
-            E::ConversationClosed,
-        ],
+        errors: PAUSE_ERRORS,
         params: s::<ConversationParams>,
         result: s::<SeqResult>,
         notification: None,
@@ -472,12 +470,7 @@ pub const ROUTES: &[RouteSpec] = &[
         headers: &[],
         status: 200,
         answer: Answer::Json(s::<SeqResult>),
-        errors: &[
-            E::Unauthenticated,
-            E::Forbidden,
-            E::ConversationNotFound,
-            E::ConversationClosed,
-        ],
+        errors: PAUSE_ERRORS,
     },
     RouteSpec {
         method: "post",
@@ -490,12 +483,7 @@ pub const ROUTES: &[RouteSpec] = &[
         headers: &[],
         status: 200,
         answer: Answer::Json(s::<SeqResult>),
-        errors: &[
-            E::Unauthenticated,
-            E::Forbidden,
-            E::ConversationNotFound,
-            E::ConversationClosed,
-        ],
+        errors: PAUSE_ERRORS,
     },
     RouteSpec {
         method: "get",

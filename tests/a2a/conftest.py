@@ -14,3 +14,4 @@ Server = blackbox.Server
 Client = blackbox.Client
 RpcError = blackbox.RpcError
 run = blackbox.run
+spawn_listening = blackbox.spawn_listening

@@ -5,7 +5,6 @@ receives the rest from the log, cancellation, a retried message, and bad input."
 import asyncio
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types import a2a_pb2 as pb
 
-from conftest import ROOT, Client, RpcError, Server, run
+from conftest import ROOT, Client, Server, run, spawn_listening
 
 A2A_BIN = os.environ.get("ORCHESTRATOR_A2A_BIN", str(ROOT / "target" / "release" / "orchestrator-a2a"))
 
@@ -69,16 +68,11 @@ def stack(tmp_path):
 
 
 def start_adapter(server, listen="127.0.0.1:0"):
-    server.adapter = subprocess.Popen(
+    server.adapter, server.a2a = spawn_listening(
         [A2A_BIN, "--url", server.url, "--listen", listen, "--scenario", "helpdesk", "--scenario", "expert"],
-        env=dict(os.environ, ORCHESTRATOR_TOKEN=server.tokens["peer"]),
-        stdout=subprocess.PIPE,
-        text=True,
+        r"listening on (http://\S+)",
+        token=server.tokens["peer"],
     )
-    line = server.adapter.stdout.readline()
-    m = re.search(r"listening on (http://\S+)", line)
-    assert m, f"no address in {line!r}"
-    server.a2a = m.group(1)
 
 
 def user_message(text, message_id, context_id=None, task_id=None):

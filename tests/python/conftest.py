@@ -17,6 +17,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target" / "release" / "orchestrator"))
 
 
+def spawn_listening(args, pattern, token=None):
+    """Starts a process that prints the address it listens on in its first line (with
+    ORCHESTRATOR_TOKEN set when `token` is given); the process and the address."""
+    env = dict(os.environ, ORCHESTRATOR_TOKEN=token) if token else None
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    match = re.search(pattern, line)
+    assert match, f"no address in {line!r}"
+    return proc, match.group(1)
+
+
 class Server:
     """One `orchestrator serve` process over a database in a temporary folder."""
 
@@ -32,16 +43,7 @@ class Server:
         return subprocess.run(args, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
     def start(self, listen="127.0.0.1:0", *extra):
-        self.proc = subprocess.Popen(
-            [BIN, "serve", "--listen", listen, "--db", self.db, *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        line = self.proc.stdout.readline()
-        match = re.search(r"(ws://\S+/rpc)", line)
-        assert match, f"no address in {line!r}"
-        self.url = match.group(1)
+        self.proc, self.url = spawn_listening([BIN, "serve", "--listen", listen, "--db", self.db, *extra], r"(ws://\S+/rpc)")
         self.http = self.url.replace("ws://", "http://").removesuffix("/rpc")
         self.port = int(self.http.rsplit(":", 1)[1])
         return self

@@ -220,6 +220,13 @@ def test_rest_errors_for_each_bad_input(server):
     # A body over the limit (1 MiB by default), and a payload over the payload limit (256 KiB).
     big = {"payload": {"text": "x" * (2 * 1024 * 1024)}, "finality": "none"}
     error_of(httpx.post(base, json=big, headers=alice), 413, -32030)
+    # The same without a Content-Length (chunked): counted while it is read.
+    def chunks():
+        yield b'{"payload": {"text": "'
+        for _ in range(32):
+            yield b"x" * 65536
+        yield b'"}, "finality": "none"}'
+    error_of(httpx.post(base, content=chunks(), headers=alice), 413, -32030)
     mid = {"payload": {"text": "x" * (300 * 1024)}, "finality": "none"}
     error_of(httpx.post(base, json=mid, headers=alice), 413, -32030)
     # A reused Idempotency-Key with another body; the same body is answered as a duplicate.

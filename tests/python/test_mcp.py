@@ -7,14 +7,13 @@ cursor lives with it, not in the adapter."""
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
 
 import pytest
 from mcp import Client, StdioServerParameters
 
-from conftest import ROOT, Client as RpcClient, run
+from conftest import ROOT, Client as RpcClient, run, spawn_listening
 
 MCP_BIN = os.environ.get("ORCHESTRATOR_MCP_BIN", str(ROOT / "target" / "release" / "orchestrator-mcp"))
 
@@ -147,16 +146,9 @@ def test_mcp_over_stdio_survives_an_adapter_kill(server):
 
 class HttpAdapter:
     def __init__(self, server, listen="127.0.0.1:0"):
-        self.proc = subprocess.Popen(
-            [MCP_BIN, "--url", server.url, "--http", listen],
-            env=dict(os.environ, ORCHESTRATOR_TOKEN=server.tokens["user"]),
-            stdout=subprocess.PIPE,
-            text=True,
+        self.proc, self.url = spawn_listening(
+            [MCP_BIN, "--url", server.url, "--http", listen], r"(http://\S+/mcp)", token=server.tokens["user"]
         )
-        line = self.proc.stdout.readline()
-        m = re.search(r"(http://\S+/mcp)", line)
-        assert m, f"no address in {line!r}"
-        self.url = m.group(1)
         self.listen = self.url.removeprefix("http://").removesuffix("/mcp")
 
     def kill(self):

@@ -115,19 +115,25 @@ fn traces(log: &[Event], kind: &str) -> Vec<Value> {
         .collect()
 }
 
-async fn run(
-    server: &TestServer,
-    id: &str,
-    assistant: Value,
-    extra: Vec<Value>,
-    timeout: &str,
-) -> Vec<Event> {
+fn assistant_messages(log: &[Event]) -> Vec<&Event> {
+    log.iter()
+        .filter(|e| e.author == "assistant" && e.kind == EventKind::Message)
+        .collect()
+}
+
+fn turn_errors(log: &[Event]) -> Vec<String> {
+    traces(log, "turn_error")
+        .iter()
+        .map(|t| t.to_string())
+        .collect()
+}
+
+async fn run(server: &TestServer, id: &str, assistant: Value, timeout: &str) -> Vec<Event> {
     let admin = server.sdk("admin", None).await;
-    let mut participants = vec![
+    let participants = vec![
         json!({"id": "user", "kind": "scripted", "replies": ["hello world"]}),
         assistant,
     ];
-    participants.extend(extra);
     create_scenario(
         &admin,
         id,
@@ -148,18 +154,8 @@ async fn llm_streams_answers_retries_and_reports_errors() {
     let server = TestServer::start().await;
 
     // Streamed: progress, then the final text; usage in the trace.
-    let log = run(
-        &server,
-        "stream",
-        llm(&base, "echo", json!({})),
-        vec![],
-        "20s",
-    )
-    .await;
-    let mine: Vec<&Event> = log
-        .iter()
-        .filter(|e| e.author == "assistant" && e.kind == EventKind::Message)
-        .collect();
+    let log = run(&server, "stream", llm(&base, "echo", json!({})), "20s").await;
+    let mine = assistant_messages(&log);
     let last = mine.last().expect("an answer");
     assert_eq!(last.payload_value()["text"], "You said: hello world");
     assert_eq!(last.finality, Some(Finality::Turn));
@@ -171,18 +167,8 @@ async fn llm_streams_answers_retries_and_reports_errors() {
     assert_eq!(calls[0]["status"], 200);
 
     // A slow stream: progress messages (finality none) with the text so far, then the answer.
-    let log = run(
-        &server,
-        "slow",
-        llm(&base, "slow", json!({})),
-        vec![],
-        "20s",
-    )
-    .await;
-    let mine: Vec<&Event> = log
-        .iter()
-        .filter(|e| e.author == "assistant" && e.kind == EventKind::Message)
-        .collect();
+    let log = run(&server, "slow", llm(&base, "slow", json!({})), "20s").await;
+    let mine = assistant_messages(&log);
     let (last, progress) = mine.split_last().expect("an answer");
     assert_eq!(last.payload_value()["text"], "You said: hello world");
     assert!(!progress.is_empty(), "no progress messages");
@@ -197,7 +183,6 @@ async fn llm_streams_answers_retries_and_reports_errors() {
         &server,
         "flaky",
         llm(&base, "flaky", json!({"stream": false})),
-        vec![],
         "20s",
     )
     .await;
@@ -219,36 +204,24 @@ async fn llm_streams_answers_retries_and_reports_errors() {
             &server,
             id,
             llm(&base, model, json!({"stream": false})),
-            vec![],
             "4s",
         )
         .await;
-        let errors: Vec<String> = traces(&log, "turn_error")
-            .iter()
-            .map(|t| t.to_string())
-            .collect();
+        let errors = turn_errors(&log);
         assert!(
             errors.iter().any(|e| e.contains(expected)),
             "{id}: {errors:?}"
         );
-        assert!(
-            !log.iter()
-                .any(|e| e.author == "assistant" && e.kind == EventKind::Message),
-            "{id}: posted"
-        );
+        assert!(assistant_messages(&log).is_empty(), "{id}: posted");
     }
     let log = run(
         &server,
         "badkey",
         llm(&base, "echo", json!({"apiKeyEnv": "LLM_KIND_TEST_WRONG"})),
-        vec![],
         "3s",
     )
     .await;
-    let errors: Vec<String> = traces(&log, "turn_error")
-        .iter()
-        .map(|t| t.to_string())
-        .collect();
+    let errors = turn_errors(&log);
     assert!(
         errors.iter().any(|e| e.contains("LLM_KIND_TEST_WRONG")),
         "{errors:?}"
@@ -260,11 +233,8 @@ async fn llm_streams_answers_retries_and_reports_errors() {
         "echo",
         json!({"apiKeyEnv": "LLM_KIND_TEST_BAD_KEY", "stream": false}),
     );
-    let log = run(&server, "refused", refused, vec![], "3s").await;
-    let errors: Vec<String> = traces(&log, "turn_error")
-        .iter()
-        .map(|t| t.to_string())
-        .collect();
+    let log = run(&server, "refused", refused, "3s").await;
+    let errors = turn_errors(&log);
     assert!(
         errors
             .iter()
@@ -307,9 +277,8 @@ async fn llm_structured_output_is_repaired_and_tool_requests_are_addressed() {
     })
     .await;
     let log = full_log(&admin, "tools").await;
-    let said: Vec<Value> = log
+    let said: Vec<Value> = assistant_messages(&log)
         .iter()
-        .filter(|e| e.author == "assistant" && e.kind == EventKind::Message)
         .map(|e| e.payload_value())
         .collect();
     assert_eq!(said.len(), 2, "{said:?}");

@@ -189,13 +189,7 @@ impl A2aError {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ORCHESTRATOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    agent_sdk::host::init_logging();
     let cli = Cli::parse();
     let client = WsJsonRpcClient::connect(WsConfig::new(cli.url.clone(), cli.token))
         .await
@@ -230,23 +224,9 @@ async fn main() -> anyhow::Result<()> {
     use std::io::Write;
     std::io::stdout().flush()?;
     axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(agent_sdk::host::shutdown_signal())
         .await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = tokio::signal::ctrl_c() => {},
-    }
 }
 
 fn agent_card(app: &App, scenario: &str) -> Value {
@@ -333,29 +313,22 @@ async fn dispatch(app: Shared, scenario: String, body: Bytes) -> Response {
         },
         "GetTask" => reply(&id, get_task(&app, &params).await),
         "CancelTask" => reply(&id, cancel_task(&app, &params).await),
-        "SubscribeToTask" => {
-            let Some(task) = params["id"].as_str() else {
-                return reply(
-                    &id,
-                    Err(A2aError::invalid_params("id: the task id is required")),
-                );
-            };
-            let Some(tid) = TaskId::parse(task) else {
-                return reply(&id, Err(A2aError::task_not_found(task)));
-            };
-            match tasks::read(&app.client, &app.me, &tid).await {
-                Ok(view) if view.state.terminal() => reply(
-                    &id,
-                    Err(A2aError::new(
-                        -32004,
-                        "UNSUPPORTED_OPERATION",
-                        format!("task {task} is {}; read it with GetTask", view.state.wire()),
-                    )),
-                ),
-                Ok(view) => stream(app, id, view),
-                Err(e) => reply(&id, Err(A2aError::from_read(e, task))),
-            }
-        }
+        "SubscribeToTask" => match task_of(&app, &params).await {
+            Ok(view) if view.state.terminal() => reply(
+                &id,
+                Err(A2aError::new(
+                    -32004,
+                    "UNSUPPORTED_OPERATION",
+                    format!(
+                        "task {} is {}; read it with GetTask",
+                        view.id.wire(),
+                        view.state.wire()
+                    ),
+                )),
+            ),
+            Ok(view) => stream(app, id, view),
+            Err(e) => reply(&id, Err(e)),
+        },
         other => reply(
             &id,
             Err(A2aError::new(
@@ -533,25 +506,26 @@ fn history_length(v: &Value) -> Option<usize> {
     v["historyLength"].as_u64().map(|n| n as usize)
 }
 
-async fn get_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+/// The task that `params.id` names, read from the log.
+async fn task_of(app: &App, params: &Value) -> Result<TaskView, A2aError> {
     let task = params["id"]
         .as_str()
         .ok_or_else(|| A2aError::invalid_params("id: the task id is required"))?;
     let tid = TaskId::parse(task).ok_or_else(|| A2aError::task_not_found(task))?;
-    let view = tasks::read(&app.client, &app.me, &tid)
+    tasks::read(&app.client, &app.me, &tid)
         .await
-        .map_err(|e| A2aError::from_read(e, task))?;
+        .map_err(|e| A2aError::from_read(e, task))
+}
+
+async fn get_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let view = task_of(app, params).await?;
     Ok(view.wire(&app.me, history_length(params)))
 }
 
 async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aError> {
-    let task = params["id"]
-        .as_str()
-        .ok_or_else(|| A2aError::invalid_params("id: the task id is required"))?;
-    let tid = TaskId::parse(task).ok_or_else(|| A2aError::task_not_found(task))?;
-    let view = tasks::read(&app.client, &app.me, &tid)
-        .await
-        .map_err(|e| A2aError::from_read(e, task))?;
+    let view = task_of(app, params).await?;
+    let task = view.id.wire();
+    let tid = view.id.clone();
     if view.state.terminal() {
         return Err(A2aError::new(
             -32002,
@@ -571,7 +545,7 @@ async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aError> {
         .map_err(A2aError::upstream)?;
     let view = tasks::read(&app.client, &app.me, &tid)
         .await
-        .map_err(|e| A2aError::from_read(e, task))?;
+        .map_err(|e| A2aError::from_read(e, &task))?;
     Ok(view.wire(&app.me, None))
 }
 

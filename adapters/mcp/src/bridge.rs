@@ -149,21 +149,10 @@ fn tool_error(e: ClientError) -> CallToolResult {
     r
 }
 
-/// A message event as the tools show it.
+/// A message event as the tools show it: as agents' context shows it, with its finality.
 fn message_view(e: &Event) -> Value {
-    let p = e.payload_value();
-    let mut v = json!({
-        "seq": e.seq,
-        "author": e.author,
-        "turn": e.turn,
-        "finality": e.finality,
-        "text": p.get("text").cloned().unwrap_or(Value::Null),
-    });
-    for key in ["data", "schema", "tags", "to"] {
-        if let Some(x) = p.get(key) {
-            v[key] = x.clone();
-        }
-    }
+    let mut v = agent_sdk::kinds::context::view(e);
+    v["finality"] = json!(e.finality);
     v
 }
 

@@ -49,13 +49,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // stdout is the MCP channel over stdio: logs go to stderr.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ORCHESTRATOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    agent_sdk::host::init_logging();
     let cli = Cli::parse();
     let bridge = Bridge::new(WsConfig::new(cli.url, cli.token));
     match cli.http {
@@ -90,31 +84,9 @@ async fn serve_http(bridge: Bridge, addr: SocketAddr) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
-            shutdown_signal().await;
+            agent_sdk::host::shutdown_signal().await;
             stop.cancel();
         })
         .await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => {},
-            _ = tokio::signal::ctrl_c() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
