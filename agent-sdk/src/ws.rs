@@ -313,17 +313,16 @@ impl Task {
     }
 
     /// After a reconnect: subscribe again from each cursor, then send every unanswered call.
+    ///
+    /// Every unanswered call is parked under its new id before anything is sent, so a connection
+    /// that fails part-way through leaves them all waiting for the next one: none is dropped.
     async fn resume(&mut self, ws: &mut Ws) -> Result<(), ()> {
         self.by_server.clear();
         self.early.clear();
-        let old: Vec<(u64, Waiting)> = self.waiting.drain().collect();
-        let locals: Vec<u64> = self.subs.keys().copied().collect();
-        for local in locals {
-            if let Some(s) = self.subs.get_mut(&local) {
-                s.server_id = None;
-            }
-            self.send_subscribe(ws, local).await?;
-        }
+        let mut old: Vec<(u64, Waiting)> = self.waiting.drain().collect();
+        // In the order they were first sent.
+        old.sort_unstable_by_key(|(id, _)| *id);
+        let mut frames = Vec::new();
         for (_, w) in old {
             if let Waiting::Call {
                 method,
@@ -333,8 +332,18 @@ impl Task {
             } = w
             {
                 self.stats.resent.fetch_add(1, Ordering::Relaxed);
-                self.send_call(ws, method, params, reply, sent).await?;
+                frames.push(self.park_call(method, params, reply, sent));
             }
+        }
+        let locals: Vec<u64> = self.subs.keys().copied().collect();
+        for local in locals {
+            if let Some(s) = self.subs.get_mut(&local) {
+                s.server_id = None;
+            }
+            self.send_subscribe(ws, local).await?;
+        }
+        for frame in frames {
+            Self::send_frame(ws, frame).await?;
         }
         Ok(())
     }
@@ -343,14 +352,8 @@ impl Task {
         ws.send(Message::text(v.to_string())).await.map_err(|_| ())
     }
 
-    async fn send_call(
-        &mut self,
-        ws: &mut Ws,
-        method: &'static str,
-        params: Value,
-        reply: Reply,
-        sent: u32,
-    ) -> Result<(), ()> {
+    /// Gives a call its id and keeps it waiting for its answer; returns the frame to send.
+    fn park_call(&mut self, method: &'static str, params: Value, reply: Reply, sent: u32) -> Value {
         let id = self.next_id;
         self.next_id += 1;
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -363,7 +366,7 @@ impl Task {
                 sent: sent + 1,
             },
         );
-        Self::send_frame(ws, frame).await
+        frame
     }
 
     async fn send_subscribe(&mut self, ws: &mut Ws, local: u64) -> Result<(), ()> {
@@ -452,7 +455,10 @@ impl Task {
                 method,
                 params,
                 reply,
-            } => self.send_call(ws, method, params, reply, 0).await,
+            } => {
+                let frame = self.park_call(method, params, reply, 0);
+                Self::send_frame(ws, frame).await
+            }
             Cmd::Subscribe {
                 conversation_id,
                 since,

@@ -472,7 +472,8 @@ async fn ws_client_resumes_across_cut_connections_with_no_gap_duplicate_or_doubl
         .await
         .expect("subscribe all");
 
-    // Ten writers append concurrently while the proxy cuts every connection again and again.
+    // Ten writers append concurrently while the proxy cuts every connection every 2 ms, often
+    // while a reconnected client is still subscribing again and re-sending its calls.
     let sent = Arc::new(AtomicU64::new(0));
     let mut writers = Vec::new();
     for w in 0..10 {
@@ -500,7 +501,7 @@ async fn ws_client_resumes_across_cut_connections_with_no_gap_duplicate_or_doubl
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
     while sent.load(Ordering::Relaxed) < N {
         assert!(tokio::time::Instant::now() < until, "appends stalled");
-        tokio::time::sleep(Duration::from_millis(15)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
         cuts += proxy.cut();
     }
     let mut seqs = Vec::new();
