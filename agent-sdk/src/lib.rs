@@ -33,6 +33,7 @@ pub mod agent;
 pub mod client;
 pub mod host;
 pub mod kinds;
+pub mod sub;
 pub mod ws;
 
 pub use agent::{Agent, AgentContext, AgentError, TurnOutcome};

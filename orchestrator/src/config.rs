@@ -25,6 +25,11 @@ pub struct Limits {
     pub max_participants: usize,
     /// How often each WebSocket is pinged; one silent for three intervals is closed.
     pub ping_interval: Duration,
+    /// How deep sub-conversations may nest (`SubconversationLimit`, -32031).
+    pub max_depth: u32,
+    /// How many sub-conversations one conversation may have open at once
+    /// (`SubconversationLimit`, -32031).
+    pub max_children: u32,
 }
 
 impl Default for Limits {
@@ -40,6 +45,8 @@ impl Default for Limits {
             max_tail: 1000,
             max_participants: 256,
             ping_interval: Duration::from_secs(20),
+            max_depth: 3,
+            max_children: 16,
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct ConvShared {
     last_event_ms: std::sync::atomic::AtomicI64,
     /// The conversation's policy (set once, at creation or recovery; it never changes).
     policy: std::sync::OnceLock<crate::state::TurnPolicy>,
+    /// For a sub-conversation: the conversation that opened it (set once).
+    parent: std::sync::OnceLock<String>,
 }
 
 impl ConvShared {
@@ -84,6 +86,16 @@ impl ConvShared {
     /// Records the conversation's policy (once, at creation or recovery).
     pub fn set_policy(&self, policy: crate::state::TurnPolicy) {
         let _ = self.policy.set(policy);
+    }
+
+    /// Records the conversation that opened this one (once, at creation or recovery).
+    pub fn set_parent(&self, parent: String) {
+        let _ = self.parent.set(parent);
+    }
+
+    /// For a sub-conversation: the conversation that opened it.
+    pub fn parent(&self) -> Option<&str> {
+        self.parent.get().map(String::as_str)
     }
 
     /// The conversation's policy, if it has one.
@@ -178,6 +190,7 @@ impl ConvShared {
             speaker: core.speaker.clone(),
             participants: self.participants.clone(),
             guidance,
+            parent_conversation_id: self.parent().map(str::to_string),
         }
     }
 }
@@ -228,6 +241,7 @@ impl Hub {
             created_ms: std::sync::atomic::AtomicI64::new(0),
             last_event_ms: std::sync::atomic::AtomicI64::new(0),
             policy: std::sync::OnceLock::new(),
+            parent: std::sync::OnceLock::new(),
         })
     }
 

@@ -56,6 +56,12 @@ enum Command {
         /// The longest long-poll wait, in milliseconds; longer timeouts are capped to it.
         #[arg(long, env = "ORCHESTRATOR_MAX_WAIT_MS", default_value_t = Limits::default().max_wait.as_millis() as u64)]
         max_wait_ms: u64,
+        /// How deep sub-conversations may nest.
+        #[arg(long, env = "ORCHESTRATOR_MAX_DEPTH", default_value_t = Limits::default().max_depth)]
+        max_depth: u32,
+        /// How many sub-conversations one conversation may have open at once.
+        #[arg(long, env = "ORCHESTRATOR_MAX_CHILDREN", default_value_t = Limits::default().max_children)]
+        max_children: u32,
         /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
         #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
         scenarios: Option<PathBuf>,
@@ -153,6 +159,8 @@ fn main() -> anyhow::Result<()> {
             max_in_flight,
             max_streams,
             max_wait_ms,
+            max_depth,
+            max_children,
             scenarios,
         } => {
             let limits = Limits {
@@ -162,6 +170,8 @@ fn main() -> anyhow::Result<()> {
                 max_in_flight_per_connection: max_in_flight,
                 max_streams,
                 max_wait: std::time::Duration::from_millis(max_wait_ms),
+                max_depth,
+                max_children,
                 ..Limits::default()
             };
             let named = match scenarios {

@@ -95,7 +95,57 @@ const KINDS: &[(&str, &[&str])] = &[
             "context",
         ],
     ),
+    ("orchestrate", &["steps", "reply", "close", "context"]),
 ];
+
+/// Checks the inline scenarios of an `orchestrate` participant's steps, so that a bad child
+/// is refused with the parent, naming its path.
+fn check_inline_children(i: usize, config: &Map<String, Value>) -> Result<(), RpcError> {
+    let Some(steps) = config.get("steps").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let mut inline = Vec::new();
+    for (s, step) in steps.iter().enumerate() {
+        if let Some(v) = step.get("scenario") {
+            inline.push((format!(".participants[{i}].steps[{s}].scenario"), v));
+        }
+        for (j, call) in step
+            .get("parallel")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(v) = call.get("scenario") {
+                inline.push((
+                    format!(".participants[{i}].steps[{s}].parallel[{j}].scenario"),
+                    v,
+                ));
+            }
+        }
+    }
+    for (path, v) in inline {
+        if let Err(e) = Scenario::parse(v) {
+            let inner = e
+                .data
+                .as_ref()
+                .and_then(|d| d.get("path"))
+                .and_then(Value::as_str)
+                .unwrap_or("scenario")
+                .trim_start_matches("scenario")
+                .to_string();
+            let reason = e
+                .data
+                .as_ref()
+                .and_then(|d| d.get("reason"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or(e.message);
+            return Err(bad(&format!("{path}{inner}"), reason));
+        }
+    }
+    Ok(())
+}
 
 fn check_participant(
     i: usize,
@@ -154,6 +204,9 @@ fn check_participant(
             };
             return Err(bad(&at(&path), why.to_string()));
         }
+    }
+    if kind == "orchestrate" {
+        check_inline_children(i, config)?;
     }
     if kind == "scripted" {
         let replies = config.get("replies").and_then(Value::as_array);

@@ -196,7 +196,7 @@ impl Orchestrator {
                 format!("no conversation {id}"),
             )
         })?;
-        if who.admin || conv.is_participant(&who.agent_id) {
+        if who.admin || self.takes_part_above(&who.agent_id, &conv) {
             Ok(conv)
         } else {
             Err(refuse(
@@ -206,16 +206,58 @@ impl Orchestrator {
         }
     }
 
-    /// `createConversation` (admins only).
+    /// Whether `agent` takes part in `conv` or in a conversation above it in its tree: whoever
+    /// opens a sub-conversation may follow it.
+    fn takes_part_above(&self, agent: &str, conv: &ConvShared) -> bool {
+        if conv.is_participant(agent) {
+            return true;
+        }
+        let mut parent = conv.parent().map(str::to_string);
+        // A tree is at most a few levels deep; the bound only guards against a bad log.
+        for _ in 0..64 {
+            let Some(p) = parent.and_then(|id| self.hub.get(&id)) else {
+                return false;
+            };
+            if p.is_participant(agent) {
+                return true;
+            }
+            parent = p.parent().map(str::to_string);
+        }
+        false
+    }
+
+    /// `createConversation`: admins create any conversation; any agent may open a
+    /// sub-conversation of one it takes part in.
     pub async fn create_conversation(
         &self,
         who: &Identity,
         p: CreateConversationParams,
     ) -> Result<CreateConversationResult> {
-        if !who.admin {
+        match &p.parent_conversation_id {
+            Some(parent) => {
+                let conv = self.readable(who, parent)?;
+                if !who.admin && !conv.is_participant(&who.agent_id) {
+                    return Err(refuse(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "{} does not take part in conversation {parent}",
+                            who.agent_id
+                        ),
+                    ));
+                }
+            }
+            None if !who.admin => {
+                return Err(refuse(
+                    ErrorCode::Forbidden,
+                    "only admins create conversations; an agent may open a sub-conversation (parentConversationId) of one it takes part in",
+                ));
+            }
+            None => {}
+        }
+        if p.input.is_some() && p.parent_conversation_id.is_none() {
             return Err(refuse(
-                ErrorCode::Forbidden,
-                "only admins create conversations",
+                ErrorCode::InvalidParams,
+                "input: only a sub-conversation (with parentConversationId) takes an input",
             ));
         }
         let named = match &p.scenario_name {
@@ -311,6 +353,21 @@ impl Orchestrator {
                 ));
             }
         }
+        let child_of = match p.parent_conversation_id {
+            Some(parent) => {
+                let input = p.input.map(|i| serde_json::to_value(i).unwrap_or_default());
+                if let Some(i) = &input {
+                    self.check_payload(&i.to_string())?;
+                }
+                Some(crate::writer::ChildOf {
+                    parent,
+                    input,
+                    max_depth: self.limits.max_depth,
+                    max_children: self.limits.max_children,
+                })
+            }
+            None => None,
+        };
         self.writer
             .create(
                 id.clone(),
@@ -318,6 +375,7 @@ impl Orchestrator {
                 p.metadata,
                 who.agent_id.clone(),
                 policy,
+                child_of,
             )
             .await?;
         Ok(CreateConversationResult {

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use proto_spec::{AppendResult, ErrorCode, RpcError};
 use rustc_hash::FxHashMap as HashMap;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
@@ -57,6 +57,8 @@ pub enum Job {
         policy: Option<Box<TurnPolicy>>,
         /// For a fork: the prefix of another conversation it starts from.
         fork: Option<Box<ForkFrom>>,
+        /// For a sub-conversation: its parent and the limits it is checked against.
+        child_of: Option<Box<ChildOf>>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
@@ -71,6 +73,21 @@ pub struct ForkFrom {
     pub from: String,
     /// Its events 1..=`at_seq`.
     pub events: Vec<proto_spec::Event>,
+}
+
+/// What makes a new conversation a sub-conversation. The writer checks the limits against its
+/// authoritative state and logs `subconversation_started` in the parent in the same transaction
+/// as the child's creation.
+#[derive(Debug)]
+pub struct ChildOf {
+    /// The parent conversation.
+    pub parent: String,
+    /// The child's task, posted as its first message.
+    pub input: Option<Value>,
+    /// The deepest a tree may go (a top-level conversation is at depth 0).
+    pub max_depth: u32,
+    /// The most sub-conversations a conversation may have open at once.
+    pub max_children: u32,
 }
 
 /// Counters of the writer's work.
@@ -162,6 +179,9 @@ impl WriterHandle {
             if let Some(p) = state.policy() {
                 shared.set_policy(p.clone());
             }
+            if let Some(p) = state.parent() {
+                shared.set_parent(p.conversation.clone());
+            }
             convs.insert(
                 record.id.clone(),
                 Slot {
@@ -222,7 +242,8 @@ impl WriterHandle {
         Ok(rx.await.map_err(|_| Error::WriterGone)??)
     }
 
-    /// Creates a conversation; answers once it is durable.
+    /// Creates a conversation (a sub-conversation of `child_of.parent` when given: the parent's
+    /// `subconversation_started` commits with it); answers once it is durable.
     pub async fn create(
         &self,
         id: String,
@@ -230,10 +251,19 @@ impl WriterHandle {
         metadata: Option<Value>,
         created_by: String,
         policy: Option<TurnPolicy>,
+        child_of: Option<ChildOf>,
     ) -> Result<()> {
-        let policy = policy.map(Box::new);
-        self.send_create(id, participants, metadata, created_by, policy, None)
-            .await
+        self.send_create(|reply| Job::Create {
+            id,
+            participants,
+            metadata,
+            created_by,
+            policy: policy.map(Box::new),
+            fork: None,
+            child_of: child_of.map(Box::new),
+            reply,
+        })
+        .await
     }
 
     /// Creates `id` as a copy of another conversation's first events, followed by a
@@ -245,31 +275,28 @@ impl WriterHandle {
         created_by: String,
         fork: ForkFrom,
     ) -> Result<()> {
-        let fork = Some(Box::new(fork));
-        self.send_create(id, participants, None, created_by, None, fork)
-            .await
+        self.send_create(|reply| Job::Create {
+            id,
+            participants,
+            metadata: None,
+            created_by,
+            policy: None,
+            fork: Some(Box::new(fork)),
+            child_of: None,
+            reply,
+        })
+        .await
     }
 
     async fn send_create(
         &self,
-        id: String,
-        participants: Vec<String>,
-        metadata: Option<Value>,
-        created_by: String,
-        policy: Option<Box<TurnPolicy>>,
-        fork: Option<Box<ForkFrom>>,
+        job: impl FnOnce(oneshot::Sender<Result<(), RpcError>>) -> Job,
     ) -> Result<()> {
         let (reply, rx) = oneshot::channel();
-        let job = Job::Create {
-            id,
-            participants,
-            metadata,
-            created_by,
-            policy,
-            fork,
-            reply,
-        };
-        self.tx.send(job).await.map_err(|_| Error::WriterGone)?;
+        self.tx
+            .send(job(reply))
+            .await
+            .map_err(|_| Error::WriterGone)?;
         Ok(rx.await.map_err(|_| Error::WriterGone)??)
     }
 
@@ -283,7 +310,124 @@ impl WriterHandle {
     }
 }
 
+/// Per conversation touched by a batch: its state before the batch (by number).
+type UndoLog = HashMap<i64, Undo>;
+/// Per conversation touched by a batch: its id, number and new events, in order of first touch.
+type TouchedList = Vec<(String, i64, Vec<Draft>)>;
+
+/// Appends one request to a conversation within the batch. When it closes a sub-conversation,
+/// the parent's `subconversation_finished` (with the child's result) joins the same batch, so
+/// the tree is never seen half-finished, whatever moment the process stops.
+fn append_one(
+    convs: &mut HashMap<String, Slot>,
+    conversation: &str,
+    request: AppendRequest,
+    undo: &mut UndoLog,
+    touched: &mut TouchedList,
+    touched_idx: &mut HashMap<i64, usize>,
+) -> Result<AppendResult, RpcError> {
+    let Some(slot) = convs.get_mut(conversation) else {
+        return Err(RpcError::new(
+            ErrorCode::ConversationNotFound,
+            format!("no conversation {conversation}"),
+        ));
+    };
+    let num = slot.num;
+    undo.entry(num)
+        .or_insert_with(|| Undo::Core(slot.state.core.clone()));
+    let i = *touched_idx.entry(num).or_insert_with(|| {
+        touched.push((conversation.to_string(), num, Vec::new()));
+        touched.len() - 1
+    });
+    let before = touched[i].2.len();
+    let was_closed = slot.state.core.closed;
+    let result = slot.state.apply_into(request, &mut touched[i].2);
+    if was_closed || !slot.state.core.closed {
+        return result;
+    }
+    let Some(parent) = slot.state.parent().map(|p| p.conversation.clone()) else {
+        return result;
+    };
+    let closing = touched[i].2[before..]
+        .iter()
+        .find(|d| d.finality == Some(proto_spec::Finality::Conversation));
+    if let Some(closing) = closing {
+        let event = slot.state.finished_event(closing);
+        let report = append_one(
+            convs,
+            &parent,
+            AppendRequest::system(event),
+            undo,
+            touched,
+            touched_idx,
+        );
+        if let Err(e) = report {
+            // The parent closed first: nothing waits for this child any more.
+            tracing::debug!(child = conversation, %parent, error = %e.message, "a finished sub-conversation was not reported");
+        }
+    }
+    result
+}
+
 impl Writer {
+    /// Checks a new sub-conversation against its parent (open, depth, fan-out) and appends the
+    /// parent's `subconversation_started` to the batch; the child's depth.
+    fn start_child(
+        &mut self,
+        child: &str,
+        by: &str,
+        c: &ChildOf,
+        undo: &mut UndoLog,
+        touched: &mut TouchedList,
+        touched_idx: &mut HashMap<i64, usize>,
+    ) -> Result<u32, RpcError> {
+        let Some(parent) = self.convs.get(&c.parent) else {
+            return Err(RpcError::new(
+                ErrorCode::ConversationNotFound,
+                format!("no conversation {}", c.parent),
+            ));
+        };
+        let depth = parent.state.depth() + 1;
+        if depth > c.max_depth {
+            return Err(RpcError::new(
+                ErrorCode::SubconversationLimit,
+                format!(
+                    "parentConversationId: {} is at depth {}; sub-conversations go at most {} deep",
+                    c.parent,
+                    depth - 1,
+                    c.max_depth
+                ),
+            )
+            .with_data(json!({"limit": "depth", "max": c.max_depth, "depth": depth})));
+        }
+        let open = parent.state.core.children_open;
+        if open >= c.max_children {
+            return Err(RpcError::new(
+                ErrorCode::SubconversationLimit,
+                format!(
+                    "parentConversationId: {} has {open} sub-conversations open; at most {} at once",
+                    c.parent, c.max_children
+                ),
+            )
+            .with_data(json!({"limit": "fanOut", "max": c.max_children, "open": open})));
+        }
+        let started = AppendRequest::system(json!({
+            "type": "subconversation_started",
+            "child": child,
+            "by": by,
+            "depth": depth,
+        }));
+        append_one(
+            &mut self.convs,
+            &c.parent,
+            started,
+            undo,
+            touched,
+            touched_idx,
+        )?;
+        Ok(depth)
+    }
+
     fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
         // Every committed batch is published and answered before the writer is gone.
@@ -340,6 +484,7 @@ impl Writer {
                     created_by,
                     policy,
                     fork,
+                    child_of,
                     reply,
                 } => {
                     if self.convs.contains_key(&id) {
@@ -350,17 +495,42 @@ impl Writer {
                         replies.push(Reply::Create(reply, Err(e)));
                         continue;
                     }
+                    // A sub-conversation: checked against its parent, which logs its start in
+                    // this transaction (or the creation is refused and nothing is written).
+                    let mut link = None;
+                    if let Some(c) = &child_of {
+                        let started = self.start_child(
+                            &id,
+                            &created_by,
+                            c,
+                            &mut undo,
+                            &mut touched,
+                            &mut touched_idx,
+                        );
+                        match started {
+                            Ok(depth) => {
+                                link = Some(json!({"conversationId": c.parent, "depth": depth}))
+                            }
+                            Err(e) => {
+                                replies.push(Reply::Create(reply, Err(e)));
+                                continue;
+                            }
+                        }
+                    }
                     let num = self.next_num;
                     self.next_num += 1;
                     let mut state = ConvState::new(id.clone(), participants.clone());
                     let drafts = match fork {
                         None => {
-                            let created = ConvState::created_event_with(
+                            let mut created = ConvState::created_event_with(
                                 &participants,
                                 metadata.as_ref(),
                                 &created_by,
                                 policy.as_deref(),
                             );
+                            if let (Some(link), Some(c)) = (link, child_of) {
+                                created = created.with_parent(link, c.input);
+                            }
                             match state.apply(created) {
                                 Ok(Applied::Append(d, _)) => d,
                                 _ => Vec::new(),
@@ -380,6 +550,9 @@ impl Writer {
                     if let Some(p) = state.policy() {
                         shared.set_policy(p.clone());
                     }
+                    if let Some(p) = state.parent() {
+                        shared.set_parent(p.conversation.clone());
+                    }
                     self.convs.insert(id.clone(), Slot { num, state, shared });
                     undo.insert(num, Undo::Created);
                     touched_idx.insert(num, touched.len());
@@ -391,22 +564,14 @@ impl Writer {
                     request,
                     reply,
                 } => {
-                    let Some(slot) = self.convs.get_mut(&conversation) else {
-                        let e = RpcError::new(
-                            ErrorCode::ConversationNotFound,
-                            format!("no conversation {conversation}"),
-                        );
-                        replies.push(Reply::Append(reply, Err(e)));
-                        continue;
-                    };
-                    let num = slot.num;
-                    undo.entry(num)
-                        .or_insert_with(|| Undo::Core(slot.state.core.clone()));
-                    let i = *touched_idx.entry(num).or_insert_with(|| {
-                        touched.push((conversation, num, Vec::new()));
-                        touched.len() - 1
-                    });
-                    let result = slot.state.apply_into(*request, &mut touched[i].2);
+                    let result = append_one(
+                        &mut self.convs,
+                        &conversation,
+                        *request,
+                        &mut undo,
+                        &mut touched,
+                        &mut touched_idx,
+                    );
                     replies.push(Reply::Append(reply, result));
                 }
             }

@@ -52,6 +52,8 @@ pub mod codes {
     pub const RATE_LIMITED: i32 = -32029;
     /// A payload over the payload limit.
     pub const PAYLOAD_TOO_LARGE: i32 = -32030;
+    /// A sub-conversation over the depth or fan-out limit.
+    pub const SUBCONVERSATION_LIMIT: i32 = -32031;
 }
 
 /// Every error the protocol returns.
@@ -103,11 +105,13 @@ pub enum ErrorCode {
     RateLimited,
     /// -32030: a payload over the limit.
     PayloadTooLarge,
+    /// -32031: a sub-conversation over the depth or fan-out limit.
+    SubconversationLimit,
 }
 
 impl ErrorCode {
     /// Every code, in table order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -131,6 +135,7 @@ impl ErrorCode {
         ErrorCode::ClaimNotFound,
         ErrorCode::RateLimited,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::SubconversationLimit,
     ];
 
     /// The numeric JSON-RPC code.
@@ -160,6 +165,7 @@ impl ErrorCode {
             ErrorCode::ClaimNotFound => CLAIM_NOT_FOUND,
             ErrorCode::RateLimited => RATE_LIMITED,
             ErrorCode::PayloadTooLarge => PAYLOAD_TOO_LARGE,
+            ErrorCode::SubconversationLimit => SUBCONVERSATION_LIMIT,
         }
     }
 
@@ -194,6 +200,7 @@ impl ErrorCode {
             ErrorCode::ClaimNotFound => "ClaimNotFound",
             ErrorCode::RateLimited => "RateLimited",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
+            ErrorCode::SubconversationLimit => "SubconversationLimit",
         }
     }
 
@@ -220,6 +227,7 @@ impl ErrorCode {
             | ErrorCode::IdempotencyKeyReused
             | ErrorCode::ConversationPaused => 409,
             ErrorCode::RateLimited => 429,
+            ErrorCode::SubconversationLimit => 409,
             ErrorCode::PayloadTooLarge | ErrorCode::FrameTooLarge => 413,
         }
     }

@@ -65,4 +65,7 @@ pub struct Snapshot {
     pub participants: Vec<String>,
     /// Guidance for the agent that asked.
     pub guidance: Guidance,
+    /// For a sub-conversation: the conversation that opened it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_conversation_id: Option<String>,
 }

@@ -86,6 +86,15 @@ pub struct CreateConversationParams {
     /// Free JSON kept with the conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// Makes this a sub-conversation of that conversation, which the caller must take part in
+    /// (any agent may open one; without a parent only admins create conversations). The parent
+    /// logs `subconversation_started` in the same transaction, and `subconversation_finished`
+    /// with the child's result when the child closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_conversation_id: Option<String>,
+    /// The sub-conversation's task: the first message of its log, from `orchestrator`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<MessagePayload>,
 }
 
 /// `createConversation` and `forkConversation` result.

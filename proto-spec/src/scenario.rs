@@ -321,6 +321,17 @@ impl Selector {
     }
 }
 
+/// Reads an approver's decision from its message: `data.decision`, or text starting with
+/// approve/reject (any case). Anything else counts as a rejection.
+pub fn approved(payload: &Value) -> bool {
+    if let Some(d) = payload.pointer("/data/decision").and_then(Value::as_str) {
+        return d.eq_ignore_ascii_case("approve") || d.eq_ignore_ascii_case("approved");
+    }
+    let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+    let t = text.trim_start().to_ascii_lowercase();
+    t.starts_with("approve") || t.starts_with("yes") || t.starts_with("lgtm")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

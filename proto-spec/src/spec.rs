@@ -79,13 +79,16 @@ pub const METHODS: &[MethodSpec] = &[
     },
     MethodSpec {
         name: names::CREATE_CONVERSATION,
-        summary: "Create a conversation with its participants (admins only).",
+        summary: "Create a conversation with its participants (admins), or a sub-conversation of one the caller takes part in (any agent).",
         needs_auth: true,
         errors: &[
             E::Unauthenticated,
             E::Forbidden,
             E::ConversationExists,
             E::InvalidParams,
+            E::ConversationNotFound,
+            E::ConversationClosed,
+            E::SubconversationLimit,
         ],
         params: s::<CreateConversationParams>,
         result: s::<CreateConversationResult>,
@@ -385,6 +388,9 @@ pub const ROUTES: &[RouteSpec] = &[
             E::ParseError,
             E::InvalidParams,
             E::PayloadTooLarge,
+            E::ConversationNotFound,
+            E::ConversationClosed,
+            E::SubconversationLimit,
         ],
     },
     RouteSpec {

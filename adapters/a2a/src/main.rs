@@ -389,6 +389,8 @@ async fn start_exchange(app: &App, scenario: &str, params: &Value) -> Result<Tas
                     scenario_name: Some(scenario.to_string()),
                     participants: None,
                     metadata: Some(json!({"a2a": {"scenario": scenario, "messageId": message_id}})),
+                    parent_conversation_id: None,
+                    input: None,
                 })
                 .await;
             match created {

@@ -120,6 +120,16 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     }
 }
 
+/// Checks that every `{{PATH}}` of a template is a JSON path from `$`; the error names `field`.
+pub fn check_template(field: &str, v: &Value) -> Result<(), String> {
+    let mut paths = Vec::new();
+    template_paths(v, &mut paths);
+    match paths.iter().find(|p| !valid_path(p)) {
+        Some(bad) => Err(format!("{field}: {{{{{bad}}}}} is not a JSON path from $")),
+        None => Ok(()),
+    }
+}
+
 fn template_paths(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::String(s) => {
@@ -196,12 +206,8 @@ impl Http {
             Some(t) => parse_duration(t).ok_or("timeout: a duration such as 250ms, 10s or 2m")?,
             None => Duration::from_secs(30),
         };
-        let mut paths = Vec::new();
         if let Some(b) = &spec.body {
-            template_paths(b, &mut paths);
-        }
-        if let Some(bad) = paths.iter().find(|p| !valid_path(p)) {
-            return Err(format!("body: {{{{{bad}}}}} is not a JSON path from $"));
+            check_template("body", b)?;
         }
         for (k, p) in [
             ("response.text", &spec.response.text),

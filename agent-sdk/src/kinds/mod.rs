@@ -4,6 +4,7 @@
 pub mod context;
 pub mod http;
 pub mod llm;
+pub mod orchestrate;
 pub mod pipeline;
 pub mod process;
 mod scripted;
@@ -12,6 +13,7 @@ pub mod tool;
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
 pub use http::Http;
 pub use llm::Llm;
+pub use orchestrate::Orchestrate;
 pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
 pub use process::Process;
 pub use scripted::Scripted;
@@ -69,6 +71,10 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
         }
         "llm" => {
             let step = Llm::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "orchestrate" => {
+            let step = Orchestrate::from_spec(spec)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         other => Err(format!("kind: {other:?} is not a built-in kind")),

@@ -9,6 +9,7 @@
 //! Storage and transports call it; none of them re-implements a rule.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use proto_spec::{
     AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, RpcError,
@@ -73,6 +74,9 @@ pub struct AppendRequest {
     /// System events the orchestrator appends in the same transaction after this one
     /// (a policy decision such as `next_speaker`).
     pub follow_ups: Vec<Value>,
+    /// A message from the orchestrator appended right after this event and before the
+    /// policy's decision, with finality `none`: a sub-conversation's input, after its `created`.
+    pub opening: Option<Box<RawValue>>,
 }
 
 impl AppendRequest {
@@ -103,12 +107,24 @@ impl AppendRequest {
             client_request_id: None,
             hash: [0; 16],
             follow_ups: Vec::new(),
+            opening: None,
         }
     }
 
     /// A system event written by the orchestrator.
     pub fn system(payload: Value) -> Self {
         AppendRequest::new(ORCHESTRATOR_AUTHOR, EventKind::System, None, payload)
+    }
+
+    /// Makes a `created` event a sub-conversation's: its parent link, and its input as the
+    /// opening message.
+    pub fn with_parent(mut self, link: Value, input: Option<Value>) -> Self {
+        if let Ok(mut payload) = serde_json::from_str::<Value>(self.payload.get()) {
+            payload["parent"] = link;
+            self.payload = to_raw(&payload);
+        }
+        self.opening = input.map(|i| to_raw(&i));
+        self
     }
 
     /// Sets the named turn (traces, system events).
@@ -203,6 +219,30 @@ pub struct Core {
     pub pending_approval: Option<String>,
     /// In a `sequence` order: the position of the current speaker.
     pub sequence_pos: Option<usize>,
+    /// Sub-conversations started and not yet finished (the fan-out limit counts these).
+    pub children_open: u32,
+    /// In a sub-conversation: the last message of a participant (its result when it closes).
+    pub last_said: Option<Arc<LastSaid>>,
+}
+
+/// A participant's message, kept as a sub-conversation's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastSaid {
+    /// Its seq.
+    pub seq: u64,
+    /// Its author.
+    pub author: String,
+    /// Its payload, as stored.
+    pub payload: String,
+}
+
+/// Where a sub-conversation sits in its tree, from its `created` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentLink {
+    /// The conversation that opened it.
+    pub conversation: String,
+    /// Its depth: 1 for a child of a top-level conversation.
+    pub depth: u32,
 }
 
 /// A conversation's state, rebuilt from its log.
@@ -217,6 +257,7 @@ pub struct ConvState {
     pub core: Core,
     idem: HashMap<(String, String), IdemRecord>,
     policy: Option<TurnPolicy>,
+    parent: Option<ParentLink>,
 }
 
 /// Guidance for one agent, from the participants and the core state.
@@ -261,9 +302,12 @@ impl ConvState {
                 turn_timeout_ms: None,
                 pending_approval: None,
                 sequence_pos: None,
+                children_open: 0,
+                last_said: None,
             },
             idem: HashMap::new(),
             policy: None,
+            parent: None,
         }
     }
 
@@ -297,6 +341,52 @@ impl ConvState {
     /// The turn policy, if the conversation has one.
     pub fn policy(&self) -> Option<&TurnPolicy> {
         self.policy.as_ref()
+    }
+
+    /// For a sub-conversation: its parent and depth.
+    pub fn parent(&self) -> Option<&ParentLink> {
+        self.parent.as_ref()
+    }
+
+    /// How deep in a tree this conversation is (0 at the top).
+    pub fn depth(&self) -> u32 {
+        self.parent.as_ref().map_or(0, |p| p.depth)
+    }
+
+    /// A sub-conversation's `subconversation_finished` event for its parent, once it is closed:
+    /// how it ended and its result (the closing message, or the last participant message when
+    /// the orchestrator closed it).
+    pub fn finished_event(&self, closing: &Draft) -> Value {
+        let by_orchestrator = closing.author == ORCHESTRATOR_AUTHOR;
+        let closing_payload: Value =
+            serde_json::from_str(closing.payload.get()).unwrap_or(Value::Null);
+        let (status, reason) = if by_orchestrator {
+            let reason = closing_payload
+                .pointer("/data/reason")
+                .cloned()
+                .unwrap_or(Value::Null);
+            ("stopped", reason)
+        } else {
+            ("completed", Value::Null)
+        };
+        let result = match &self.core.last_said {
+            Some(l) => {
+                let payload: Value = serde_json::from_str(&l.payload).unwrap_or(Value::Null);
+                json!({"seq": l.seq, "author": l.author, "text": payload.get("text"), "data": payload.get("data"), "schema": payload.get("schema")})
+            }
+            None => Value::Null,
+        };
+        let mut event = json!({
+            "type": "subconversation_finished",
+            "child": self.id,
+            "status": status,
+            "closedSeq": closing.seq,
+            "result": result,
+        });
+        if !reason.is_null() {
+            event["reason"] = reason;
+        }
+        event
     }
 
     fn system_draft(&self, payload: &Value) -> Draft {
@@ -391,8 +481,23 @@ impl ConvState {
             duplicate: false,
         };
         self.observe(&first);
+        let opening = req.opening.map(|payload| {
+            let d = Draft {
+                seq: self.core.head + 1,
+                kind: EventKind::Message,
+                author: ORCHESTRATOR_AUTHOR.to_string(),
+                turn: self.core.turn,
+                finality: Some(Finality::None),
+                payload,
+                client_request_id: None,
+                hash: None,
+            };
+            self.observe(&d);
+            d
+        });
         let decisions = self.decide(&first);
         out.push(first);
+        out.extend(opening);
         for d in decisions {
             self.observe(&d);
             out.push(d);
@@ -540,6 +645,12 @@ impl ConvState {
                         self.policy = payload
                             .get("policy")
                             .and_then(|p| serde_json::from_value(p.clone()).ok());
+                        self.parent = payload.get("parent").and_then(|p| {
+                            Some(ParentLink {
+                                conversation: p.get("conversationId")?.as_str()?.to_string(),
+                                depth: p.get("depth")?.as_u64()? as u32,
+                            })
+                        });
                     }
                     Some("next_speaker") => {
                         c.speaker = payload
@@ -569,12 +680,27 @@ impl ConvState {
                         c.speaker = None;
                         c.turn_timeout_ms = None;
                     }
+                    // A fork of a sub-conversation stands on its own.
+                    Some("forked_from") => self.parent = None,
                     Some("paused") => c.paused = true,
                     Some("resumed") => c.paused = false,
+                    Some("subconversation_started") => c.children_open += 1,
+                    Some("subconversation_finished") => {
+                        c.children_open = c.children_open.saturating_sub(1)
+                    }
                     _ => {}
                 }
             }
             EventKind::Trace => {}
+        }
+        // A sub-conversation keeps its last participant message: its result when it closes.
+        if d.kind == EventKind::Message && d.author != ORCHESTRATOR_AUTHOR && self.parent.is_some()
+        {
+            self.core.last_said = Some(Arc::new(LastSaid {
+                seq: d.seq,
+                author: d.author.clone(),
+                payload: d.payload.get().to_string(),
+            }));
         }
         if let (Some(key), Some(hash)) = (&d.client_request_id, d.hash) {
             self.idem.insert(

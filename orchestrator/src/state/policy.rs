@@ -2,7 +2,7 @@
 //! [`ConvState::apply`] from the policy recorded in the `created` event, so each decision
 //! commits with the event that caused it and recovery reads it back from the log.
 
-use proto_spec::scenario::{ApprovalSpec, OnTimeout, Order, RuleSpec};
+use proto_spec::scenario::{approved, ApprovalSpec, OnTimeout, Order, RuleSpec};
 use proto_spec::{EventKind, Finality, ORCHESTRATOR_AUTHOR};
 use serde_json::{json, Value};
 
@@ -135,17 +135,6 @@ impl TurnPolicy {
             .find(|a| a.before == speaker)
             .map(|a| a.approver.as_str())
     }
-}
-
-/// Reads an approver's decision from its message: `data.decision`, or text starting with
-/// approve/reject (any case). Anything else counts as a rejection.
-fn approved(payload: &Value) -> bool {
-    if let Some(d) = payload.pointer("/data/decision").and_then(Value::as_str) {
-        return d.eq_ignore_ascii_case("approve") || d.eq_ignore_ascii_case("approved");
-    }
-    let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
-    let t = text.trim_start().to_ascii_lowercase();
-    t.starts_with("approve") || t.starts_with("yes") || t.starts_with("lgtm")
 }
 
 impl ConvState {
