@@ -96,6 +96,7 @@ const KINDS: &[(&str, &[&str])] = &[
         ],
     ),
     ("orchestrate", &["steps", "reply", "close", "context"]),
+    ("function", &["source", "timeout", "memoryMb", "context"]),
 ];
 
 /// Checks the inline scenarios of an `orchestrate` participant's steps, so that a bad child

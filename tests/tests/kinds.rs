@@ -408,3 +408,100 @@ async fn bad_kind_settings_are_refused_with_the_field() {
         assert!(msg.contains(field), "{participant}: {msg}");
     }
 }
+
+/// A `function` participant in a conversation of its own, answering `asker`'s one message.
+fn function_scenario(source: &str) -> Value {
+    json!({
+        "participants": [
+            {"id": "asker", "kind": "scripted", "replies": ["3 and 4"]},
+            {"id": "fn", "kind": "function", "source": source, "timeout": "200ms", "memoryMb": 8}
+        ],
+        "policy": {"order": "round_robin", "first": "asker"},
+        "stop": {"maxTurns": 2},
+        "turn": {"timeout": "5s", "onTimeout": "end"}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go_on() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let bad = [
+        ("loops", "function handler() { for (;;) {} }", "ran past its time limit"),
+        (
+            "hogs",
+            "function handler() { const keep = []; for (;;) { keep.push('x'.repeat(1024) + keep.length); } }",
+            "ran out of its 8 MiB of memory",
+        ),
+        ("throws", "function handler() { throw new Error('boom'); }", "threw: Error: boom"),
+        (
+            "reads",
+            "function handler() { return std.loadFile('/etc/passwd'); }",
+            "ReferenceError: std is not defined",
+        ),
+    ];
+    for (id, source, _) in &bad {
+        create_scenario(&admin, id, function_scenario(source)).await;
+    }
+    // A well-behaved function runs beside them, unaffected.
+    create_scenario(
+        &admin,
+        "good",
+        function_scenario(
+            "function handler(input, ctx) { const [a, b] = input.tail[0].text.split(' and ').map(Number); \
+             return { text: 'sum ' + (a + b), data: { sum: a + b, turn: ctx.turn } }; }",
+        ),
+    )
+    .await;
+    let good = wait_for(&admin, "good", "the good function answers", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    assert_eq!(good.status, ConversationStatus::Closed);
+    let log = full_log(&admin, "good").await;
+    let answer = log
+        .iter()
+        .find(|e| e.author == "fn" && e.kind == EventKind::Message)
+        .expect("an answer")
+        .payload_value();
+    assert_eq!(answer["text"], "sum 7");
+    assert_eq!(answer["data"], json!({"sum": 7, "turn": 2}));
+
+    for (id, _, error) in &bad {
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        let errors = loop {
+            let log = full_log(&admin, id).await;
+            let errors: Vec<String> = log
+                .iter()
+                .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
+                .map(|e| {
+                    e.payload_value()["error"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect();
+            if !errors.is_empty() {
+                assert!(
+                    !log.iter()
+                        .any(|e| e.author == "fn" && e.kind == EventKind::Message),
+                    "{id}: nothing is posted for a failed run"
+                );
+                break errors;
+            }
+            assert!(tokio::time::Instant::now() < until, "{id}: no error logged");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert!(errors[0].contains(error), "{id}: {errors:?}");
+    }
+    // The server still answers.
+    assert!(
+        admin
+            .list_conversations()
+            .await
+            .unwrap()
+            .conversations
+            .len()
+            >= 5
+    );
+}

@@ -2,6 +2,7 @@
 //! its own process too. Scenarios name them with `kind:`.
 
 pub mod context;
+pub mod function;
 pub mod http;
 pub mod llm;
 pub mod orchestrate;
@@ -11,6 +12,7 @@ mod scripted;
 pub mod tool;
 
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
+pub use function::Function;
 pub use http::Http;
 pub use llm::Llm;
 pub use orchestrate::Orchestrate;
@@ -71,6 +73,10 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
         }
         "llm" => {
             let step = Llm::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "function" => {
+            let step = Function::from_spec(spec)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "orchestrate" => {
