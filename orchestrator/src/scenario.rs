@@ -97,6 +97,7 @@ const KINDS: &[(&str, &[&str])] = &[
     ),
     ("orchestrate", &["steps", "reply", "close", "context"]),
     ("function", &["source", "timeout", "memoryMb", "context"]),
+    ("a2a", &["url", "stream", "timeout", "context"]),
 ];
 
 /// Checks the inline scenarios of an `orchestrate` participant's steps, so that a bad child

@@ -90,6 +90,23 @@ fn token(db: &std::path::Path, agent: &str, admin: bool) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// A port free on 127.0.0.1 (the server is started on it again after each kill).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A client that reconnects quickly after a kill.
+fn fast_reconnect(url: &str, token: &str) -> WsConfig {
+    let mut c = WsConfig::new(url.to_string(), token);
+    c.backoff_min = Duration::from_millis(10);
+    c.backoff_max = Duration::from_millis(100);
+    c
+}
+
 /// Checks the log of every conversation; returns how many are closed.
 async fn check(admin: &WsJsonRpcClient, acked: &Acked, round: usize) -> usize {
     // What was acknowledged before the logs are read must be in them.
@@ -200,20 +217,11 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     std::fs::write(scenarios.join("crash.json"), scenario.to_string()).unwrap();
     let admin_token = token(&db, "admin", true);
     let ext_token = token(&db, "ext", false);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("ws://127.0.0.1:{port}/rpc");
 
     let mut server = start(&db, &scenarios, port).await;
-    let fast = |t: &str| {
-        let mut c = WsConfig::new(url.clone(), t);
-        c.backoff_min = Duration::from_millis(10);
-        c.backoff_max = Duration::from_millis(100);
-        c
-    };
+    let fast = |t: &str| fast_reconnect(&url, t);
     let admin = WsJsonRpcClient::connect(fast(&admin_token))
         .await
         .expect("admin");
@@ -281,5 +289,168 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let acks = acked.lock().unwrap().len();
     assert!(acks > 0);
     println!("{kills} kills; {acks} external answers acknowledged and found; all {CONVERSATIONS} conversations reached their stop condition");
+    server.child.kill().await.ok();
+}
+
+/// Waits until the parent's log holds `n` events of `kind` (`subconversation_started`…); their
+/// payloads.
+async fn tree_events(
+    admin: &WsJsonRpcClient,
+    parent: &str,
+    kind: &str,
+    n: usize,
+) -> Vec<serde_json::Value> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tail = admin
+            .tail(TailParams {
+                conversation_id: parent.into(),
+                since_seq: 0,
+                limit: None,
+            })
+            .await
+            .expect("tail");
+        let found: Vec<serde_json::Value> = tail
+            .events
+            .iter()
+            .map(|e| e.payload_value())
+            .filter(|p| p["type"] == kind)
+            .collect();
+        if found.len() >= n {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{parent}: {n} × {kind} did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `ext` answers the open turn of a child conversation.
+async fn ext_answers(ext: &WsJsonRpcClient, child: &str, text: &str) {
+    ext.send_message(SendMessageParams {
+        conversation_id: child.into(),
+        payload: MessagePayload::text(text),
+        finality: Finality::Turn,
+        turn_hint: None,
+        client_request_id: Some(format!("answer-{child}")),
+    })
+    .await
+    .expect("ext answers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_of_sub_conversations_resumes_after_sigkill_and_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tree.db");
+    let scenarios = dir.path().join("scenarios");
+    std::fs::create_dir(&scenarios).unwrap();
+    let tree = serde_json::json!({
+        "participants": [
+            {"id": "asker", "kind": "scripted", "replies": ["plan it"]},
+            {"id": "planner", "kind": "orchestrate", "steps": [
+                {"call": "leaf", "as": "a", "input": "first: {{$.input.text}}"},
+                {"call": "leaf", "as": "b", "input": "{{$.steps.a.text}}, then second"}
+            ]}
+        ],
+        "policy": {"order": "round_robin", "first": "asker"},
+        "stop": {"maxTurns": 2},
+        "turn": {"timeout": "60s"}
+    });
+    let leaf = serde_json::json!({
+        "participants": ["ext"],
+        "policy": {"order": "round_robin", "first": "ext"},
+        "stop": {"maxTurns": 1}
+    });
+    std::fs::write(scenarios.join("tree.json"), tree.to_string()).unwrap();
+    std::fs::write(scenarios.join("leaf.json"), leaf.to_string()).unwrap();
+    let admin_token = token(&db, "admin", true);
+    let ext_token = token(&db, "ext", false);
+    let port = free_port();
+    let url = format!("ws://127.0.0.1:{port}/rpc");
+    let config = |t: &str| fast_reconnect(&url, t);
+    let mut server = start(&db, &scenarios, port).await;
+    let admin = WsJsonRpcClient::connect(config(&admin_token))
+        .await
+        .expect("admin");
+    let ext = WsJsonRpcClient::connect(config(&ext_token))
+        .await
+        .expect("ext");
+    admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some("tree".into()),
+            scenario_name: Some("tree".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+
+    // The first child is open, waiting for ext: the server dies.
+    let started = tree_events(&admin, "tree", "subconversation_started", 1).await;
+    let first = started[0]["child"].as_str().unwrap().to_string();
+    server.child.kill().await.expect("SIGKILL");
+    server = start(&db, &scenarios, port).await;
+    ext_answers(&ext, &first, "A is done").await;
+
+    // The planner's turn is taken again from the log: it finds its first child finished and
+    // opens the second; the server dies again while that one is open.
+    let started = tree_events(&admin, "tree", "subconversation_started", 2).await;
+    let second = started[1]["child"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    server.child.kill().await.expect("SIGKILL");
+    server = start(&db, &scenarios, port).await;
+    let input = admin
+        .tail(TailParams {
+            conversation_id: second.clone(),
+            since_seq: 0,
+            limit: None,
+        })
+        .await
+        .expect("the second child's log")
+        .events[1]
+        .payload_value();
+    assert_eq!(input["text"], "A is done, then second");
+    ext_answers(&ext, &second, "B is done").await;
+
+    // The tree finishes: two children, each started and finished once; the planner answers.
+    let finished = tree_events(&admin, "tree", "subconversation_finished", 2).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let snap = admin.get_conversation("tree").await.expect("snapshot");
+        if snap.status == ConversationStatus::Closed {
+            break admin
+                .tail(TailParams {
+                    conversation_id: "tree".into(),
+                    since_seq: 0,
+                    limit: None,
+                })
+                .await
+                .expect("tail")
+                .events;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the tree did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let count = |kind: &str| {
+        log.iter()
+            .filter(|e| e.payload_value()["type"] == kind)
+            .count()
+    };
+    assert_eq!(count("subconversation_started"), 2, "no child opened twice");
+    assert_eq!(count("subconversation_finished"), 2);
+    assert_eq!(finished[1]["result"]["text"], "B is done");
+    let planner: Vec<_> = log
+        .iter()
+        .filter(|e| e.author == "planner" && e.kind == EventKind::Message)
+        .collect();
+    assert_eq!(planner.len(), 1, "the planner answered once");
+    assert_eq!(planner[0].payload_value()["text"], "B is done");
+    for (i, e) in log.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "seq is dense");
+    }
     server.child.kill().await.ok();
 }

@@ -1,6 +1,7 @@
 //! Built-in agent kinds, each a plain [`crate::Agent`], so that a partner can run any of them in
 //! its own process too. Scenarios name them with `kind:`.
 
+pub mod a2a;
 pub mod context;
 pub mod function;
 pub mod http;
@@ -11,6 +12,7 @@ pub mod process;
 mod scripted;
 pub mod tool;
 
+pub use a2a::A2a;
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
 pub use function::Function;
 pub use http::Http;
@@ -73,6 +75,10 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
         }
         "llm" => {
             let step = Llm::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "a2a" => {
+            let step = A2a::from_spec(spec)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "function" => {
