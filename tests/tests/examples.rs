@@ -138,6 +138,89 @@ async fn approval_waits_for_the_external_approver() {
     assert!(types.contains(&"approval_requested".to_string()));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planner_runs_researchers_in_parallel_then_the_writer_after_approval() {
+    let server = TestServer::start().await;
+    server
+        .running()
+        .orchestrator()
+        .set_scenarios(vec![
+            ("research".into(), example("research")),
+            ("write".into(), example("write")),
+        ])
+        .expect("the children's scenarios");
+    let admin = start(&server, "plan", example("planner")).await;
+    let alice = server.sdk("alice", None).await;
+    alice
+        .send_message(SendMessageParams {
+            conversation_id: "plan".into(),
+            payload: MessagePayload::text("tea"),
+            finality: Finality::Turn,
+            turn_hint: None,
+            client_request_id: None,
+        })
+        .await
+        .expect("alice gives the topic");
+    // Both researchers ran in sub-conversations; the planner asks alice before writing.
+    let s = wait_for(&alice, "plan", "the approval request", |s| {
+        s.speaker.as_deref() == Some("alice") && s.turn == 3
+    })
+    .await;
+    let log = full_log(&alice, "plan").await;
+    let ask = said(&log).pop().unwrap();
+    assert_eq!(
+        ask,
+        "planner: Research is in. Notes on the history of tea: three sources agree. \
+         Notes on the trade in tea: three sources agree. Approve to write the report, or reject to stop."
+    );
+    alice
+        .send_message(SendMessageParams {
+            conversation_id: "plan".into(),
+            payload: MessagePayload::text("approve"),
+            finality: Finality::Turn,
+            turn_hint: Some(TurnHint { turn: s.turn }),
+            client_request_id: None,
+        })
+        .await
+        .expect("approve");
+    let log = closed_log(&admin, "plan").await;
+    let said = said(&log);
+    assert_eq!(
+        said[said.len() - 2],
+        "planner: Report (2 parts): Notes on the history of tea: three sources agree. \
+         Notes on the trade in tea: three sources agree."
+    );
+    // The tree is in the log: three children, each started and finished, the writer last.
+    let tree: Vec<(String, String)> = log
+        .iter()
+        .filter(|e| e.kind == EventKind::System)
+        .map(|e| e.payload_value())
+        .filter(|p| {
+            p["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("subconversation_"))
+        })
+        .map(|p| {
+            (
+                p["type"].as_str().unwrap().to_string(),
+                p["child"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(tree.len(), 6, "{tree:?}");
+    // The writer starts after both researchers finished (alice approved in between).
+    assert_eq!(tree[4].0, "subconversation_started");
+    assert_eq!(tree[5].0, "subconversation_finished");
+    let writer = &tree[5].1;
+    assert_eq!(&tree[4].1, writer);
+    let child = admin
+        .get_conversation(writer)
+        .await
+        .expect("the writer's conversation");
+    assert_eq!(child.parent_conversation_id.as_deref(), Some("plan"));
+    assert_eq!(child.participants, ["writer"]);
+}
+
 /// A stand-in for the model of the llm-tools example, speaking the OpenAI wire format: it asks
 /// for the calculator, then for `word_count`, then answers with both results.
 async fn scripted_model() -> String {
