@@ -89,6 +89,16 @@ def test_a_remote_a2a_agent_takes_turns_streaming_progress(server, remote):
     assert first["agent"] == "echo"
 
 
+def test_without_streaming_the_answer_comes_from_send_message(server, remote):
+    sc = scenario(remote, ["hello there"])
+    sc["participants"][1]["stream"] = False
+    snap, events = run(run_to_end(server, "remote-plain", sc))
+    said = [(e["author"], e["payload"]["text"], e["finality"]) for e in events if e["kind"] == "message"]
+    assert said[:2] == [("asker", "hello there", "turn"), ("remote", "echo: hello there", "turn")], said
+    answer = [e["payload"] for e in events if e["kind"] == "message" and e["author"] == "remote"][0]
+    assert answer["data"]["a2a"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
 def test_an_agent_card_that_cannot_be_read_is_the_turns_error(server, remote):
     sc = scenario(remote + "nowhere/", ["hello"])
     sc["turn"] = {"timeout": "3s", "onTimeout": "end"}
