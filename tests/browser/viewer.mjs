@@ -4,7 +4,9 @@
 //   stdout "SAW <json>"       with the seqs shown so far and how often the stream reconnected;
 //   stdin  "SHOT <path>"    -> saves a screenshot; stdout "SHOT <path>";
 //   stdin  "CLICK <id>"     -> clicks a button by element id; stdout "CLICKED <id>";
-//   stdin  "STATUS <text>"  -> waits until the status field shows the text; stdout "STATUS <text>".
+//   stdin  "STATUS <text>"  -> waits until the status field shows the text; stdout "STATUS <text>";
+//   stdin  "FOLLOW <id>"    -> clicks the event that opened sub-conversation <id>, waits for it to be
+//                              the open conversation; stdout "FOLLOWED <json>" with its id and texts.
 // Environment: VIEWER_URL, VIEWER_TOKEN, VIEWER_CONVERSATION, CHROMIUM (default /usr/bin/chromium).
 import readline from "node:readline";
 import { chromium } from "playwright-core";
@@ -67,6 +69,22 @@ try {
         .waitForFunction((t) => document.getElementById("c-status").textContent === t, arg, { timeout })
         .catch(() => fail(`status never became ${arg}`));
       console.log("STATUS " + arg);
+    } else if (cmd === "FOLLOW") {
+      await page
+        .locator("#events .system.link", { hasText: `opened sub-conversation ${arg}` })
+        .first()
+        .click({ timeout })
+        .catch(() => fail(`no link to sub-conversation ${arg}`));
+      await page
+        .waitForFunction((id) => document.getElementById("c-id").textContent === id &&
+                                 window.viewerState.seqs.length >= 2, arg, { timeout })
+        .catch(() => fail(`sub-conversation ${arg} did not open`));
+      const shown = await page.evaluate(() => ({
+        id: document.getElementById("c-id").textContent,
+        texts: [...document.querySelectorAll("#events .msg .text")].map((e) => e.textContent),
+        system: [...document.querySelectorAll("#events .system")].map((e) => e.textContent),
+      }));
+      console.log("FOLLOWED " + JSON.stringify(shown));
     } else if (cmd === "QUIT") {
       break;
     }

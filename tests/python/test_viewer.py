@@ -135,5 +135,19 @@ def test_viewer_in_headless_chromium(server, viewer_prereqs):
         shot = ARTIFACTS / "viewer.png"
         page.do(f"SHOT {shot}", "SHOT")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+        # alice opens a sub-conversation: the parent's event links to it, and the child's page
+        # shows its input and its parent.
+        async def open_child():
+            c = await Client.connect(server.url, server.tokens["alice"])
+            await c.call("createConversation", {"conversationId": "v1.child", "participants": ["alice", "bob"],
+                                                "parentConversationId": "v1", "input": {"text": "the sub-task"}})
+            await c.close()
+
+        run(open_child())
+        followed = page.do("FOLLOW v1.child", "FOLLOWED")
+        assert followed["id"] == "v1.child"
+        assert "the sub-task" in followed["texts"]
+        assert any("sub-conversation of v1" in t for t in followed["system"]), followed
     finally:
         page.close()
