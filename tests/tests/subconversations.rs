@@ -446,3 +446,59 @@ async fn an_approval_between_steps_goes_on_when_approved_and_stops_when_rejected
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_steps_and_bad_children_are_refused_with_the_parent_naming_the_field() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let refused = |steps: Value| {
+        let admin = admin.clone();
+        async move {
+            let e = admin
+                .create_conversation(CreateConversationParams {
+                    conversation_id: Some("bad".into()),
+                    scenario: Some(parent(steps)),
+                    ..Default::default()
+                })
+                .await
+                .unwrap_err();
+            let ClientError::Rpc(e) = e else {
+                panic!("{e}")
+            };
+            assert_eq!(e.code, ErrorCode::InvalidParams);
+            e.data.unwrap()["path"].as_str().unwrap().to_string()
+        }
+    };
+    // An inline child that is not a valid scenario: the path goes into the child.
+    let path =
+        refused(json!([{"scenario": {"participants": [{"id": "x", "kind": "nope"}]}}])).await;
+    assert_eq!(
+        path,
+        "scenario.participants[1].steps[0].scenario.participants[0].kind"
+    );
+    // A step that is none of call, parallel, approve; a template path not from $.
+    let path = refused(json!([{"call": "research", "parallel": []}])).await;
+    assert!(path.starts_with("scenario.participants[1]"), "{path}");
+    let path = refused(json!([{"call": "research", "input": "{{input.text}}"}])).await;
+    assert_eq!(path, "scenario.participants[1].steps[0].input");
+    // A function whose source does not compile.
+    let e = admin
+        .create_conversation(CreateConversationParams {
+            scenario: Some(json!({
+                "participants": [{"id": "f", "kind": "function", "source": "function handler( {"}],
+                "policy": {"order": "round_robin", "first": "f"}
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    let ClientError::Rpc(e) = e else {
+        panic!("{e}")
+    };
+    assert_eq!(e.data.unwrap()["path"], "scenario.participants[0].source");
+    assert!(e.message.contains("SyntaxError"), "{}", e.message);
+    assert!(
+        admin.get_conversation("bad").await.is_err(),
+        "nothing was created"
+    );
+}
