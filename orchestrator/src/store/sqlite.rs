@@ -204,6 +204,8 @@ pub struct SqliteWriter {
     conn: Connection,
     index: Arc<SeqIndex>,
     next_pos: i64,
+    /// Set by the checkpointer when the WAL is long and all but the newest frames are copied.
+    restart_due: Arc<std::sync::atomic::AtomicBool>,
     _checkpointer: Option<Checkpointer>,
     /// Held while this writer lives: one writer per database, across processes.
     _lock: std::fs::File,
@@ -211,6 +213,16 @@ pub struct SqliteWriter {
 
 /// Copies the WAL back into the database file on its own thread, so that the writer's commits
 /// only append to the WAL and sync it. (SQLite would otherwise checkpoint inside a commit.)
+///
+/// A background checkpoint never catches up with a busy writer: by the time it has copied the
+/// frames it saw, the writer has committed more, and SQLite only starts the WAL over (writes
+/// from its first frame again) when a write transaction begins with every frame copied. Left
+/// alone, the WAL of a busy server grows without bound, and every commit extends the file, so
+/// its sync also has to write the file's new size. So when the WAL is past [`RESTART_FRAMES`]
+/// and a background checkpoint has copied all it saw, the checkpointer asks the writer (through
+/// `restart_due`) to copy the few frames committed since, between two of its commits; the
+/// writer's next transaction then starts the WAL over, and from then on commits overwrite a
+/// file of a steady size.
 #[derive(Debug)]
 struct Checkpointer {
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -220,22 +232,70 @@ struct Checkpointer {
 /// How often the checkpointer runs.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// A WAL this long (in frames, one page each: 16 MiB at 16 KiB pages) is started over.
+const RESTART_FRAMES: i64 = 1_024;
+
+/// The writer's part of a restart syncs the database file, which can take milliseconds on a
+/// busy disk: at most four a second keeps that out of all but a few commits' latency. (The WAL
+/// file then settles at what a quarter of a second of commits writes, and is overwritten.)
+const RESTART_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The restart is asked for once a checkpoint pass has found at most this many new frames.
+const WRITER_COPIES: i64 = 16;
+
+/// The WAL file is cut back to this size when it starts over after growing past it (a burst,
+/// or a long read that held a restart off).
+const WAL_SIZE_LIMIT: i64 = 256 << 20;
+
+/// Runs a checkpoint; answers the frames in the WAL and how many of them are copied.
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64, i64)> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        Ok((r.get(1)?, r.get(2)?))
+    })
+}
+
 impl Checkpointer {
-    fn start(path: &Path, sync: Synchronous) -> Result<Checkpointer> {
+    fn start(
+        path: &Path,
+        sync: Synchronous,
+        restart_due: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Checkpointer> {
         let conn = open_conn(path, sync, false)?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("wal-checkpoint".into())
             .spawn(move || {
+                let mut asked: Option<std::time::Instant> = None;
                 while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                     std::thread::sleep(CHECKPOINT_EVERY);
-                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
-                        tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                    // Passes again while the last one left many new frames behind, so that
+                    // what the writer copies itself between two commits is little.
+                    let mut seen = 0;
+                    for _ in 0..8 {
+                        match checkpoint(&conn, "PASSIVE") {
+                            Ok((frames, copied)) => {
+                                if frames < RESTART_FRAMES
+                                    || copied < frames
+                                    || asked.is_some_and(|t| t.elapsed() < RESTART_AT_MOST_EVERY)
+                                {
+                                    break;
+                                }
+                                if frames - seen <= WRITER_COPIES {
+                                    restart_due.store(true, std::sync::atomic::Ordering::Relaxed);
+                                    asked = Some(std::time::Instant::now());
+                                    break;
+                                }
+                                seen = frames;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                                break;
+                            }
+                        }
                     }
                 }
-                let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+                let _ = checkpoint(&conn, "TRUNCATE");
             })?;
         Ok(Checkpointer {
             stop,
@@ -289,6 +349,16 @@ impl LogWriter for SqliteWriter {
         tx.commit()?;
         // Committed: from here on nothing may report failure, or the writer would roll back
         // state that is already durable.
+        if self
+            .restart_due
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Copies what was committed since the checkpointer's last pass (a busy reader may
+            // hold the copy or the restart off: the checkpointer asks again).
+            if let Err(e) = checkpoint(&self.conn, "PASSIVE") {
+                tracing::warn!(error = %e, "WAL checkpoint before a restart failed; will retry");
+            }
+        }
         // Rows come grouped by conversation, in seq order: one index update per group.
         let mut start = 0;
         while start < rows.len() {
@@ -327,11 +397,18 @@ impl Store for SqliteStore {
         let next_pos = conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
             r.get(0)
         })?;
-        let checkpointer = Some(Checkpointer::start(&self.path, self.sync)?);
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+        let restart_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checkpointer = Some(Checkpointer::start(
+            &self.path,
+            self.sync,
+            restart_due.clone(),
+        )?);
         Ok(Box::new(SqliteWriter {
             conn,
             index: self.index.clone(),
             next_pos,
+            restart_due,
             _checkpointer: checkpointer,
             _lock: lock,
         }))
