@@ -9,7 +9,7 @@
 //! ```
 //! Knobs: BENCH_TURNS (turns per conversation when many run at once, and in the frameworks;
 //! default 200), BENCH_CONVERSATIONS (100), BENCH_SINGLE_TURNS (turns of the one-conversation
-//! run, 2,000: long enough for the log to reach its steady state), BENCH_ROUNDS (3, of the
+//! run, 6,000: ~1.6 s, long enough for the log to reach its steady state), BENCH_ROUNDS (3, of the
 //! one-conversation run beside the raw rates).
 
 use std::io::Write;
@@ -172,7 +172,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let turns = env("BENCH_TURNS", 200);
-    let single_turns = env("BENCH_SINGLE_TURNS", 2_000);
+    let single_turns = env("BENCH_SINGLE_TURNS", 6_000);
     let rounds = env("BENCH_ROUNDS", 3).max(1) as usize;
     let conversations = env("BENCH_CONVERSATIONS", 100) as usize;
     let rt = tokio::runtime::Builder::new_multi_thread()
