@@ -9,8 +9,9 @@
 //! ```
 //! Knobs: BENCH_TURNS (turns per conversation when many run at once, and in the frameworks;
 //! default 200), BENCH_CONVERSATIONS (100), BENCH_SINGLE_TURNS (turns of the one-conversation
-//! run, 6,000: ~1.6 s, long enough for the log to reach its steady state), BENCH_ROUNDS (3, of the
-//! one-conversation run beside the raw rates).
+//! run, 4,000), BENCH_WARM_UP (turns of a conversation run before it on the same database and
+//! not timed, 4,000: a new database's WAL file grows for its first second or so, and a running
+//! server's does not), BENCH_ROUNDS (3, of the one-conversation run beside the raw rates).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -77,24 +78,24 @@ fn scenario(turns: u64, traces: bool) -> Value {
     })
 }
 
-/// Turns per second over `conversations` conversations of `turns` turns each, run at once.
-async fn turn_loop(conversations: usize, turns: u64, traces: bool) -> anyhow::Result<f64> {
-    let dir = tempfile::tempdir()?;
-    let store = Arc::new(SqliteStore::open(
-        dir.path().join("turns.db"),
-        Synchronous::Full,
-    )?);
-    let orch = Orchestrator::open(store, Limits::default())?;
+/// Starts `count` conversations named `{prefix}{n}` and waits until all of them have closed.
+async fn run_conversations(
+    orch: &Arc<Orchestrator>,
+    prefix: &str,
+    count: usize,
+    turns: u64,
+    traces: bool,
+) -> anyhow::Result<()> {
     let admin = Identity::new("admin", true);
-    let start = Instant::now();
     let mut creating = Vec::new();
-    for c in 0..conversations {
+    for c in 0..count {
         let (orch, admin) = (orch.clone(), admin.clone());
+        let id = format!("{prefix}{c}");
         creating.push(tokio::spawn(async move {
             orch.create_conversation(
                 &admin,
                 CreateConversationParams {
-                    conversation_id: Some(format!("c{c}")),
+                    conversation_id: Some(id),
                     scenario: Some(scenario(turns, traces)),
                     ..Default::default()
                 },
@@ -105,18 +106,42 @@ async fn turn_loop(conversations: usize, turns: u64, traces: bool) -> anyhow::Re
     for c in creating {
         c.await??;
     }
-    for c in 0..conversations {
+    for c in 0..count {
+        let id = format!("{prefix}{c}");
         let conv = orch
             .hub()
-            .get(&format!("c{c}"))
-            .ok_or_else(|| anyhow::anyhow!("no c{c}"))?;
+            .get(&id)
+            .ok_or_else(|| anyhow::anyhow!("no {id}"))?;
         let mut head = conv.watch();
         let deadline = Instant::now() + Duration::from_secs(600);
         while !conv.core().closed {
-            anyhow::ensure!(Instant::now() < deadline, "c{c} did not finish");
+            anyhow::ensure!(Instant::now() < deadline, "{id} did not finish");
             let _ = tokio::time::timeout(Duration::from_millis(100), head.changed()).await;
         }
     }
+    Ok(())
+}
+
+/// Turns per second over `conversations` conversations of `turns` turns each, run at once, on
+/// a fresh database; with `warm_up` turns, one conversation of that many runs first (not
+/// timed), so that the log is measured as a running server has it rather than as a new file.
+async fn turn_loop(
+    conversations: usize,
+    turns: u64,
+    traces: bool,
+    warm_up: u64,
+) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(SqliteStore::open(
+        dir.path().join("turns.db"),
+        Synchronous::Full,
+    )?);
+    let orch = Orchestrator::open(store, Limits::default())?;
+    if warm_up > 0 {
+        run_conversations(&orch, "warm-up", 1, warm_up, traces).await?;
+    }
+    let start = Instant::now();
+    run_conversations(&orch, "c", conversations, turns, traces).await?;
     let elapsed = start.elapsed().as_secs_f64();
     orch.shutdown().await;
     Ok(turns as f64 * conversations as f64 / elapsed)
@@ -172,7 +197,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let turns = env("BENCH_TURNS", 200);
-    let single_turns = env("BENCH_SINGLE_TURNS", 6_000);
+    let single_turns = env("BENCH_SINGLE_TURNS", 4_000);
+    let warm_up = env("BENCH_WARM_UP", 4_000);
     let rounds = env("BENCH_ROUNDS", 3).max(1) as usize;
     let conversations = env("BENCH_CONVERSATIONS", 100) as usize;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -184,7 +210,7 @@ fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
-        "one conversation: {single_turns} turns, turn.traces: false (1 commit a turn), beside the disk's raw rates, {rounds} rounds"
+        "one conversation: {single_turns} turns after {warm_up} not timed, turn.traces: false (1 commit a turn), beside the disk's raw rates, {rounds} rounds"
     );
     let (mut ratios, mut singles) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
@@ -193,7 +219,7 @@ fn main() -> anyhow::Result<()> {
         settle(dir.path());
         let commits = sqlite_commit_rate(dir.path(), 1.0)?;
         settle(dir.path());
-        let single = rt.block_on(turn_loop(1, single_turns, false))?;
+        let single = rt.block_on(turn_loop(1, single_turns, false, warm_up))?;
         println!(
             "  round {round}: raw fsync (128-byte appends + fdatasync) {fsync:>6.0} /s, raw SQLite one-row commits (FULL, WAL, 16 KiB) {commits:>6.0} /s, one conversation {single:>6.0} turns/s  ({:.0}% of the fsync rate, {:.0}% of the one-row commit rate)",
             100.0 * single / fsync,
@@ -208,15 +234,15 @@ fn main() -> anyhow::Result<()> {
         100.0 * median(ratios)
     );
     settle(dir.path());
-    let traced_single = rt.block_on(turn_loop(1, single_turns, true))?;
+    let traced_single = rt.block_on(turn_loop(1, single_turns, true, warm_up))?;
     println!(
         "  with turn traces (the default: 3 commits a turn): one conversation {traced_single:.0} turns/s"
     );
     println!("{conversations} conversations at once, {turns} turns each:");
     settle(dir.path());
-    let traced_aggregate = rt.block_on(turn_loop(conversations, turns, true))?;
+    let traced_aggregate = rt.block_on(turn_loop(conversations, turns, true, 0))?;
     settle(dir.path());
-    let aggregate = rt.block_on(turn_loop(conversations, turns, false))?;
+    let aggregate = rt.block_on(turn_loop(conversations, turns, false, 0))?;
     println!("  with turn traces (3 commits a turn)        {traced_aggregate:>9.0} turns/s");
     println!(
         "  turn.traces: false (1 commit a turn)       {aggregate:>9.0} turns/s  (goal >= 50,000)"
