@@ -473,6 +473,32 @@ async fn sse_fanout(s: &Server, subs: usize, rate: usize, n: usize) {
     cpu.report();
 }
 
+/// Reads one HTTP/1.1 response with a Content-Length; answers its body.
+async fn read_response(tcp: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tcp.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = std::str::from_utf8(&buf[..end]).ok()?.to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        if buf.len() >= end + 4 + len {
+            return Some(buf[end + 4..end + 4 + len].to_vec());
+        }
+    }
+}
+
 /// Phase 3: long-poll waiters.
 async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
     let conv = "long-poll";
@@ -497,16 +523,17 @@ async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
             tasks.push(tokio::spawn(async move {
                 let mut tcp = TcpStream::connect(&addr).await.expect("connect");
                 tcp.set_nodelay(true).ok();
+                // A kept-alive connection, as browsers and HTTP libraries use: the answer is
+                // complete when its Content-Length is in.
                 let req = format!(
-                    "GET /conversations/{conv}/wait?sinceSeq={since}&timeoutMs=30000 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+                    "GET /conversations/{conv}/wait?sinceSeq={since}&timeoutMs=30000 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
                 );
                 tcp.write_all(req.as_bytes()).await.expect("request");
                 parked.fetch_add(1, Ordering::Relaxed);
-                let mut body = Vec::new();
-                let read = tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut body)).await;
-                if !matches!(read, Ok(Ok(_))) {
+                let read = tokio::time::timeout(Duration::from_secs(30), read_response(&mut tcp)).await;
+                let Ok(Some(body)) = read else {
                     return None;
-                }
+                };
                 let i = index_in(&body)?;
                 clock.latency_us(i)
             }));
