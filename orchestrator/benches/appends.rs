@@ -8,6 +8,9 @@
 //! Every phase uses `synchronous=FULL` (each acknowledged append survives power loss) and
 //! ~300-byte payloads; the load spreads over 1,000 conversations.
 
+mod common;
+use common::{env, median, settle};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,13 +31,6 @@ use serde_json::{json, Value};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONVERSATIONS: usize = 1000;
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Latency is sampled on one request in this many, to keep the clients' own cost down.
 const SAMPLE: usize = 16;
@@ -314,22 +310,6 @@ fn print_phase(name: &str, p: &Phase, ceiling: f64, goal: &str) {
         p.p99_ms,
         p.mean_batch
     );
-}
-
-/// Removes the previous phases' databases and flushes the page cache's dirty data, so that
-/// each phase starts from the same disk state rather than paying for the phase before it.
-fn settle(dir: &std::path::Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    let _ = std::process::Command::new("sync").status();
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() -> anyhow::Result<()> {

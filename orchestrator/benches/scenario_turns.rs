@@ -13,6 +13,9 @@
 //! not timed, 4,000: a new database's WAL file grows for its first second or so, and a running
 //! server's does not), BENCH_ROUNDS (3, of the one-conversation run beside the raw rates).
 
+mod common;
+use common::{env, median, settle};
+
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -170,29 +173,6 @@ fn framework(
         v["single"].as_f64().unwrap_or(0.0),
         v["aggregate"].as_f64().unwrap_or(0.0),
     ))
-}
-
-/// Removes the previous phases' files and flushes the page cache's dirty data, so that each phase
-/// starts from the same disk state rather than paying for the writeback of the phase before it.
-fn settle(dir: &std::path::Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    let _ = std::process::Command::new("sync").status();
-}
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() -> anyhow::Result<()> {
