@@ -442,8 +442,10 @@ async fn events(
     let stream = futures::stream::unfold((feed, slot), |(mut feed, slot)| async move {
         match feed.next().await {
             Ok(Some(ev)) => {
-                let data = serde_json::to_string(&*ev).unwrap_or_default();
-                let sse = SseEvent::default().id(ev.seq.to_string()).data(data);
+                // The event's JSON is made once, however many streams it goes to.
+                let sse = SseEvent::default()
+                    .id(ev.seq.to_string())
+                    .data(ev.to_json().get());
                 Some((Ok::<_, Infallible>(sse), (feed, slot)))
             }
             Ok(None) => None,

@@ -146,7 +146,7 @@ where
 #[serde(rename_all = "camelCase")]
 struct EventRef<'a> {
     conversation_id: &'a str,
-    event: &'a Event,
+    event: &'a serde_json::value::RawValue,
 }
 
 /// Builds the module with every method this server implements.
@@ -247,9 +247,10 @@ pub fn module(
                 };
                 match next {
                     Ok(Some(ev)) => {
+                        // The event's JSON is made once, however many subscribers it goes to.
                         let msg = serde_json::value::to_raw_value(&EventRef {
                             conversation_id: &ev.conversation_id,
-                            event: &ev,
+                            event: ev.to_json(),
                         })?;
                         sink.send(msg).await?;
                     }

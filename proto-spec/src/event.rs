@@ -98,9 +98,37 @@ pub struct Event {
     pub client_request_id: Option<String>,
     /// When it was committed, RFC 3339 UTC with milliseconds.
     pub ts: String,
+    /// This event as JSON, made on first use: an event sent to many subscribers is serialized
+    /// once. Not part of the wire form.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub json: JsonOnce,
+}
+
+/// A value's JSON text, made at most once and shared by every reader (see [`Event::to_json`]).
+/// Compares equal to any other: it is a cache of the value it belongs to.
+#[derive(Clone, Default)]
+pub struct JsonOnce(std::sync::OnceLock<Box<RawValue>>);
+
+impl std::fmt::Debug for JsonOnce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "JsonOnce(made)"
+        } else {
+            "JsonOnce(not made)"
+        })
+    }
 }
 
 impl Event {
+    /// This event as JSON (its wire form), serialized on the first call and kept.
+    pub fn to_json(&self) -> &RawValue {
+        self.json.0.get_or_init(|| {
+            // An event holds only strings, numbers and JSON text: serializing it cannot fail.
+            serde_json::value::to_raw_value(self).unwrap_or_else(|_| RawValue::NULL.to_owned())
+        })
+    }
+
     /// The payload, parsed.
     pub fn payload_value(&self) -> Value {
         serde_json::from_str(self.payload.get()).unwrap_or(Value::Null)

@@ -150,3 +150,19 @@ fn spec_drift() {
          rewrite them with: UPDATE_SPEC=1 cargo test --workspace --test wire"
     );
 }
+
+#[test]
+fn an_events_cached_json_is_its_wire_form() {
+    for value in &fixtures()["Event"] {
+        let event: Event = serde_json::from_value(value.clone()).expect("an Event fixture");
+        let made = event.to_json().get().to_string();
+        assert_eq!(made, serde_json::to_string(&event).expect("serializes"));
+        // Made once: the second call answers the same text, and a clone carries it along.
+        assert!(std::ptr::eq(event.to_json(), event.to_json()));
+        assert_eq!(event.clone().to_json().get(), made);
+        // The cache is not part of the wire form, nor of equality.
+        let back: Event = serde_json::from_str(&made).expect("parses back");
+        assert_eq!(back, event);
+        assert_eq!(serde_json::to_value(&back).expect("serializes"), *value);
+    }
+}

@@ -245,6 +245,45 @@ pub struct ParentLink {
     pub depth: u32,
 }
 
+/// A conversation's participants as a set for the check on every append. Names of up to
+/// [`INLINE_NAME`] bytes (agent ids nearly always are) are kept in the set's own table, so a
+/// lookup compares bytes already in hand instead of following a pointer per candidate to a
+/// string elsewhere on the heap: with thousands of conversations in memory that pointer is a
+/// cache miss on nearly every append.
+#[derive(Debug, Clone, Default)]
+struct Members(std::collections::HashSet<Member, ahash::RandomState>);
+
+const INLINE_NAME: usize = 30;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Member {
+    Inline(u8, [u8; INLINE_NAME]),
+    Heap(Box<str>),
+}
+
+impl Member {
+    fn new(name: &str) -> Member {
+        let b = name.as_bytes();
+        if b.len() <= INLINE_NAME {
+            let mut bytes = [0; INLINE_NAME];
+            bytes[..b.len()].copy_from_slice(b);
+            Member::Inline(b.len() as u8, bytes)
+        } else {
+            Member::Heap(name.into())
+        }
+    }
+}
+
+impl Members {
+    fn new(names: &[String]) -> Members {
+        Members(names.iter().map(|n| Member::new(n)).collect())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(&Member::new(name))
+    }
+}
+
 /// A conversation's state, rebuilt from its log.
 #[derive(Debug, Clone)]
 pub struct ConvState {
@@ -252,7 +291,7 @@ pub struct ConvState {
     pub id: String,
     participants: Vec<String>,
     /// The same agents, for the membership check on every append.
-    members: std::collections::HashSet<String, ahash::RandomState>,
+    members: Members,
     /// Head, turn, speaker, status.
     pub core: Core,
     idem: HashMap<(String, String), IdemRecord>,
@@ -291,7 +330,7 @@ impl ConvState {
     pub fn new(id: impl Into<String>, participants: Vec<String>) -> Self {
         ConvState {
             id: id.into(),
-            members: participants.iter().cloned().collect(),
+            members: Members::new(&participants),
             participants,
             core: Core {
                 head: 0,
@@ -640,7 +679,7 @@ impl ConvState {
                                 .iter()
                                 .filter_map(|p| p.as_str().map(str::to_string))
                                 .collect();
-                            self.members = self.participants.iter().cloned().collect();
+                            self.members = Members::new(&self.participants);
                         }
                         self.policy = payload
                             .get("policy")

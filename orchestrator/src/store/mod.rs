@@ -120,6 +120,7 @@ pub fn to_event(conversation_id: &str, d: Draft, ts: &str) -> Event {
         payload: d.payload,
         client_request_id: d.client_request_id,
         ts: ts.to_string(),
+        json: Default::default(),
     }
 }
 

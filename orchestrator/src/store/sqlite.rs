@@ -511,6 +511,7 @@ impl Store for SqliteStore {
                     payload: RawValue::from_string(payload).map_err(|e| Error::Corrupt(e.to_string()))?,
                     client_request_id,
                     ts: format_ts(ts_ms),
+                    json: Default::default(),
                 });
             }
             Ok(out)
