@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use orchestrator::config::Limits;
 use orchestrator::service::Orchestrator;
 use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::turns::TurnConfig;
 use orchestrator::{auth, server};
 
 #[global_allocator]
@@ -295,10 +296,12 @@ async fn serve(
     let store = Arc::new(
         SqliteStore::open(&db, sync).with_context(|| format!("opening {}", db.display()))?,
     );
-    let orch = Orchestrator::open(store, limits)?;
-    if !scenarios.is_empty() {
-        orch.set_scenarios(scenarios)
-            .map_err(|e| anyhow::anyhow!("{}", e.to_rpc().message))?;
+    // The scenario library is in place before the first turn runs: turns taken again from the
+    // log at start may open sub-conversations by scenario name.
+    let named = !scenarios.is_empty();
+    let orch = Orchestrator::open_serving(store, limits, TurnConfig::default(), scenarios)
+        .map_err(|e| anyhow::anyhow!("{}", e.to_rpc().message))?;
+    if named {
         eprintln!("scenarios: {}", orch.scenario_names().join(", "));
     }
     let conversations = orch.hub().len();

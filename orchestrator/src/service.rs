@@ -48,6 +48,20 @@ impl Orchestrator {
         limits: Limits,
         turn_config: TurnConfig,
     ) -> Result<Arc<Orchestrator>> {
+        Orchestrator::open_serving(store, limits, turn_config, Vec::new())
+    }
+
+    /// [`Orchestrator::open_with`] with a library of named scenarios (see
+    /// [`Orchestrator::set_scenarios`]), in place before any turn runs: a turn taken again from
+    /// the log at start may open a sub-conversation by scenario name at once. Every scenario is
+    /// checked before anything is opened.
+    pub fn open_serving(
+        store: Arc<dyn Store>,
+        limits: Limits,
+        turn_config: TurnConfig,
+        scenarios: Vec<(String, serde_json::Value)>,
+    ) -> Result<Arc<Orchestrator>> {
+        let library = scenario_library(scenarios)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Corrupt("the orchestrator needs a tokio runtime".into()))?;
         crate::telemetry::install();
@@ -62,7 +76,7 @@ impl Orchestrator {
             writer,
             turns,
             limits,
-            scenarios: Default::default(),
+            scenarios: std::sync::RwLock::new(library),
         });
         // Scenario participants of built-in kinds run from the start.
         orch.start_agents(Default::default(), executors::ExecPolicy::default());
@@ -113,16 +127,7 @@ impl Orchestrator {
     /// Makes scenarios available to `createConversation` by name. Each is checked first; the
     /// first bad one is refused with its name.
     pub fn set_scenarios(&self, named: Vec<(String, serde_json::Value)>) -> Result<()> {
-        let mut map = std::collections::HashMap::new();
-        for (name, v) in named {
-            Scenario::parse(&v).map_err(|e| {
-                Error::Rpc(RpcError::new(
-                    e.code,
-                    format!("scenario {name}: {}", e.message),
-                ))
-            })?;
-            map.insert(name, v);
-        }
+        let map = scenario_library(named)?;
         if let Ok(mut s) = self.scenarios.write() {
             *s = map;
         }
@@ -739,6 +744,23 @@ impl Orchestrator {
             )),
         }
     }
+}
+
+/// Scenarios by name, each checked.
+fn scenario_library(
+    named: Vec<(String, serde_json::Value)>,
+) -> Result<std::collections::HashMap<String, serde_json::Value>> {
+    let mut map = std::collections::HashMap::new();
+    for (name, v) in named {
+        Scenario::parse(&v).map_err(|e| {
+            Error::Rpc(RpcError::new(
+                e.code,
+                format!("scenario {name}: {}", e.message),
+            ))
+        })?;
+        map.insert(name, v);
+    }
+    Ok(map)
 }
 
 /// The answer of a long-poll: a [`WaitResult`] whose events are shared with the log's other
