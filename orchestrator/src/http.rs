@@ -464,3 +464,67 @@ async fn events(
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
 }
+
+/// The answer of a long-poll: a [`WaitResult`] whose events are shared with the log's other
+/// readers. It serializes to the same JSON, each event's text made once however many waiters
+/// it wakes (see [`proto_spec::Event::to_json`]).
+#[derive(Debug)]
+pub struct WaitEvents {
+    /// The seq of the last event.
+    pub latest_seq: u64,
+    /// True when the wait ended with nothing after `sinceSeq`.
+    pub timed_out: bool,
+    /// Events with seq > `sinceSeq`, in order.
+    pub events: Vec<Arc<proto_spec::Event>>,
+}
+
+impl Serialize for WaitEvents {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let events: Vec<&serde_json::value::RawValue> =
+            self.events.iter().map(|e| e.to_json()).collect();
+        let mut st = s.serialize_struct("WaitResult", 3)?;
+        st.serialize_field("latestSeq", &self.latest_seq)?;
+        st.serialize_field("timedOut", &self.timed_out)?;
+        st.serialize_field("events", &events)?;
+        st.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_polls_answer_serializes_as_its_wire_type() {
+        let event = |seq: u64| proto_spec::Event {
+            conversation_id: "c".into(),
+            seq,
+            kind: proto_spec::EventKind::Message,
+            author: "alice".into(),
+            turn: 1,
+            finality: Some(proto_spec::Finality::None),
+            payload: serde_json::value::to_raw_value(
+                &serde_json::json!({"text": "hi \"there\"\n"}),
+            )
+            .expect("payload"),
+            client_request_id: Some("k1".into()),
+            ts: "2026-11-22T00:00:00.000Z".into(),
+            json: Default::default(),
+        };
+        let answer = WaitEvents {
+            latest_seq: 2,
+            timed_out: false,
+            events: vec![Arc::new(event(1)), Arc::new(event(2))],
+        };
+        let wire = WaitResult {
+            latest_seq: 2,
+            timed_out: false,
+            events: vec![event(1), event(2)],
+        };
+        let text = serde_json::to_string(&answer).expect("serializes");
+        assert_eq!(text, serde_json::to_string(&wire).expect("serializes"));
+        let back: WaitResult = serde_json::from_str(&text).expect("a WaitResult");
+        assert_eq!(back, wire);
+    }
+}

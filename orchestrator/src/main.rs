@@ -298,11 +298,11 @@ async fn serve(
     );
     // The scenario library is in place before the first turn runs: turns taken again from the
     // log at start may open sub-conversations by scenario name.
-    let named = !scenarios.is_empty();
     let orch = Orchestrator::open_serving(store, limits, TurnConfig::default(), scenarios)
         .map_err(|e| anyhow::anyhow!("{}", e.to_rpc().message))?;
-    if named {
-        eprintln!("scenarios: {}", orch.scenario_names().join(", "));
+    let names = orch.scenario_names();
+    if !names.is_empty() {
+        eprintln!("scenarios: {}", names.join(", "));
     }
     let conversations = orch.hub().len();
     let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;

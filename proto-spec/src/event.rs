@@ -106,9 +106,16 @@ pub struct Event {
 }
 
 /// A value's JSON text, made at most once and shared by every reader (see [`Event::to_json`]).
-/// Compares equal to any other: it is a cache of the value it belongs to.
-#[derive(Clone, Default)]
+/// [`Event`]'s equality ignores it. A clone starts empty, so a copy that is changed and then
+/// sent is serialized as it is, not as the original was.
+#[derive(Default)]
 pub struct JsonOnce(std::sync::OnceLock<Box<RawValue>>);
+
+impl Clone for JsonOnce {
+    fn clone(&self) -> Self {
+        JsonOnce::default()
+    }
+}
 
 impl std::fmt::Debug for JsonOnce {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,7 +128,8 @@ impl std::fmt::Debug for JsonOnce {
 }
 
 impl Event {
-    /// This event as JSON (its wire form), serialized on the first call and kept.
+    /// This event as JSON (its wire form), serialized on the first call and kept: the text is
+    /// of the event as it was then. Events are shared read-only once committed; change a clone.
     pub fn to_json(&self) -> &RawValue {
         self.json.0.get_or_init(|| {
             // An event holds only strings, numbers and JSON text: serializing it cannot fail.

@@ -157,9 +157,15 @@ fn an_events_cached_json_is_its_wire_form() {
         let event: Event = serde_json::from_value(value.clone()).expect("an Event fixture");
         let made = event.to_json().get().to_string();
         assert_eq!(made, serde_json::to_string(&event).expect("serializes"));
-        // Made once: the second call answers the same text, and a clone carries it along.
+        // Made once: the second call answers the same text.
         assert!(std::ptr::eq(event.to_json(), event.to_json()));
-        assert_eq!(event.clone().to_json().get(), made);
+        // A clone makes its own, so a changed copy is sent as it is.
+        let copy = event.clone();
+        assert_eq!(copy.to_json().get(), made);
+        let mut changed = event.clone();
+        changed.seq += 1;
+        assert_ne!(changed.to_json().get(), made);
+        assert!(!std::ptr::eq(copy.to_json(), event.to_json()));
         // The cache is not part of the wire form, nor of equality.
         let back: Event = serde_json::from_str(&made).expect("parses back");
         assert_eq!(back, event);
