@@ -127,6 +127,14 @@ impl Feed {
         Feed::new(store, hub, mode)
     }
 
+    /// A feed of one conversation as the conversation and its cursor; any other feed as it is.
+    pub fn into_one(self) -> std::result::Result<(Arc<ConvShared>, u64), Box<Feed>> {
+        match self.mode {
+            Mode::One { conv, cursor, .. } if self.backlog.is_empty() => Ok((conv, cursor)),
+            mode => Err(Box::new(Feed { mode, ..self })),
+        }
+    }
+
     /// How many times this feed fell behind the broadcast and was resumed from the log.
     pub fn resumed_from_log(&self) -> u64 {
         self.resumed

@@ -51,6 +51,8 @@ pub struct ConvShared {
     policy: std::sync::OnceLock<crate::state::TurnPolicy>,
     /// For a sub-conversation: the conversation that opened it (set once).
     parent: std::sync::OnceLock<String>,
+    /// Live WebSocket subscribers the publisher writes to itself.
+    pub direct: crate::push::Direct,
 }
 
 impl ConvShared {
@@ -235,6 +237,7 @@ impl Hub {
             members: participants.iter().cloned().collect(),
             participants,
             head: watch::channel(core.head).0,
+            direct: crate::push::Direct::after(core.head),
             core: RwLock::new(core),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
             turn_started_ms: std::sync::atomic::AtomicI64::new(0),
@@ -324,6 +327,7 @@ impl Hub {
             *c = core;
         }
         conv.head.send_replace(head);
+        conv.direct.deliver(&conv.id, &events);
         if self.global.receiver_count() > 0 {
             let _ = self.global.send(Arc::new(events));
         }

@@ -7,7 +7,8 @@
 //! - [`writer`]: the single writer thread with group commit.
 //! - [`hub`]: hot state in memory and the fanout of committed events; [`fanout`]: cursors and feeds.
 //! - [`service`]: the method core, shared by every transport.
-//! - [`rpc`]: the jsonrpsee module; [`http`]: SSE, long-poll, REST and the viewer page;
+//! - [`rpc`]: the jsonrpsee module; [`push`]: `subscribe` written straight to each connection;
+//!   [`http`]: SSE, long-poll, REST and the viewer page;
 //!   [`server`]: the axum host on one port, graceful shutdown; [`net`]: coalesced writes.
 //! - [`telemetry`]: the metrics behind `GET /metrics`.
 //! - [`scenario`]: inline scenarios (participants, speaker policy, turn timeout).
@@ -41,6 +42,7 @@ pub mod fanout;
 pub mod http;
 pub mod hub;
 pub mod net;
+pub mod push;
 pub mod rpc;
 pub mod runner;
 pub mod scenario;

@@ -52,6 +52,27 @@ impl axum::serve::Listener for CoalescingListener {
     }
 }
 
+/// What a request knows of its connection: the peer, and a writer of frames into the
+/// connection's send buffer (used once the connection is a WebSocket).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The peer's address.
+    pub remote: SocketAddr,
+    /// Writes whole frames into the connection's send buffer.
+    pub frames: ConnWriter,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CoalescingListener>>
+    for ConnInfo
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, CoalescingListener>) -> Self {
+        ConnInfo {
+            remote: *stream.remote_addr(),
+            frames: stream.io().frame_writer(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Out {
     buf: Vec<u8>,
@@ -66,15 +87,41 @@ struct Out {
     blocked: Option<Waker>,
     /// A shutdown waiting for the writer to finish.
     closing: Option<Waker>,
+    /// The WebSocket server has written part of a frame and not yet flushed it: frames written
+    /// through a [`ConnWriter`] wait in `held` until the flush.
+    mid_frame: bool,
+    /// Whole frames from a [`ConnWriter`], waiting for the frame in progress to end.
+    held: Vec<u8>,
+    /// A [`ConnWriter`] waits for room or for the connection's end.
+    waiting: bool,
+}
+
+impl Out {
+    fn closed(&self) -> bool {
+        self.error.is_some() || self.shutdown || self.done || self.dropped
+    }
+
+    fn queued(&self) -> usize {
+        self.buf.len() + self.held.len()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     out: Mutex<Out>,
     wake_writer: Notify,
+    /// Room was made, or the connection ended (for [`ConnWriter`]s that wait to write).
+    changed: Notify,
+    /// The connection is closed or closing.
+    ended: Notify,
 }
 
 impl Shared {
+    fn notify_ended(&self) {
+        self.changed.notify_waiters();
+        self.ended.notify_waiters();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Out> {
         // A panic while holding this lock leaves plain data behind; carry on with it.
         self.out.lock().unwrap_or_else(|p| p.into_inner())
@@ -109,6 +156,9 @@ async fn write_loop(mut w: OwnedWriteHalf, shared: Arc<Shared>) {
             std::mem::swap(&mut o.buf, &mut chunk);
             if let Some(waker) = o.blocked.take() {
                 waker.wake();
+            }
+            if std::mem::take(&mut o.waiting) {
+                shared.changed.notify_waiters();
             }
             (o.shutdown, o.dropped)
         };
@@ -146,12 +196,15 @@ fn finish(shared: &Shared, error: Option<io::ErrorKind>) {
         o.error = error;
     }
     o.buf = Vec::new();
+    o.held = Vec::new();
     if let Some(waker) = o.blocked.take() {
         waker.wake();
     }
     if let Some(waker) = o.closing.take() {
         waker.wake();
     }
+    drop(o);
+    shared.notify_ended();
 }
 
 impl AsyncRead for Coalesced {
@@ -183,6 +236,7 @@ impl AsyncWrite for Coalesced {
         }
         let was_empty = o.buf.is_empty();
         o.buf.extend_from_slice(buf);
+        o.mid_frame = true;
         drop(o);
         if was_empty {
             self.shared.wake_writer.notify_one();
@@ -191,10 +245,26 @@ impl AsyncWrite for Coalesced {
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.shared.lock().error {
-            Some(kind) => Poll::Ready(Err(kind.into())),
-            None => Poll::Ready(Ok(())),
+        let mut o = self.shared.lock();
+        if let Some(kind) = o.error {
+            return Poll::Ready(Err(kind.into()));
         }
+        // The WebSocket server flushes after each whole frame: frames held back go out now.
+        o.mid_frame = false;
+        if !o.held.is_empty() {
+            let out = &mut *o;
+            let was_empty = out.buf.is_empty();
+            if was_empty {
+                std::mem::swap(&mut out.buf, &mut out.held);
+            } else {
+                out.buf.append(&mut out.held);
+            }
+            drop(o);
+            if was_empty {
+                self.shared.wake_writer.notify_one();
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -209,6 +279,7 @@ impl AsyncWrite for Coalesced {
         o.closing = Some(cx.waker().clone());
         drop(o);
         self.shared.wake_writer.notify_one();
+        self.shared.notify_ended();
         Poll::Pending
     }
 }
@@ -217,7 +288,127 @@ impl Drop for Coalesced {
     fn drop(&mut self) {
         self.shared.lock().dropped = true;
         self.shared.wake_writer.notify_one();
+        self.shared.notify_ended();
     }
+}
+
+impl Coalesced {
+    /// A handle that writes whole WebSocket frames into this connection's buffer.
+    pub fn frame_writer(&self) -> ConnWriter {
+        ConnWriter(self.shared.clone())
+    }
+}
+
+/// What became of a frame offered with [`ConnWriter::try_frame`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offered {
+    /// In the send buffer.
+    Queued,
+    /// Not taken: the buffer is at [`HIGH_WATER`] (the peer is not reading fast enough).
+    Full,
+    /// Not taken: the connection is closed or closing.
+    Closed,
+}
+
+/// Writes whole WebSocket frames straight into a connection's send buffer, between the frames
+/// the WebSocket server writes itself: the server flushes after each of its frames, and a
+/// frame offered while one of the server's is half written is held until that flush. Only
+/// for upgraded WebSocket connections, whose server frames are unmasked.
+#[derive(Debug, Clone)]
+pub struct ConnWriter(Arc<Shared>);
+
+impl ConnWriter {
+    /// Offers one text frame whose payload is `prefix` followed by `tail`, without waiting.
+    pub fn try_frame(&self, prefix: &[u8], tail: &[u8]) -> Offered {
+        let mut o = self.0.lock();
+        if o.closed() {
+            return Offered::Closed;
+        }
+        if o.queued() >= HIGH_WATER {
+            return Offered::Full;
+        }
+        let wake = if o.mid_frame {
+            text_frame(&mut o.held, prefix, tail);
+            false
+        } else {
+            let was_empty = o.buf.is_empty();
+            text_frame(&mut o.buf, prefix, tail);
+            was_empty
+        };
+        drop(o);
+        if wake {
+            self.0.wake_writer.notify_one();
+        }
+        Offered::Queued
+    }
+
+    /// Writes whole frames (as [`text_frame`] makes them), waiting while the buffer is full.
+    pub async fn write_frames(&self, frames: &[u8]) -> io::Result<()> {
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut o = self.0.lock();
+                if o.closed() {
+                    return Err(io::ErrorKind::BrokenPipe.into());
+                }
+                if o.queued() < HIGH_WATER {
+                    let wake = if o.mid_frame {
+                        o.held.extend_from_slice(frames);
+                        false
+                    } else {
+                        let was_empty = o.buf.is_empty();
+                        o.buf.extend_from_slice(frames);
+                        was_empty
+                    };
+                    drop(o);
+                    if wake {
+                        self.0.wake_writer.notify_one();
+                    }
+                    return Ok(());
+                }
+                o.waiting = true;
+            }
+            changed.await;
+        }
+    }
+
+    /// Whether the connection is closed or closing.
+    pub fn is_closed(&self) -> bool {
+        self.0.lock().closed()
+    }
+
+    /// Resolves once the connection is closed or closing.
+    pub async fn closed(&self) {
+        loop {
+            let ended = self.0.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.is_closed() {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// Appends one unmasked, final text frame whose payload is `prefix` followed by `tail`.
+pub fn text_frame(out: &mut Vec<u8>, prefix: &[u8], tail: &[u8]) {
+    let len = prefix.len() + tail.len();
+    out.reserve(len + 10);
+    out.push(0x81);
+    if len < 126 {
+        out.push(len as u8);
+    } else if len <= u16::MAX as usize {
+        out.push(126);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(127);
+        out.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(tail);
 }
 
 #[cfg(test)]

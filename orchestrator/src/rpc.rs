@@ -28,6 +28,10 @@ pub struct Session {
     in_flight: AtomicUsize,
     /// Counts the connection as open while the session lives (WebSocket sessions only).
     _open: Option<crate::telemetry::Open>,
+    /// Writes frames into the connection's send buffer (WebSocket sessions only).
+    frames: Option<crate::net::ConnWriter>,
+    /// The connection's `subscribe` subscriptions.
+    subscriptions: crate::push::Registry,
 }
 
 /// Counts one call in flight on a connection while it lives.
@@ -41,12 +45,27 @@ impl Drop for InFlightGuard {
 }
 
 impl Session {
-    /// A session; `open` counts its connection while it lives.
-    pub fn new(open: Option<crate::telemetry::Open>) -> Self {
+    /// A session; `open` counts its connection while it lives; `frames` writes into its
+    /// connection (a WebSocket's).
+    pub fn new(
+        open: Option<crate::telemetry::Open>,
+        frames: Option<crate::net::ConnWriter>,
+    ) -> Self {
         Session {
             _open: open,
+            frames,
             ..Default::default()
         }
+    }
+
+    /// Writes frames into the connection's send buffer, for a WebSocket session.
+    pub fn frames(&self) -> Option<&crate::net::ConnWriter> {
+        self.frames.as_ref()
+    }
+
+    /// The connection's open `subscribe` subscriptions.
+    pub fn subscriptions(&self) -> &crate::push::Registry {
+        &self.subscriptions
     }
 
     /// The authenticated identity, or `Unauthenticated`.
@@ -93,13 +112,13 @@ pub fn wire(e: RpcError) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(w.code, w.message, w.data)
 }
 
-fn session_of(ext: &Extensions) -> Result<Arc<Session>, RpcError> {
+pub(crate) fn session_of(ext: &Extensions) -> Result<Arc<Session>, RpcError> {
     ext.get::<Arc<Session>>()
         .cloned()
         .ok_or_else(|| RpcError::new(ErrorCode::Internal, "connection has no session"))
 }
 
-fn parse<P: DeserializeOwned>(params: &Params<'_>) -> Result<P, RpcError> {
+pub(crate) fn parse<P: DeserializeOwned>(params: &Params<'_>) -> Result<P, RpcError> {
     let raw = params.as_str().unwrap_or("{}");
     if !raw.trim_start().starts_with('{') {
         return Err(RpcError::new(
@@ -142,11 +161,24 @@ where
     Ok(())
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct EventRef<'a> {
-    conversation_id: &'a str,
-    event: &'a serde_json::value::RawValue,
+/// The subscription id `unsubscribe` names: `[id]` (as jsonrpsee clients send it), `{"subscription": id}`
+/// or the id alone; a number, or a string of digits.
+fn subscription_id(params: &Params<'_>) -> Result<u64, RpcError> {
+    let v: serde_json::Value =
+        serde_json::from_str(params.as_str().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
+    let id = match &v {
+        serde_json::Value::Array(a) if a.len() == 1 => &a[0],
+        serde_json::Value::Object(o) => o.get("subscription").unwrap_or(&serde_json::Value::Null),
+        other => other,
+    };
+    id.as_u64()
+        .or_else(|| id.as_str().and_then(|s| s.parse().ok()))
+        .ok_or_else(|| {
+            RpcError::new(
+                ErrorCode::InvalidParams,
+                "unsubscribe takes the subscription id: [id] or {\"subscription\": id}",
+            )
+        })
 }
 
 /// Builds the module with every method this server implements.
@@ -220,50 +252,13 @@ pub fn module(
     add(&mut m, names::SEND_TRACE, |o: Ctx, who, p| async move {
         o.send_trace(&who, p).await
     })?;
-    m.register_subscription(
-        names::SUBSCRIBE,
-        names::EVENT,
-        names::UNSUBSCRIBE,
-        |params, pending, ctx, ext| async move {
-            let started = (|| {
-                let session = session_of(&ext)?;
-                let who = session.identity()?;
-                let p: SubscribeParams = parse(&params)?;
-                ctx.subscribe(&who, p).map_err(|e| e.to_rpc())
-            })();
-            let mut feed = match started {
-                Ok(feed) => feed,
-                Err(e) => {
-                    pending.reject(wire(e)).await;
-                    return Ok(());
-                }
-            };
-            let sink = pending.accept().await?;
-            let _open = crate::telemetry::Open::subscriber("ws");
-            loop {
-                let next = tokio::select! {
-                    _ = sink.closed() => break,
-                    n = feed.next() => n,
-                };
-                match next {
-                    Ok(Some(ev)) => {
-                        // The event's JSON is made once, however many subscribers it goes to.
-                        let msg = serde_json::value::to_raw_value(&EventRef {
-                            conversation_id: &ev.conversation_id,
-                            event: ev.to_json(),
-                        })?;
-                        sink.send(msg).await?;
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        let e = e.to_rpc();
-                        return Err(e.message.into());
-                    }
-                }
-            }
-            SubscriptionResult::Ok(())
-        },
-    )?;
+    // `subscribe` is answered by the middleware in [`crate::push`], which writes its frames
+    // straight into the connection; `unsubscribe` ends what it started.
+    m.register_method(names::UNSUBSCRIBE, |params, _ctx, ext| {
+        let session = session_of(ext).map_err(wire)?;
+        let id = subscription_id(&params).map_err(wire)?;
+        Ok::<_, ErrorObjectOwned>(session.subscriptions().cancel(id))
+    })?;
     m.register_subscription(
         names::REGISTER_EXECUTOR,
         names::REQUEST_TURN,

@@ -16,6 +16,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::{Json, Router};
+use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{
     stop_channel, BatchRequestConfig, PingConfig, ServerConfig, ServerHandle, StopHandle,
     TowerServiceBuilder,
@@ -34,7 +35,10 @@ struct AppState {
     orch: Arc<Orchestrator>,
     methods: Methods,
     stop: StopHandle,
-    rpc: TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>,
+    rpc: TowerServiceBuilder<
+        tower::layer::util::Stack<crate::push::SubscriptionsLayer, tower::layer::util::Identity>,
+        tower::layer::util::Identity,
+    >,
 }
 
 /// A server that is running; stop it with [`RunningServer::stop`].
@@ -117,6 +121,9 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
         .build();
     let rpc = jsonrpsee::server::Server::builder()
         .set_config(config)
+        .set_rpc_middleware(
+            RpcServiceBuilder::new().layer(crate::push::SubscriptionsLayer(orch.clone())),
+        )
         .to_service_builder();
     let state = AppState {
         orch: orch.clone(),
@@ -135,6 +142,7 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
         // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
         // frames to one connection leave in one write when the server is busy.
         let listener = crate::net::CoalescingListener(listener);
+        let app = app.into_make_service_with_connect_info::<crate::net::ConnInfo>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stopped.await;
@@ -158,8 +166,13 @@ async fn rpc_route(State(app): State<AppState>, mut req: Request<Body>) -> Respo
         .headers()
         .get(http::header::UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let frames = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<crate::net::ConnInfo>>()
+        .map(|c| c.0.frames.clone());
     req.extensions_mut().insert(Arc::new(Session::new(
         upgrade.then(|| crate::telemetry::Open::connection("ws")),
+        frames.filter(|_| upgrade),
     )));
     let mut svc = app.rpc.clone().build(app.methods.clone(), app.stop.clone());
     match svc.call(req).await {

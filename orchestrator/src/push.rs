@@ -1,0 +1,447 @@
+//! `subscribe` over WebSocket, written straight into each connection's send buffer.
+//!
+//! A subscription's frames do not go through jsonrpsee's per-connection channel and send task:
+//! the middleware [`Subscriptions`] answers `subscribe` itself, writing the answer frame and
+//! then every `event` notification into the connection's buffer ([`ConnWriter`]), between the
+//! frames jsonrpsee writes. The answer is written before any notification, so a client always
+//! learns the subscription id first.
+//!
+//! A subscription to one conversation reads its backlog after the cursor (from the ring of
+//! recent events, or from the store), then joins the conversation's [`Direct`] set, and from
+//! then on the log's publisher writes each committed event to it as part of publishing: one
+//! copy into the connection's buffer, no task woken per event. Joining happens under the set's
+//! lock and only when the subscriber's cursor has reached what the set was last given, so no
+//! event is skipped or sent twice. A subscriber whose connection buffer is full (its client
+//! reads too slowly) is let go by the publisher, which never waits, and goes back to reading
+//! the log by cursor until it has caught up again. A subscription across all of an agent's
+//! conversations runs its [`Feed`] in a task and writes each event the same way.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jsonrpsee::server::middleware::rpc::{
+    Batch, MethodResponse, Notification, Request, RpcServiceT,
+};
+use proto_spec::method::names;
+use proto_spec::{ErrorCode, Event, RpcError, SubscribeParams};
+
+use crate::fanout::{read_after, Feed, PAGE};
+use crate::hub::{ConvShared, Hub};
+use crate::net::{text_frame, ConnWriter, Offered};
+use crate::rpc::{parse, session_of, wire, Session};
+use crate::service::Orchestrator;
+use crate::store::Store;
+
+/// A live subscriber to one conversation, written to by the publisher.
+#[derive(Debug)]
+pub struct Pusher {
+    writer: ConnWriter,
+    /// `{"jsonrpc":"2.0","method":"event","params":{"subscription":ID`: what precedes each
+    /// event's [`tail`].
+    prefix: Box<[u8]>,
+    /// The seq the subscriber had reached when the publisher let it go.
+    behind: AtomicU64,
+    /// Told when the publisher lets the subscriber go.
+    let_go: tokio::sync::Notify,
+}
+
+/// One conversation's live subscribers written to by the publisher.
+#[derive(Debug)]
+pub struct Direct {
+    inner: Mutex<DirectInner>,
+}
+
+#[derive(Debug, Default)]
+struct DirectInner {
+    /// The last seq published (every publish moves it, with or without subscribers).
+    pushed: u64,
+    /// Each subscriber with the next seq it expects.
+    subs: Vec<(Arc<Pusher>, u64)>,
+}
+
+impl Direct {
+    /// A set for a conversation whose latest seq is `head`.
+    pub fn after(head: u64) -> Direct {
+        Direct {
+            inner: Mutex::new(DirectInner {
+                pushed: head,
+                subs: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DirectInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes committed events (in seq order, the conversation's latest) to every subscriber
+    /// (publisher only, after the conversation's head has moved).
+    pub fn deliver(&self, conversation_id: &str, events: &[Arc<Event>]) {
+        let Some(last) = events.last() else { return };
+        let mut d = self.lock();
+        d.pushed = last.seq;
+        if d.subs.is_empty() {
+            return;
+        }
+        let tails: Vec<Vec<u8>> = events.iter().map(|e| tail(conversation_id, e)).collect();
+        d.subs.retain_mut(|(p, next)| {
+            for (e, t) in events.iter().zip(&tails) {
+                if e.seq < *next {
+                    continue;
+                }
+                match p.writer.try_frame(&p.prefix, t) {
+                    Offered::Queued => *next = e.seq + 1,
+                    Offered::Full | Offered::Closed => {
+                        p.behind.store(*next - 1, Ordering::Release);
+                        p.let_go.notify_one();
+                        return false;
+                    }
+                }
+            }
+            true
+        });
+    }
+
+    /// Adds `p` if `cursor` has reached what the set was last given; otherwise there is more
+    /// to read first.
+    fn join(&self, p: &Arc<Pusher>, cursor: u64) -> bool {
+        let mut d = self.lock();
+        if cursor < d.pushed {
+            return false;
+        }
+        d.subs.push((p.clone(), cursor + 1));
+        true
+    }
+
+    fn leave(&self, p: &Arc<Pusher>) {
+        self.lock().subs.retain(|(q, _)| !Arc::ptr_eq(q, p));
+    }
+}
+
+/// `,"result":{"conversationId":…,"event":…}}}`: the part of an event's notification that
+/// every subscriber shares.
+fn tail(conversation_id: &str, e: &Event) -> Vec<u8> {
+    let json = e.to_json().get();
+    let mut t = Vec::with_capacity(json.len() + conversation_id.len() + 48);
+    t.extend_from_slice(br#","result":{"conversationId":"#);
+    // A string always serializes.
+    let _ = serde_json::to_writer(&mut t, conversation_id);
+    t.extend_from_slice(br#","event":"#);
+    t.extend_from_slice(json.as_bytes());
+    t.extend_from_slice(b"}}}");
+    t
+}
+
+fn prefix(id: u64) -> Box<[u8]> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"subscription":{id}"#,
+        names::EVENT
+    )
+    .into_bytes()
+    .into_boxed_slice()
+}
+
+/// The open subscriptions of one connection.
+#[derive(Debug, Default)]
+pub struct Registry {
+    subs: Mutex<HashMap<u64, Open>>,
+}
+
+#[derive(Debug)]
+struct Open {
+    task: tokio::task::AbortHandle,
+    live: Option<(Arc<ConvShared>, Arc<Pusher>)>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Open>> {
+        self.subs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many subscriptions are open.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is open.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Ends subscription `id`; false when there is none by that id.
+    pub fn cancel(&self, id: u64) -> bool {
+        let Some(open) = self.lock().remove(&id) else {
+            return false;
+        };
+        // Out of the publisher's set first, so that nothing is written after the answer.
+        if let Some((conv, p)) = &open.live {
+            conv.direct.leave(p);
+        }
+        open.task.abort();
+        true
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for (_, open) in self.lock().drain() {
+            if let Some((conv, p)) = &open.live {
+                conv.direct.leave(p);
+            }
+            open.task.abort();
+        }
+    }
+}
+
+/// The jsonrpsee middleware that answers `subscribe` itself (see the module's docs); every
+/// other call goes on to the methods.
+#[derive(Clone, Debug)]
+pub struct Subscriptions<S> {
+    service: S,
+    orch: Arc<Orchestrator>,
+}
+
+impl<S> Subscriptions<S> {
+    /// Wraps `service`.
+    pub fn new(service: S, orch: Arc<Orchestrator>) -> Self {
+        Subscriptions { service, orch }
+    }
+}
+
+/// Puts [`Subscriptions`] in front of the methods.
+#[derive(Clone, Debug)]
+pub struct SubscriptionsLayer(pub Arc<Orchestrator>);
+
+impl<S> tower::Layer<S> for SubscriptionsLayer {
+    type Service = Subscriptions<S>;
+
+    fn layer(&self, service: S) -> Subscriptions<S> {
+        Subscriptions::new(service, self.0.clone())
+    }
+}
+
+impl<S> RpcServiceT for Subscriptions<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let service = self.service.clone();
+        let orch = self.orch.clone();
+        async move {
+            if req.method_name() != names::SUBSCRIBE {
+                return service.call(req).await;
+            }
+            let id = req.id().into_owned();
+            match subscribe(&orch, &req).await {
+                // The answer is already written; jsonrpsee sends nothing for a notification.
+                Ok(()) => MethodResponse::notification(),
+                Err(e) => MethodResponse::error(id, wire(e)),
+            }
+        }
+    }
+
+    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.service.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.service.notification(n)
+    }
+}
+
+async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), RpcError> {
+    let session = session_of(req.extensions())?;
+    let who = session.identity()?;
+    let p: SubscribeParams = parse(&req.params())?;
+    let writer = session
+        .frames()
+        .cloned()
+        .ok_or_else(|| RpcError::new(ErrorCode::Internal, "subscribe needs a WebSocket"))?;
+    let limit = orch.limits().max_subscriptions_per_connection as usize;
+    if session.subscriptions().len() >= limit {
+        return Err(RpcError::new(
+            ErrorCode::TooManySubscriptions,
+            format!("too many subscriptions on this connection (limit {limit})"),
+        )
+        .with_data(serde_json::json!({"limit": limit})));
+    }
+    let feed = orch.subscribe(&who, p).map_err(|e| e.to_rpc())?;
+    // Random, below 2^53 so that JavaScript clients read it exactly, like jsonrpsee's own ids.
+    let sub_id = rand::random::<u64>() & ((1 << 53) - 1);
+    let answer = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0", "id": req.id(), "result": sub_id,
+    }))
+    .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+    let mut frame = Vec::with_capacity(answer.len() + 10);
+    text_frame(&mut frame, &answer, &[]);
+    if writer.write_frames(&frame).await.is_err() {
+        // The connection is gone; there is no one to answer.
+        return Ok(());
+    }
+    let prefix = prefix(sub_id);
+    let hub = orch.hub().clone();
+    let store = orch.store().clone();
+    let registry = session.clone();
+    // Spawned under the registry's lock: a task that ends at once removes its entry only
+    // after the entry is in.
+    let mut subs = session.subscriptions().lock();
+    let open = match feed.into_one() {
+        Ok((conv, cursor)) => {
+            let p = Arc::new(Pusher {
+                writer,
+                prefix,
+                behind: AtomicU64::new(0),
+                let_go: tokio::sync::Notify::new(),
+            });
+            let task = tokio::spawn(follow_one(
+                store,
+                hub,
+                conv.clone(),
+                cursor,
+                p.clone(),
+                registry,
+                sub_id,
+            ));
+            Open {
+                task: task.abort_handle(),
+                live: Some((conv, p)),
+            }
+        }
+        Err(feed) => {
+            let task = tokio::spawn(follow_feed(*feed, writer, prefix, registry, sub_id));
+            Open {
+                task: task.abort_handle(),
+                live: None,
+            }
+        }
+    };
+    subs.insert(sub_id, open);
+    Ok(())
+}
+
+/// Removes a subscription from its connection's registry (and its pusher from the publisher's
+/// set) when its task ends, however it ends.
+struct Ending {
+    session: Arc<Session>,
+    id: u64,
+    live: Option<(Arc<ConvShared>, Arc<Pusher>)>,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if let Some((conv, p)) = &self.live {
+            conv.direct.leave(p);
+        }
+        self.session.subscriptions().lock().remove(&self.id);
+    }
+}
+
+/// One conversation: the backlog by cursor, then live from the publisher, back to the log
+/// whenever the publisher lets go.
+async fn follow_one(
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    conv: Arc<ConvShared>,
+    mut cursor: u64,
+    p: Arc<Pusher>,
+    session: Arc<Session>,
+    id: u64,
+) {
+    let _ending = Ending {
+        session,
+        id,
+        live: Some((conv.clone(), p.clone())),
+    };
+    let _open = crate::telemetry::Open::subscriber("ws");
+    let mut closing = hub.closing();
+    let mut frames = Vec::new();
+    loop {
+        // Catch up from the ring or the store until the publisher's set can be joined.
+        loop {
+            if *closing.borrow() || p.writer.is_closed() {
+                return;
+            }
+            let events = match read_after(&store, &conv, cursor, PAGE).await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, conversation = %conv.id, "subscription ended");
+                    return;
+                }
+            };
+            let Some(last) = events.last() else {
+                if conv.direct.join(&p, cursor) {
+                    break;
+                }
+                continue;
+            };
+            cursor = last.seq;
+            frames.clear();
+            for e in &events {
+                text_frame(&mut frames, &p.prefix, &tail(&conv.id, e));
+            }
+            if p.writer.write_frames(&frames).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = p.let_go.notified() => {
+                cursor = p.behind.load(Ordering::Acquire);
+                crate::telemetry::resumed();
+            }
+            _ = closing.wait_for(|c| *c) => return,
+            _ = p.writer.closed() => return,
+        }
+    }
+}
+
+/// Every conversation of an agent: the feed, written event by event.
+async fn follow_feed(
+    mut feed: Feed,
+    writer: ConnWriter,
+    prefix: Box<[u8]>,
+    session: Arc<Session>,
+    id: u64,
+) {
+    let _ending = Ending {
+        session,
+        id,
+        live: None,
+    };
+    let _open = crate::telemetry::Open::subscriber("ws");
+    let mut frame = Vec::new();
+    loop {
+        let next = tokio::select! {
+            n = feed.next() => n,
+            _ = writer.closed() => return,
+        };
+        let e = match next {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "subscription ended");
+                return;
+            }
+        };
+        frame.clear();
+        text_frame(&mut frame, &prefix, &tail(&e.conversation_id, &e));
+        if writer.write_frames(&frame).await.is_err() {
+            return;
+        }
+    }
+}
