@@ -475,6 +475,145 @@ async fn create(addr: &str, admin: &str, conv: &str) {
     let _ = ws.close(None).await;
 }
 
+/// Phase 0: this machine's own ceiling for the same fanout, with no server in it: `subs`
+/// loopback TCP connections fed by as many sender threads as there are cores, each event a
+/// WebSocket text frame the size of the server's `event` notification, every event due on a
+/// connection written in one call (as much coalescing as there can be without waiting), read
+/// by the same minimal readers as the WebSocket phase. Latency runs from the moment an event
+/// is due to its arrival.
+async fn raw_fanout(subs: usize, rate: usize, n: usize) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let clock = Clock::new(n);
+    let mut readers = Vec::with_capacity(subs);
+    let mut accepted = Vec::with_capacity(subs);
+    for _ in 0..subs {
+        let connect = TcpStream::connect(addr);
+        let (a, c) = tokio::join!(listener.accept(), connect);
+        let (a, c) = (a.expect("accept").0, c.expect("connect"));
+        a.set_nodelay(true).ok();
+        c.set_nodelay(true).ok();
+        let std = a.into_std().expect("std socket");
+        std.set_nonblocking(false).ok();
+        accepted.push(std);
+        let clock = clock.clone();
+        readers.push(tokio::spawn(async move {
+            let mut ws = RawWs {
+                tcp: c,
+                buf: vec![0; 256 * 1024],
+                at: 0,
+                filled: 0,
+            };
+            let mut lat = Vec::with_capacity(n);
+            let deadline = Duration::from_secs(30 + (n / rate.max(1)) as u64);
+            let _ = tokio::time::timeout(deadline, async {
+                let mut seen = 0;
+                while seen < n {
+                    let r = match ws.next_frame().await {
+                        Frame::Text(r) => r,
+                        Frame::Other => continue,
+                        Frame::Closed => break,
+                    };
+                    if let Some(i) = index_in(&ws.buf[r]) {
+                        seen += 1;
+                        if let Some(l) = clock.latency_us(i) {
+                            lat.push(l);
+                        }
+                    }
+                }
+            })
+            .await;
+            lat
+        }));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let started = cpu_seconds("self");
+    let wall = Instant::now();
+    let mut groups: Vec<Vec<std::net::TcpStream>> = (0..cores).map(|_| Vec::new()).collect();
+    for (k, c) in accepted.into_iter().enumerate() {
+        groups[k % cores].push(c);
+    }
+    let origin = Instant::now();
+    let senders: Vec<_> = groups
+        .into_iter()
+        .map(|mut conns| {
+            let clock = clock.clone();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut sent = vec![0usize; conns.len()];
+                let mut buf = Vec::new();
+                let mut frames: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let due = n.min((origin.elapsed().as_secs_f64() * rate as f64) as usize + 1);
+                    while frames.len() < due {
+                        let i = frames.len();
+                        let _ = clock.sent[i].compare_exchange(
+                            0,
+                            clock.now(),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        frames.push(raw_event_frame(i));
+                    }
+                    for (k, c) in conns.iter_mut().enumerate() {
+                        if sent[k] < due {
+                            buf.clear();
+                            for f in &frames[sent[k]..due] {
+                                buf.extend_from_slice(f);
+                            }
+                            if c.write_all(&buf).is_err() {
+                                return;
+                            }
+                            sent[k] = due;
+                        }
+                    }
+                    if due == n {
+                        return;
+                    }
+                    let next = Duration::from_secs_f64(due as f64 / rate as f64);
+                    if let Some(wait) = next.checked_sub(origin.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        let _ = s.join();
+    }
+    let mut all = Vec::with_capacity(subs * n);
+    for r in readers {
+        all.extend(r.await.unwrap_or_default());
+    }
+    report(&format!("raw TCP fanout x{subs} @ {rate}/s"), all, subs * n);
+    let secs = wall.elapsed().as_secs_f64();
+    println!(
+        "{:<34} CPU over {:.1} s: senders and readers together {:.0}% (of one core); no server",
+        "",
+        secs,
+        100.0 * (cpu_seconds("self") - started) / secs
+    );
+}
+
+/// A WebSocket text frame the size and shape of the server's `event` notification for event `i`.
+fn raw_event_frame(i: usize) -> Vec<u8> {
+    let payload = format!(
+        r#"{{"jsonrpc":"2.0","method":"event","params":{{"subscription":4503599627370495,"result":{{"conversationId":"ws-fanout","event":{{"seq":{seq},"kind":"message","author":"alice","turn":1,"finality":"none","ts":"2026-11-23T01:00:00.000Z","payload":{{"text":"b{i}"}}}}}}}}}}"#,
+        seq = i + 2
+    );
+    let mut f = vec![0x81u8];
+    if payload.len() < 126 {
+        f.push(payload.len() as u8);
+    } else {
+        f.push(126);
+        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    f.extend_from_slice(payload.as_bytes());
+    f
+}
+
 /// Phase 1: WebSocket subscribers.
 async fn ws_fanout(s: &Server, subs: usize, rate: usize, n: usize) {
     let conv = "ws-fanout";
@@ -654,6 +793,77 @@ async fn read_response(tcp: &mut TcpStream) -> Option<Vec<u8>> {
     }
 }
 
+/// The machine's own ceiling for phase 3, with no server in it: `waiters` loopback TCP
+/// connections whose clients wait for an answer, then as many threads as there are cores each
+/// write one ready-made HTTP answer (the size of the server's) to its share of them at once;
+/// the clients read it as in phase 3. Latency runs from the moment the answers start.
+async fn raw_long_poll(waiters: usize, rounds: usize) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let body = r#"{"latestSeq":2,"timedOut":false,"events":[{"seq":2,"kind":"message","author":"alice","turn":1,"finality":"none","ts":"2026-11-23T01:00:00.000Z","payload":{"text":"b0"}}]}"#;
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\ndate: Mon, 23 Nov 2026 01:00:00 GMT\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = Arc::new(answer.into_bytes());
+    let mut all = Vec::with_capacity(waiters * rounds);
+    for _ in 0..rounds {
+        let clock = Clock::new(1);
+        let mut clients = Vec::with_capacity(waiters);
+        let mut groups: Vec<Vec<std::net::TcpStream>> = (0..cores).map(|_| Vec::new()).collect();
+        for k in 0..waiters {
+            let (a, c) = tokio::join!(listener.accept(), TcpStream::connect(addr));
+            let (a, mut c) = (a.expect("accept").0, c.expect("connect"));
+            a.set_nodelay(true).ok();
+            c.set_nodelay(true).ok();
+            let std = a.into_std().expect("std socket");
+            std.set_nonblocking(false).ok();
+            groups[k % cores].push(std);
+            let clock = clock.clone();
+            clients.push(tokio::spawn(async move {
+                let read =
+                    tokio::time::timeout(Duration::from_secs(30), read_response(&mut c)).await;
+                let Ok(Some(body)) = read else { return None };
+                let i = index_in(&body)?;
+                clock.latency_us(i)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        clock.sent[0].store(clock.now(), Ordering::Release);
+        let senders: Vec<_> = groups
+            .into_iter()
+            .map(|mut conns| {
+                let answer = answer.clone();
+                std::thread::spawn(move || {
+                    use std::io::Write;
+                    for c in &mut conns {
+                        let _ = c.write_all(&answer);
+                    }
+                    conns
+                })
+            })
+            .collect();
+        let mut keep = Vec::new();
+        for s in senders {
+            keep.extend(s.join().unwrap_or_default());
+        }
+        for c in clients {
+            if let Ok(Some(l)) = c.await {
+                all.push(l);
+            }
+        }
+        drop(keep);
+    }
+    report(
+        &format!("raw TCP answers x{waiters}, {rounds} rounds"),
+        all,
+        waiters * rounds,
+    );
+}
+
 /// Phase 3: long-poll waiters.
 async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
     let conv = "long-poll";
@@ -798,14 +1008,20 @@ fn main() {
         server.addr,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "ws,sse,poll,idle".into());
+    let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "raw,ws,sse,poll,idle".into());
     let on = |p: &str| phases.split(',').any(|x| x.trim() == p);
     rt.block_on(async {
+        if on("raw") {
+            raw_fanout(subs, rate, rate * seconds).await;
+        }
         if on("ws") {
             ws_fanout(&server, subs, rate, rate * seconds).await;
         }
         if on("sse") {
             sse_fanout(&server, subs, rate, rate * seconds).await;
+        }
+        if on("raw") {
+            raw_long_poll(waiters, 5).await;
         }
         if on("poll") {
             long_poll(&server, waiters, 5).await;
