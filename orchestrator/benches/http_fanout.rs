@@ -1,10 +1,15 @@
-//! Fanout over every transport, against the release server binary in its own process:
+//! Fanout over every transport, against the release server binary in its own process, each
+//! beside the machine's own reference for it (no server: bare loopback TCP with the same
+//! readers):
 //!
+//! 0. the reference for 1 and 2: N loopback connections fed each event as a frame the size of
+//!    the server's notification, by as many sender threads as cores;
 //! 1. append → delivery latency (p50/p99/p99.9) to N WebSocket subscribers of one conversation
 //!    while one writer appends at R events/s (defaults 1,000 and 1,000/s);
 //! 2. the same to N SSE streams;
 //! 3. long-poll wake latency (append → the waiter's whole answer) with W parked waiters
-//!    (default 2,000), over several rounds;
+//!    (default 2,000), over several rounds, after its reference: W parked connections each
+//!    written a ready-made answer at once;
 //! 4. C idle, authenticated WebSocket connections (default 10,000) and the server's resident
 //!    memory per connection (VmRSS after − before, divided by C).
 //!
@@ -17,7 +22,8 @@
 //! ```sh
 //! cargo bench --workspace --bench http_fanout
 //! # BENCH_SUBSCRIBERS, BENCH_RATE, BENCH_SECONDS, BENCH_WAITERS, BENCH_IDLE,
-//! # BENCH_PHASES=ws,sse,poll,idle (which phases run)
+//! # BENCH_PHASES=raw,ws,sse,rawpoll,poll,idle (which phases run; raw and rawpoll are the
+//! # machine's own references for ws/sse and poll: bare loopback TCP, no server)
 //! ```
 
 use std::io::{BufRead, BufReader};
@@ -1008,7 +1014,8 @@ fn main() {
         server.addr,
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    let phases = std::env::var("BENCH_PHASES").unwrap_or_else(|_| "raw,ws,sse,poll,idle".into());
+    let phases =
+        std::env::var("BENCH_PHASES").unwrap_or_else(|_| "raw,ws,sse,rawpoll,poll,idle".into());
     let on = |p: &str| phases.split(',').any(|x| x.trim() == p);
     rt.block_on(async {
         if on("raw") {
@@ -1020,7 +1027,7 @@ fn main() {
         if on("sse") {
             sse_fanout(&server, subs, rate, rate * seconds).await;
         }
-        if on("raw") {
+        if on("rawpoll") {
             raw_long_poll(waiters, 5).await;
         }
         if on("poll") {
