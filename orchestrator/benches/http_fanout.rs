@@ -261,16 +261,47 @@ impl RawWs {
             }
         };
         assert!(buf.starts_with(b"HTTP/1.1 101"), "upgrade refused");
-        let filled = buf.len();
-        buf.resize(256 * 1024, 0);
-        let mut ws = RawWs {
-            tcp,
-            buf,
-            at: end,
-            filled,
-        };
+        let mut ws = RawWs::over(tcp, buf, end);
         ws.call(1, "authenticate", json!({"token": token})).await;
         ws
+    }
+
+    /// A client over `tcp` whose first bytes, `read`, are parsed from `at`.
+    fn over(tcp: TcpStream, mut read: Vec<u8>, at: usize) -> RawWs {
+        let filled = read.len();
+        read.resize(filled.max(256 * 1024), 0);
+        RawWs {
+            tcp,
+            buf: read,
+            at,
+            filled,
+        }
+    }
+
+    /// Reads `n` events (each event's index in its text), or until the connection ends or the
+    /// phase's one deadline passes (a per-frame timer would cost the clients more than the
+    /// frames do); the latency of each, in microseconds.
+    async fn latencies(&mut self, n: usize, rate: usize, clock: &Clock) -> Vec<u32> {
+        let mut lat = Vec::with_capacity(n);
+        let deadline = Duration::from_secs(30 + (n / rate.max(1)) as u64);
+        let _ = tokio::time::timeout(deadline, async {
+            let mut seen = 0;
+            while seen < n {
+                let r = match self.next_frame().await {
+                    Frame::Text(r) => r,
+                    Frame::Other => continue,
+                    Frame::Closed => break,
+                };
+                if let Some(i) = index_in(&self.buf[r]) {
+                    seen += 1;
+                    if let Some(l) = clock.latency_us(i) {
+                        lat.push(l);
+                    }
+                }
+            }
+        })
+        .await;
+        lat
     }
 
     async fn send_text(&mut self, text: &str) {
@@ -506,32 +537,8 @@ async fn raw_fanout(subs: usize, rate: usize, n: usize) {
         accepted.push(std);
         let clock = clock.clone();
         readers.push(tokio::spawn(async move {
-            let mut ws = RawWs {
-                tcp: c,
-                buf: vec![0; 256 * 1024],
-                at: 0,
-                filled: 0,
-            };
-            let mut lat = Vec::with_capacity(n);
-            let deadline = Duration::from_secs(30 + (n / rate.max(1)) as u64);
-            let _ = tokio::time::timeout(deadline, async {
-                let mut seen = 0;
-                while seen < n {
-                    let r = match ws.next_frame().await {
-                        Frame::Text(r) => r,
-                        Frame::Other => continue,
-                        Frame::Closed => break,
-                    };
-                    if let Some(i) = index_in(&ws.buf[r]) {
-                        seen += 1;
-                        if let Some(l) = clock.latency_us(i) {
-                            lat.push(l);
-                        }
-                    }
-                }
-            })
-            .await;
-            lat
+            let mut ws = RawWs::over(c, Vec::new(), 0);
+            ws.latencies(n, rate, &clock).await
         }));
     }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -641,28 +648,7 @@ async fn ws_fanout(s: &Server, subs: usize, rate: usize, n: usize) {
             )
             .await;
             ready.fetch_add(1, Ordering::Relaxed);
-            let mut lat = Vec::with_capacity(n);
-            // One deadline for the whole phase (a per-frame timer would cost the clients more
-            // than the frames do).
-            let deadline = Duration::from_secs(30 + (n / rate.max(1)) as u64);
-            let _ = tokio::time::timeout(deadline, async {
-                let mut seen = 0;
-                while seen < n {
-                    let r = match ws.next_frame().await {
-                        Frame::Text(r) => r,
-                        Frame::Other => continue,
-                        Frame::Closed => break,
-                    };
-                    if let Some(i) = index_in(&ws.buf[r]) {
-                        seen += 1;
-                        if let Some(l) = clock.latency_us(i) {
-                            lat.push(l);
-                        }
-                    }
-                }
-            })
-            .await;
-            lat
+            ws.latencies(n, rate, &clock).await
         }));
     }
     while ready.load(Ordering::Relaxed) < subs {

@@ -52,24 +52,13 @@ impl axum::serve::Listener for CoalescingListener {
     }
 }
 
-/// What a request knows of its connection: the peer, and a writer of frames into the
-/// connection's send buffer (used once the connection is a WebSocket).
-#[derive(Debug, Clone)]
-pub struct ConnInfo {
-    /// The peer's address.
-    pub remote: SocketAddr,
-    /// Writes whole frames into the connection's send buffer.
-    pub frames: ConnWriter,
-}
-
+/// A request's connection, as axum's `ConnectInfo`: the writer of frames into its send buffer
+/// (used once the connection is a WebSocket).
 impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CoalescingListener>>
-    for ConnInfo
+    for ConnWriter
 {
     fn connect_info(stream: axum::serve::IncomingStream<'_, CoalescingListener>) -> Self {
-        ConnInfo {
-            remote: *stream.remote_addr(),
-            frames: stream.io().frame_writer(),
-        }
+        stream.io().frame_writer()
     }
 }
 
@@ -103,6 +92,18 @@ impl Out {
 
     fn queued(&self) -> usize {
         self.buf.len() + self.held.len()
+    }
+
+    /// Adds whole frames (`write` appends them) after the frame in progress, if any; true when
+    /// the writer task must be woken (the send buffer was empty).
+    fn put(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> bool {
+        if self.mid_frame {
+            write(&mut self.held);
+            return false;
+        }
+        let was_empty = self.buf.is_empty();
+        write(&mut self.buf);
+        was_empty
     }
 }
 
@@ -327,14 +328,7 @@ impl ConnWriter {
         if o.queued() >= HIGH_WATER {
             return Offered::Full;
         }
-        let wake = if o.mid_frame {
-            text_frame(&mut o.held, prefix, tail);
-            false
-        } else {
-            let was_empty = o.buf.is_empty();
-            text_frame(&mut o.buf, prefix, tail);
-            was_empty
-        };
+        let wake = o.put(|b| text_frame(b, prefix, tail));
         drop(o);
         if wake {
             self.0.wake_writer.notify_one();
@@ -354,14 +348,7 @@ impl ConnWriter {
                     return Err(io::ErrorKind::BrokenPipe.into());
                 }
                 if o.queued() < HIGH_WATER {
-                    let wake = if o.mid_frame {
-                        o.held.extend_from_slice(frames);
-                        false
-                    } else {
-                        let was_empty = o.buf.is_empty();
-                        o.buf.extend_from_slice(frames);
-                        was_empty
-                    };
+                    let wake = o.put(|b| b.extend_from_slice(frames));
                     drop(o);
                     if wake {
                         self.0.wake_writer.notify_one();

@@ -184,17 +184,6 @@ impl Registry {
     }
 }
 
-impl Drop for Registry {
-    fn drop(&mut self) {
-        for (_, open) in self.lock().drain() {
-            if let Some((conv, p)) = &open.live {
-                conv.direct.leave(p);
-            }
-            open.task.abort();
-        }
-    }
-}
-
 /// The jsonrpsee middleware that answers `subscribe` itself (see the module's docs); every
 /// other call goes on to the methods.
 #[derive(Clone, Debug)]

@@ -142,7 +142,7 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
         // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
         // frames to one connection leave in one write when the server is busy.
         let listener = crate::net::CoalescingListener(listener);
-        let app = app.into_make_service_with_connect_info::<crate::net::ConnInfo>();
+        let app = app.into_make_service_with_connect_info::<crate::net::ConnWriter>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stopped.await;
@@ -168,8 +168,8 @@ async fn rpc_route(State(app): State<AppState>, mut req: Request<Body>) -> Respo
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     let frames = req
         .extensions()
-        .get::<axum::extract::ConnectInfo<crate::net::ConnInfo>>()
-        .map(|c| c.0.frames.clone());
+        .get::<axum::extract::ConnectInfo<crate::net::ConnWriter>>()
+        .map(|c| c.0.clone());
     req.extensions_mut().insert(Arc::new(Session::new(
         upgrade.then(|| crate::telemetry::Open::connection("ws")),
         frames.filter(|_| upgrade),

@@ -173,7 +173,7 @@ async fn events_and_answers_share_a_connection_without_tearing_a_frame() {
 /// (`orchestrator_subscribers_resumed_total`), read from `/metrics`.
 async fn resumed_count(ts: &TestServer) -> f64 {
     let url = format!("http://{}/metrics", ts.running().local_addr());
-    let body = reqwest_lite(&url).await;
+    let body = http_get(&url).await;
     body.lines()
         .filter(|l| !l.starts_with('#'))
         .find(|l| l.starts_with("orchestrator_subscribers_resumed_total"))
@@ -183,7 +183,7 @@ async fn resumed_count(ts: &TestServer) -> f64 {
 }
 
 /// GET over a plain TCP connection (HTTP/1.1, `Connection: close`): the body.
-async fn reqwest_lite(url: &str) -> String {
+async fn http_get(url: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
