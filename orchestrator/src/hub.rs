@@ -1,10 +1,12 @@
 //! Hot state in memory and the fanout of committed events.
 //!
-//! Only the log publisher thread changes anything here, and only after a commit: it appends the committed events to each conversation's ring of recent events, updates the
-//! conversation's [`Core`], moves its head (a `watch`, which wakes long-polls and
-//! subscriptions) and sends every event on one global broadcast (for subscriptions that follow
-//! all of an agent's conversations). Readers never block the writer: a reader that falls
-//! behind the ring reads the log from the store by cursor (see [`crate::fanout`]).
+//! Only the log publisher thread changes anything here, and only after a commit: it appends
+//! the committed events to the conversation's ring of recent events (when someone reads the
+//! conversation), updates the conversation's [`Core`], moves its head (a `watch`, which wakes
+//! long-polls and subscriptions) and sends every event on one global broadcast (for
+//! subscriptions that follow all of an agent's conversations). Readers never block the writer:
+//! a reader that falls behind the ring reads the log from the store by cursor (see
+//! [`crate::fanout`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,12 +26,26 @@ pub const RECENT_EVENTS: usize = 64;
 pub const RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 /// The most events a conversation keeps in memory.
 pub const RECENT_MAX: usize = 4096;
+/// A conversation keeps recent events in memory while someone reads it: a waiter or
+/// subscriber is registered on it, a subscription follows all conversations, or a reader
+/// asked for recent events within this long. Nobody reading, it keeps none (a reader that
+/// comes reads the store once, and the ring from then on).
+pub const READ_RECENTLY: std::time::Duration = std::time::Duration::from_secs(5);
 /// The global broadcast's buffer (in commits per conversation); a subscriber further behind is
 /// resumed from the log.
 pub const GLOBAL_BUFFER: usize = 4096;
 
 /// Events of one conversation committed together, in seq order.
 pub type EventBatch = Arc<Vec<Arc<Event>>>;
+
+/// A conversation's recent events, and when it was last read.
+#[derive(Debug, Default)]
+struct Recent {
+    events: VecDeque<(std::time::Instant, Arc<Event>)>,
+    /// When someone last read or waited on the conversation (as the publisher or a reader of
+    /// the ring saw it).
+    read_at: Option<std::time::Instant>,
+}
 
 /// One conversation's shared, read-mostly state.
 #[derive(Debug)]
@@ -41,7 +57,7 @@ pub struct ConvShared {
     members: std::collections::HashSet<String, ahash::RandomState>,
     core: RwLock<Core>,
     head: watch::Sender<u64>,
-    recent: Mutex<VecDeque<(std::time::Instant, Arc<Event>)>>,
+    recent: Mutex<Recent>,
     /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
     turn_started_ms: std::sync::atomic::AtomicI64,
     /// When the conversation was created, and when its last event was committed (ms).
@@ -154,7 +170,10 @@ impl ConvShared {
 
     /// Events with seq > `after` from the ring, if the ring covers them.
     pub fn recent_after(&self, after: u64, limit: usize) -> Option<Vec<Arc<Event>>> {
-        let ring = self.recent.lock().ok()?;
+        let mut recent = self.recent.lock().ok()?;
+        // A reader: the publisher keeps the ring from now on.
+        recent.read_at = Some(std::time::Instant::now());
+        let ring = &recent.events;
         let first = ring.front().map(|(_, e)| e.seq);
         match first {
             Some(f) if f <= after + 1 => {
@@ -239,7 +258,7 @@ impl Hub {
             head: watch::channel(core.head).0,
             direct: crate::push::Direct::after(core.head),
             core: RwLock::new(core),
-            recent: Mutex::new(VecDeque::with_capacity(RECENT_EVENTS)),
+            recent: Mutex::new(Recent::default()),
             turn_started_ms: std::sync::atomic::AtomicI64::new(0),
             created_ms: std::sync::atomic::AtomicI64::new(0),
             last_event_ms: std::sync::atomic::AtomicI64::new(0),
@@ -315,12 +334,25 @@ impl Hub {
 
     /// Publishes committed events of one conversation (writer thread only, after the commit).
     pub fn publish(&self, conv: &ConvShared, core: Core, events: Vec<Arc<Event>>) {
-        if let Ok(mut ring) = conv.recent.lock() {
+        let waited_on = conv.head.receiver_count() > 0 || self.global.receiver_count() > 0;
+        if let Ok(mut recent) = conv.recent.lock() {
             let now = std::time::Instant::now();
-            for e in &events {
-                ring.push_back((now, e.clone()));
+            if waited_on {
+                recent.read_at = Some(now);
             }
-            trim(&mut ring, now);
+            if recent
+                .read_at
+                .is_some_and(|t| now.duration_since(t) <= READ_RECENTLY)
+            {
+                for e in &events {
+                    recent.events.push_back((now, e.clone()));
+                }
+                trim(&mut recent.events, now);
+            } else {
+                // Nobody reads it: keeping (and later dropping) every event would be work for
+                // nothing. The ring must stay gapless, so it starts over when a reader comes.
+                recent.events.clear();
+            }
         }
         let head = core.head;
         if let Ok(mut c) = conv.core.write() {
@@ -338,8 +370,8 @@ impl Hub {
     pub fn trim_recent(&self) {
         let now = std::time::Instant::now();
         for conv in self.all() {
-            if let Ok(mut ring) = conv.recent.lock() {
-                trim(&mut ring, now);
+            if let Ok(mut recent) = conv.recent.lock() {
+                trim(&mut recent.events, now);
             }
         }
     }
@@ -363,5 +395,72 @@ fn trim(ring: &mut VecDeque<(std::time::Instant, Arc<Event>)>, now: std::time::I
                 .is_some_and(|(at, _)| now.duration_since(*at) > RECENT_WINDOW))
     {
         ring.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{ConvState, Draft};
+
+    fn publish_to(hub: &Hub, conv: &ConvShared, seqs: std::ops::RangeInclusive<u64>) {
+        let mut core = conv.core();
+        let events = seqs
+            .map(|seq| {
+                core.head = seq;
+                let draft = Draft {
+                    seq,
+                    kind: proto_spec::EventKind::Trace,
+                    author: "alice".into(),
+                    turn: 1,
+                    finality: None,
+                    payload: serde_json::value::RawValue::from_string("{}".into()).unwrap(),
+                    client_request_id: None,
+                    hash: None,
+                };
+                Arc::new(crate::store::to_event(&conv.id, draft, "t"))
+            })
+            .collect();
+        hub.publish(conv, core, events);
+    }
+
+    fn one_conversation() -> (Hub, Arc<ConvShared>) {
+        let hub = Hub::default();
+        let core = ConvState::new("c", vec!["alice".into()]).core;
+        let conv = hub.insert("c", vec!["alice".into()], core);
+        (hub, conv)
+    }
+
+    fn seqs(events: Option<Vec<Arc<Event>>>) -> Option<Vec<u64>> {
+        events.map(|evs| evs.iter().map(|e| e.seq).collect())
+    }
+
+    #[test]
+    fn a_conversation_nobody_reads_keeps_no_events_in_memory() {
+        let (hub, conv) = one_conversation();
+        publish_to(&hub, &conv, 1..=3);
+        assert_eq!(conv.head(), 3);
+        assert!(conv.recent.lock().unwrap().events.is_empty());
+        // The first reader is sent to the store; from then on the ring is kept, gapless.
+        assert_eq!(seqs(conv.recent_after(0, 10)), None);
+        assert_eq!(seqs(conv.recent_after(3, 10)), Some(vec![]));
+        publish_to(&hub, &conv, 4..=5);
+        assert_eq!(seqs(conv.recent_after(3, 10)), Some(vec![4, 5]));
+        assert_eq!(
+            seqs(conv.recent_after(0, 10)),
+            None,
+            "older ones are in the store"
+        );
+    }
+
+    #[test]
+    fn a_waiter_keeps_the_ring() {
+        let (hub, conv) = one_conversation();
+        let waiter = conv.watch();
+        publish_to(&hub, &conv, 1..=2);
+        drop(waiter);
+        // The waiter is gone, but it read a moment ago: the ring goes on.
+        publish_to(&hub, &conv, 3..=3);
+        assert_eq!(seqs(conv.recent_after(0, 10)), Some(vec![1, 2, 3]));
     }
 }

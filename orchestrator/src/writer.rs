@@ -2,15 +2,21 @@
 //!
 //! Callers send [`Job`]s over a bounded channel. The thread takes everything queued (up to
 //! [`MAX_BATCH`]), runs each job through the state machine against its authoritative per-
-//! conversation state, writes every resulting event in one transaction, and only after the
-//! commit publishes the events to the [`Hub`] and then answers the callers, in commit order:
-//! a large batch through a publisher thread (so that publishing overlaps the next commit), a
-//! small one on this thread when the publisher has nothing queued (one thread hop less on the
-//! path of a lone turn). If the commit fails the
-//! in-memory state is rolled back and every caller of the batch gets `Internal`: nothing is
-//! acknowledged that is not durable, and seq stays dense.
+//! conversation state, writes every resulting event in one transaction, and only once the
+//! commit is durable publishes the events to the [`Hub`] and then answers the callers, in
+//! commit order. A large batch goes down a pipeline of two threads: `log-sync` makes it durable
+//! ([`Durability::sync`], one sync for every batch written since the last) while this thread
+//! already writes the next, and `log-publisher` publishes and answers while the next one is
+//! synced. A small one, when nothing is in the pipeline, is synced and published on this
+//! thread (no thread hop on the path of a lone turn).
+//!
+//! If the commit fails the in-memory state is rolled back and every caller of the batch gets
+//! `Internal`: nothing is acknowledged that is not durable, and seq stays dense. If a sync
+//! fails, the batches it covered may or may not be on disk and later batches were built on
+//! them, so the log stops: those callers and every later one get `Internal` until the server
+//! is restarted and recovers from what the disk holds.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -22,13 +28,15 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::{Error, Result};
 use crate::hub::{ConvShared, Hub};
 use crate::state::{AppendRequest, Applied, ConvState, Core, Draft, TurnPolicy};
-use crate::store::{format_ts, now_ms, to_event, LogWriter, NewConversation, NewRow, Store};
+use crate::store::{
+    format_ts, now_ms, to_event, Durability, LogWriter, NewConversation, NewRow, Store,
+};
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
 const QUEUE: usize = 65_536;
-/// Batches of at most this many jobs are published by the writer itself when the publisher
-/// has nothing queued.
+/// Batches of at most this many jobs are synced and published by the writer itself when
+/// nothing is in the pipeline.
 const INLINE_PUBLISH: usize = 4;
 
 /// Work for the writer.
@@ -116,8 +124,8 @@ struct Slot {
     shared: Arc<ConvShared>,
 }
 
-/// A committed batch, handed to the publisher thread: it makes the events visible to readers
-/// and subscribers, then answers the callers, in commit order.
+/// A committed batch, handed to the sync thread and then to the publisher thread, which makes
+/// the events visible to readers and subscribers, then answers the callers, in commit order.
 struct Committed {
     ts_ms: i64,
     convs: Vec<(Arc<ConvShared>, Core, Vec<Draft>, bool)>,
@@ -140,10 +148,15 @@ enum Reply {
 struct Writer {
     log: Box<dyn LogWriter>,
     hub: Arc<Hub>,
-    /// Batches handed to the publisher thread and not yet published.
+    /// Batches handed to the sync thread and not yet published.
     queued: Arc<AtomicUsize>,
-    publisher: Option<std::sync::mpsc::Sender<Committed>>,
-    publisher_thread: Option<JoinHandle<()>>,
+    /// Makes commits durable: the sync thread's, and this thread's for a small batch when
+    /// nothing is queued (never both at once).
+    durability: Arc<Mutex<Box<dyn Durability>>>,
+    /// Set when a sync failed: the log takes nothing more.
+    stopped: Arc<AtomicBool>,
+    syncer: Option<std::sync::mpsc::Sender<Committed>>,
+    threads: Vec<JoinHandle<()>>,
     convs: HashMap<String, Slot>,
     next_num: i64,
     stats: Arc<WriterStats>,
@@ -194,21 +207,33 @@ impl WriterHandle {
         let next_num = log.max_conversation_num()? + 1;
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
-        let (publisher, committed) = std::sync::mpsc::channel::<Committed>();
+        let durability = Arc::new(Mutex::new(log.durability()?));
+        let stopped = Arc::new(AtomicBool::new(false));
+        let (syncer, written) = std::sync::mpsc::channel::<Committed>();
+        let (publisher, synced) = std::sync::mpsc::channel::<Committed>();
         let queued = Arc::new(AtomicUsize::new(0));
+        let sync_thread = {
+            let (durability, stopped, queued) =
+                (durability.clone(), stopped.clone(), queued.clone());
+            std::thread::Builder::new()
+                .name("log-sync".into())
+                .spawn(move || sync_loop(&durability, &stopped, written, publisher, &queued))?
+        };
         let publisher_thread = {
             let hub = hub.clone();
             let queued = queued.clone();
             std::thread::Builder::new()
                 .name("log-publisher".into())
-                .spawn(move || publish_loop(&hub, committed, &queued))?
+                .spawn(move || publish_loop(&hub, synced, &queued))?
         };
         let mut writer = Writer {
             log,
             hub,
             queued,
-            publisher: Some(publisher),
-            publisher_thread: Some(publisher_thread),
+            durability,
+            stopped,
+            syncer: Some(syncer),
+            threads: vec![sync_thread, publisher_thread],
             convs,
             next_num,
             stats: stats.clone(),
@@ -430,9 +455,9 @@ impl Writer {
 
     fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
-        // Every committed batch is published and answered before the writer is gone.
-        drop(self.publisher.take());
-        if let Some(t) = self.publisher_thread.take() {
+        // Every committed batch is synced, published and answered before the writer is gone.
+        drop(self.syncer.take());
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -464,6 +489,11 @@ impl Writer {
     }
 
     fn process(&mut self, batch: &mut Vec<Job>) {
+        if self.stopped.load(Ordering::Acquire) {
+            let replies = batch.drain(..).filter_map(Reply::of).collect();
+            refuse(replies, LOG_STOPPED);
+            return;
+        }
         let ts_ms = now_ms();
         let num_before = self.next_num;
         // Per conversation touched by this batch (by its id): its state before the batch, and
@@ -616,18 +646,24 @@ impl Writer {
                     convs,
                     replies,
                 };
-                // A small batch with nothing ahead of it in the publisher's queue is published
-                // here, saving a thread hop on the path of a lone turn; larger ones go to the
-                // publisher, so that publishing overlaps the next commit. Commit order holds
-                // either way: the queue is empty when this thread publishes.
+                // A small batch with nothing ahead of it in the pipeline is synced and
+                // published here, saving two thread hops on the path of a lone turn; larger
+                // ones go down the pipeline, so that syncing and publishing overlap the next
+                // commit. Commit order holds either way: the pipeline is empty when this
+                // thread publishes.
                 if jobs as usize <= INLINE_PUBLISH && self.queued.load(Ordering::Acquire) == 0 {
-                    publish(&self.hub, committed);
-                } else if let Some(p) = &self.publisher {
+                    if sync(&self.durability, &self.stopped) {
+                        publish(&self.hub, committed);
+                    } else {
+                        refuse(committed.replies, LOG_STOPPED);
+                    }
+                } else if let Some(p) = &self.syncer {
                     self.queued.fetch_add(1, Ordering::AcqRel);
                     if let Err(std::sync::mpsc::SendError(c)) = p.send(committed) {
-                        tracing::error!("the publisher is gone; answering without publishing");
+                        tracing::error!("the sync thread is gone; nothing more is acknowledged");
+                        self.stopped.store(true, Ordering::Release);
                         self.queued.fetch_sub(1, Ordering::AcqRel);
-                        answer(c.replies);
+                        refuse(c.replies, LOG_STOPPED);
                     }
                 }
             }
@@ -644,18 +680,56 @@ impl Writer {
                     }
                 }
                 self.next_num = num_before;
-                let internal =
-                    || RpcError::new(ErrorCode::Internal, "the append could not be made durable");
-                for r in replies {
-                    match r {
-                        Reply::Append(tx, _) => {
-                            let _ = tx.send(Err(internal()));
-                        }
-                        Reply::Create(tx, _) => {
-                            let _ = tx.send(Err(internal()));
-                        }
-                    }
-                }
+                refuse(replies, "the append could not be made durable");
+            }
+        }
+    }
+}
+
+/// What callers are told once a sync has failed.
+const LOG_STOPPED: &str =
+    "the log could not be made durable (a sync of the disk failed); nothing more is accepted until the server is restarted";
+
+/// Makes every commit so far durable; false (and the log stopped) if that failed.
+fn sync(durability: &Mutex<Box<dyn Durability>>, stopped: &AtomicBool) -> bool {
+    if stopped.load(Ordering::Acquire) {
+        return false;
+    }
+    let mut d = durability.lock().unwrap_or_else(|p| p.into_inner());
+    match d.sync() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "syncing the log failed; the log stops: restart the server");
+            stopped.store(true, Ordering::Release);
+            false
+        }
+    }
+}
+
+/// The sync thread: takes every batch committed since its last sync, makes them durable with
+/// one sync, and hands them on to the publisher in commit order (or refuses them if the sync
+/// failed).
+fn sync_loop(
+    durability: &Mutex<Box<dyn Durability>>,
+    stopped: &AtomicBool,
+    written: std::sync::mpsc::Receiver<Committed>,
+    publisher: std::sync::mpsc::Sender<Committed>,
+    queued: &AtomicUsize,
+) {
+    let mut batches = Vec::new();
+    while let Ok(first) = written.recv() {
+        batches.push(first);
+        batches.extend(written.try_iter());
+        let durable = sync(durability, stopped);
+        for b in batches.drain(..) {
+            let refused = if durable {
+                publisher.send(b).err().map(|e| e.0)
+            } else {
+                Some(b)
+            };
+            if let Some(b) = refused {
+                queued.fetch_sub(1, Ordering::AcqRel);
+                refuse(b.replies, LOG_STOPPED);
             }
         }
     }
@@ -741,6 +815,38 @@ pub fn is_next_speaker(d: &Draft) -> bool {
     d.kind == proto_spec::EventKind::System
         && serde_json::from_str::<Type<'_>>(d.payload.get())
             .is_ok_and(|t| t.kind == Some("next_speaker"))
+}
+
+impl Reply {
+    /// The reply slot of a job (none for `Stop`).
+    fn of(job: Job) -> Option<Reply> {
+        match job {
+            Job::Append { reply, .. } => Some(Reply::Append(
+                reply,
+                Err(RpcError::new(ErrorCode::Internal, "")),
+            )),
+            Job::Create { reply, .. } => Some(Reply::Create(
+                reply,
+                Err(RpcError::new(ErrorCode::Internal, "")),
+            )),
+            Job::Stop => None,
+        }
+    }
+}
+
+/// Answers every caller with `Internal` and `message`, whatever their result was.
+fn refuse(replies: Vec<Reply>, message: &str) {
+    let internal = || RpcError::new(ErrorCode::Internal, message);
+    for r in replies {
+        match r {
+            Reply::Append(tx, _) => {
+                let _ = tx.send(Err(internal()));
+            }
+            Reply::Create(tx, _) => {
+                let _ = tx.send(Err(internal()));
+            }
+        }
+    }
 }
 
 fn answer(replies: Vec<Reply>) {

@@ -10,23 +10,26 @@ use orchestrator::error::{Error, Result};
 use orchestrator::service::Orchestrator;
 use orchestrator::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::store::{
-    ConversationRecord, LogWriter, NewConversation, NewRow, RecoveredEvent, Store, TokenRecord,
+    ConversationRecord, Durability, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
+    TokenRecord,
 };
 use proto_spec::{
     CreateConversationParams, ErrorCode, Event, Finality, MessagePayload, SendMessageParams,
     TailParams,
 };
 
-/// SQLite, with a switch that makes the next commits fail.
+/// SQLite, with switches that make the next commits, or the next syncs, fail.
 #[derive(Debug)]
 struct Flaky {
     inner: SqliteStore,
     fail: Arc<AtomicBool>,
+    fail_sync: Arc<AtomicBool>,
 }
 
 struct FlakyWriter {
     inner: Box<dyn LogWriter>,
     fail: Arc<AtomicBool>,
+    fail_sync: Arc<AtomicBool>,
 }
 
 impl LogWriter for FlakyWriter {
@@ -40,6 +43,28 @@ impl LogWriter for FlakyWriter {
     fn max_conversation_num(&mut self) -> Result<i64> {
         self.inner.max_conversation_num()
     }
+
+    fn durability(&mut self) -> Result<Box<dyn Durability>> {
+        Ok(Box::new(FlakySync {
+            inner: self.inner.durability()?,
+            fail: self.fail_sync.clone(),
+        }))
+    }
+}
+
+/// The writer's durability, with a switch that makes the next syncs fail.
+struct FlakySync {
+    inner: Box<dyn Durability>,
+    fail: Arc<AtomicBool>,
+}
+
+impl Durability for FlakySync {
+    fn sync(&mut self) -> Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::Io(std::io::Error::other("EIO on fsync")));
+        }
+        self.inner.sync()
+    }
 }
 
 impl Store for Flaky {
@@ -47,6 +72,7 @@ impl Store for Flaky {
         Ok(Box::new(FlakyWriter {
             inner: self.inner.writer()?,
             fail: self.fail.clone(),
+            fail_sync: self.fail_sync.clone(),
         }))
     }
     fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
@@ -73,6 +99,16 @@ fn msg(text: &str, key: Option<&str>) -> SendMessageParams {
     }
 }
 
+/// Every event of conversation `c`, as `who` reads it.
+async fn log_of(orch: &Orchestrator, who: &Identity) -> Vec<Event> {
+    let p = TailParams {
+        conversation_id: "c".into(),
+        since_seq: 0,
+        limit: None,
+    };
+    orch.tail(who, p).await.unwrap().events
+}
+
 #[tokio::test]
 async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -80,6 +116,7 @@ async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
     let store = Flaky {
         inner: SqliteStore::open(dir.path().join("f.db"), Synchronous::Normal).unwrap(),
         fail: fail.clone(),
+        fail_sync: Arc::default(),
     };
     let orch = Orchestrator::open(Arc::new(store), Limits::default()).unwrap();
     let admin = Identity::new("admin", true);
@@ -145,18 +182,101 @@ async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
     assert!(dup.duplicate);
     // The conversation whose creation failed can be created now.
     orch.create_conversation(&admin, p).await.unwrap();
-    let tail = orch
-        .tail(
+    let seqs: Vec<u64> = log_of(&orch, &alice).await.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    orch.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let fail_sync = Arc::new(AtomicBool::new(false));
+    let store = Arc::new(Flaky {
+        inner: SqliteStore::open(&path, Synchronous::Full).unwrap(),
+        fail: Arc::default(),
+        fail_sync: fail_sync.clone(),
+    });
+    let orch = Orchestrator::open(store.clone(), Limits::default()).unwrap();
+    let admin = Identity::new("admin", true);
+    let alice = Identity::new("alice", false);
+    let p = CreateConversationParams {
+        conversation_id: Some("c".into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    };
+    orch.create_conversation(&admin, p).await.unwrap();
+    let first = orch.send_message(&alice, msg("one", None)).await.unwrap();
+    assert_eq!(first.seq, 2);
+    let durable: Vec<u64> = store
+        .read_events("c", 0, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(durable, vec![1, 2], "an acknowledged event is readable");
+
+    fail_sync.store(true, Ordering::SeqCst);
+    let err = orch
+        .send_message(&alice, msg("unsynced", None))
+        .await
+        .unwrap_err()
+        .to_rpc();
+    assert_eq!(err.code, ErrorCode::Internal);
+    // Written to the WAL but not synced: not readable, not published.
+    let readable: Vec<u64> = store
+        .read_events("c", 0, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(readable, vec![1, 2]);
+    let snap = orch
+        .get_conversation(
             &alice,
-            TailParams {
+            proto_spec::ConversationParams {
                 conversation_id: "c".into(),
-                since_seq: 0,
-                limit: None,
             },
         )
-        .await
         .unwrap();
-    let seqs: Vec<u64> = tail.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, vec![1, 2, 3]);
+    assert_eq!(snap.latest_seq, 2);
+
+    // A later sync would not prove the failed one's pages reached the disk: the log stays
+    // stopped, for appends and creations alike, even once syncs work again.
+    fail_sync.store(false, Ordering::SeqCst);
+    let err = orch
+        .send_message(&alice, msg("after", None))
+        .await
+        .unwrap_err()
+        .to_rpc();
+    assert_eq!(err.code, ErrorCode::Internal);
+    assert!(err.message.contains("restarted"), "{}", err.message);
+    let p = CreateConversationParams {
+        conversation_id: Some("d".into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    };
+    assert_eq!(
+        orch.create_conversation(&admin, p)
+            .await
+            .unwrap_err()
+            .to_rpc()
+            .code,
+        ErrorCode::Internal
+    );
+    orch.shutdown().await;
+    drop(orch);
+    drop(store);
+
+    // Restarted on the same file, the server takes appends again after what the disk holds:
+    // the acknowledged events, and the unacknowledged one if it reached the disk.
+    let store = SqliteStore::open(&path, Synchronous::Full).unwrap();
+    let orch = Orchestrator::open(Arc::new(store), Limits::default()).unwrap();
+    let next = orch.send_message(&alice, msg("two", None)).await.unwrap();
+    let events = log_of(&orch, &alice).await;
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=next.seq).collect::<Vec<_>>());
+    assert!(next.seq == 3 || next.seq == 4);
+    assert_eq!(events[1].payload.get(), r#"{"text":"one"}"#);
     orch.shutdown().await;
 }

@@ -76,10 +76,25 @@ pub struct TokenRecord {
 
 /// The writer side: owned by the writer thread.
 pub trait LogWriter: Send {
-    /// Commits new conversations and events in one transaction; returns once durable.
+    /// Commits new conversations and events in one transaction. The commit is in the log when
+    /// this returns, but durable (and readable through [`Store::read_events`]) only once a
+    /// [`Durability::sync`] that starts after it has returned: nothing may be acknowledged
+    /// before that.
     fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()>;
     /// The largest conversation number in use (numbers are assigned by the writer).
     fn max_conversation_num(&mut self) -> Result<i64>;
+    /// What makes this writer's commits durable, for the thread that answers callers (taken
+    /// once, before the first commit).
+    fn durability(&mut self) -> Result<Box<dyn Durability>>;
+}
+
+/// Makes a writer's commits durable, on a thread of its own, so that the writer's next
+/// transaction overlaps the sync of the one before.
+pub trait Durability: Send {
+    /// Makes every commit that has returned so far durable, then readable through
+    /// [`Store::read_events`]. After an error nothing committed since the last successful sync
+    /// may be acknowledged (a failed sync may have dropped written pages: the writer stops).
+    fn sync(&mut self) -> Result<()>;
 }
 
 /// The shared side: reads, recovery and tokens.

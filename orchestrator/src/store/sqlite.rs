@@ -4,9 +4,17 @@
 //! the end of one B-tree. Where each conversation's events are (seq → pos) lives in memory, in
 //! a [`SeqIndex`] that the writer extends after each commit and that [`Store::recover`]
 //! rebuilds from one scan of the table at start (8 bytes per event).
+//!
+//! At `synchronous=FULL` the writer's own connection does not sync: its commits write the WAL,
+//! and a [`WalSync`] on another thread then syncs the WAL file (`fdatasync`) before anything in
+//! it is acknowledged or readable, so the writer's next transaction overlaps the sync of the
+//! one before. One sync covers every commit written before it started. Checkpoints run on
+//! connections that do sync (the WAL before copying it, the database file after), so the WAL
+//! is never started over on top of frames that are not in a synced database file.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use dashmap::DashMap;
@@ -17,8 +25,8 @@ use serde_json::Value;
 
 use super::migrations::{latest, MIGRATIONS};
 use super::{
-    finality_from, format_ts, hash_from, kind_from, ConversationRecord, LogWriter, NewConversation,
-    NewRow, RecoveredEvent, Store, TokenRecord,
+    finality_from, format_ts, hash_from, kind_from, ConversationRecord, Durability, LogWriter,
+    NewConversation, NewRow, RecoveredEvent, Store, TokenRecord,
 };
 use crate::error::{Error, Result};
 use crate::state::Draft;
@@ -40,12 +48,32 @@ impl Synchronous {
             Synchronous::Normal => "NORMAL",
         }
     }
+
+    /// The writer connection's own setting: at FULL its commits are synced by a [`WalSync`]
+    /// instead of inside the commit.
+    fn writer_pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "OFF",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
 }
 
 /// Where each conversation's events are in the log: `positions[seq - 1]`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SeqIndex {
     convs: DashMap<String, Arc<RwLock<Vec<i64>>>, ahash::RandomState>,
+    /// The last position known durable: readers see nothing after it.
+    durable: AtomicI64,
+}
+
+impl Default for SeqIndex {
+    fn default() -> Self {
+        SeqIndex {
+            convs: DashMap::default(),
+            durable: AtomicI64::new(i64::MAX),
+        }
+    }
 }
 
 impl SeqIndex {
@@ -53,10 +81,13 @@ impl SeqIndex {
         let Some(list) = self.convs.get(conversation).map(|l| l.clone()) else {
             return Vec::new();
         };
+        let durable = self.durable.load(Ordering::Acquire);
         let list = list.read().unwrap_or_else(|p| p.into_inner());
         let start = (after as usize).min(list.len());
         let end = start.saturating_add(limit).min(list.len());
-        list[start..end].to_vec()
+        // Positions grow with seq: the durable ones are a prefix.
+        let durable_end = start + list[start..end].partition_point(|&pos| pos <= durable);
+        list[start..durable_end].to_vec()
     }
 
     /// Records that `conversation`'s events from `first_seq` on are at `first_pos` onwards.
@@ -202,10 +233,14 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 #[derive(Debug)]
 pub struct SqliteWriter {
     conn: Connection,
+    path: PathBuf,
+    sync: Synchronous,
     index: Arc<SeqIndex>,
     next_pos: i64,
+    /// The last position committed (written to the WAL; durable once a [`WalSync`] says so).
+    written: Arc<AtomicI64>,
     /// Set by the checkpointer when the WAL is long and all but the newest frames are copied.
-    restart_due: Arc<std::sync::atomic::AtomicBool>,
+    restart_due: Arc<AtomicBool>,
     _checkpointer: Option<Checkpointer>,
     /// Held while this writer lives: one writer per database, across processes.
     _lock: std::fs::File,
@@ -354,8 +389,10 @@ impl LogWriter for SqliteWriter {
             .swap(false, std::sync::atomic::Ordering::Relaxed)
         {
             // Copies what was committed since the checkpointer's last pass (a busy reader may
-            // hold the copy or the restart off: the checkpointer asks again).
-            if let Err(e) = checkpoint(&self.conn, "PASSIVE") {
+            // hold the copy or the restart off: the checkpointer asks again). It runs at the
+            // store's sync mode, so that the WAL is synced before it is copied and the database
+            // file after, as the checkpointer's own passes are.
+            if let Err(e) = self.checkpoint_synced() {
                 tracing::warn!(error = %e, "WAL checkpoint before a restart failed; will retry");
             }
         }
@@ -377,7 +414,28 @@ impl LogWriter for SqliteWriter {
             start = end;
         }
         self.next_pos += rows.len() as i64;
+        self.written.store(self.next_pos - 1, Ordering::Release);
         Ok(())
+    }
+
+    fn durability(&mut self) -> Result<Box<dyn Durability>> {
+        let wal = match self.sync {
+            // The WAL file exists once the connection has read the database in WAL mode (the
+            // writer has, at open); an fdatasync of any handle on it syncs what the writer's
+            // connection wrote.
+            Synchronous::Full => Some(std::fs::File::open(wal_path(&self.path)).map_err(|e| {
+                Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("opening {} to sync it: {e}", wal_path(&self.path).display()),
+                ))
+            })?),
+            Synchronous::Normal => None,
+        };
+        Ok(Box::new(WalSync {
+            wal,
+            written: self.written.clone(),
+            index: self.index.clone(),
+        }))
     }
 
     fn max_conversation_num(&mut self) -> Result<i64> {
@@ -389,15 +447,74 @@ impl LogWriter for SqliteWriter {
     }
 }
 
+impl SqliteWriter {
+    /// A PASSIVE checkpoint on the writer's connection at the store's sync mode.
+    fn checkpoint_synced(&self) -> rusqlite::Result<(i64, i64)> {
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.pragma())?;
+        let done = checkpoint(&self.conn, "PASSIVE");
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.writer_pragma())?;
+        done
+    }
+}
+
+impl Drop for SqliteWriter {
+    fn drop(&mut self) {
+        // A connection that closes last checkpoints the WAL and removes it: at the store's
+        // sync mode, so that the database file is synced first.
+        let _ = self
+            .conn
+            .pragma_update(None, "synchronous", self.sync.pragma());
+    }
+}
+
+/// Syncs the WAL that a [`SqliteWriter`] writes without syncing, then lets readers see what it
+/// covers.
+#[derive(Debug)]
+struct WalSync {
+    /// `None` at `synchronous=NORMAL` (commits are not synced, as SQLite does at NORMAL).
+    wal: Option<std::fs::File>,
+    written: Arc<AtomicI64>,
+    index: Arc<SeqIndex>,
+}
+
+impl Durability for WalSync {
+    fn sync(&mut self) -> Result<()> {
+        // Read before the sync starts: everything committed up to here is covered by it.
+        let upto = self.written.load(Ordering::Acquire);
+        if let Some(wal) = &self.wal {
+            wal.sync_data()?;
+        }
+        self.index.durable.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
 impl Store for SqliteStore {
     fn writer(&self) -> Result<Box<dyn LogWriter>> {
         let lock = writer_lock(&self.path)?;
         let conn = open_conn(&self.path, self.sync, false)?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-        let next_pos = conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
-            r.get(0)
-        })?;
+        let next_pos: i64 =
+            conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
+                r.get(0)
+            })?;
+        // Everything in the log at start is durable (a WAL found at open is synced, below).
+        self.index.durable.store(next_pos - 1, Ordering::Release);
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+        if self.sync == Synchronous::Full {
+            // What a crash left in the WAL may never have been synced: sync it before anything
+            // in it is served, then let the writer's commits go unsynced (see [`WalSync`]).
+            std::fs::File::open(wal_path(&self.path))?.sync_data()?;
+            conn.pragma_update(None, "synchronous", Synchronous::Full.writer_pragma())?;
+        }
         let restart_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let checkpointer = Some(Checkpointer::start(
             &self.path,
@@ -406,8 +523,11 @@ impl Store for SqliteStore {
         )?);
         Ok(Box::new(SqliteWriter {
             conn,
+            path: self.path.clone(),
+            sync: self.sync,
             index: self.index.clone(),
             next_pos,
+            written: Arc::new(AtomicI64::new(next_pos - 1)),
             restart_due,
             _checkpointer: checkpointer,
             _lock: lock,
