@@ -361,16 +361,16 @@ impl LogWriter for SqliteWriter {
                 ins_conv.execute(params![c.num, c.id, c.created_by, participants, metadata])?;
             }
             // Whole chunks of rows go in one statement each: one cursor on the log table for
-            // all of them (the next row's position is found at the cursor, not by a seek from
-            // the root), one step instead of one per row.
+            // all of them, one step instead of one per row. SQLite numbers the rows itself
+            // (the last `pos` + 1: the log is never deleted from), which finds the end of the
+            // table at the cursor instead of by a seek from the root for each row; the numbers
+            // are checked against the writer's below.
             let mut chunks = rows.chunks_exact(ROWS_PER_INSERT);
-            let mut pos = self.next_pos;
             if chunks.len() > 0 {
                 let mut ins = tx.prepare_cached(&insert_events_sql(ROWS_PER_INSERT))?;
                 for chunk in chunks.by_ref() {
                     for (i, r) in chunk.iter().enumerate() {
-                        bind_event(&mut ins, i * EVENT_COLUMNS, pos, r)?;
-                        pos += 1;
+                        bind_event(&mut ins, i * EVENT_COLUMNS, r)?;
                     }
                     ins.raw_execute()?;
                 }
@@ -379,10 +379,16 @@ impl LogWriter for SqliteWriter {
             if !rest.is_empty() {
                 let mut ins = tx.prepare_cached(&insert_events_sql(1))?;
                 for r in rest {
-                    bind_event(&mut ins, 0, pos, r)?;
-                    pos += 1;
+                    bind_event(&mut ins, 0, r)?;
                     ins.raw_execute()?;
                 }
+            }
+            let last = self.next_pos + rows.len() as i64 - 1;
+            if !rows.is_empty() && tx.last_insert_rowid() != last {
+                return Err(Error::Corrupt(format!(
+                    "the log numbered its last row {}, the writer {last}",
+                    tx.last_insert_rowid()
+                )));
             }
         }
         tx.commit()?;
@@ -453,10 +459,12 @@ impl LogWriter for SqliteWriter {
 
 /// Rows a batch inserts with one statement (the rest one by one).
 const ROWS_PER_INSERT: usize = 16;
-/// Columns of an event row.
-const EVENT_COLUMNS: usize = 11;
+/// Columns of an event row that are bound (`pos` is numbered by SQLite).
+const EVENT_COLUMNS: usize = 10;
 
-/// `INSERT INTO events` of `rows` rows.
+/// `INSERT INTO events` of `rows` rows. A row that breaks a constraint (none should) fails
+/// the whole transaction (`OR ROLLBACK`), as the batch fails as a whole anyway; so SQLite
+/// keeps no statement journal to undo a statement of many rows alone.
 fn insert_events_sql(rows: usize) -> String {
     let one = format!(
         "({})",
@@ -466,25 +474,24 @@ fn insert_events_sql(rows: usize) -> String {
             .join(", ")
     );
     format!(
-        "INSERT INTO events (pos, conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) VALUES {}",
+        "INSERT OR ROLLBACK INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) VALUES {}",
         vec![one; rows].join(", ")
     )
 }
 
 /// Binds one event row at parameters `at + 1 ..= at + EVENT_COLUMNS`.
-fn bind_event(st: &mut rusqlite::Statement<'_>, at: usize, pos: i64, r: &NewRow<'_>) -> Result<()> {
+fn bind_event(st: &mut rusqlite::Statement<'_>, at: usize, r: &NewRow<'_>) -> Result<()> {
     let d = r.draft;
-    st.raw_bind_parameter(at + 1, pos)?;
-    st.raw_bind_parameter(at + 2, r.conv)?;
-    st.raw_bind_parameter(at + 3, d.seq as i64)?;
-    st.raw_bind_parameter(at + 4, d.kind.as_str())?;
-    st.raw_bind_parameter(at + 5, &d.author)?;
-    st.raw_bind_parameter(at + 6, d.turn as i64)?;
-    st.raw_bind_parameter(at + 7, d.finality.map(|f| f.as_str()))?;
-    st.raw_bind_parameter(at + 8, d.payload.get())?;
-    st.raw_bind_parameter(at + 9, &d.client_request_id)?;
-    st.raw_bind_parameter(at + 10, d.hash.as_ref().map(|h| &h[..]))?;
-    st.raw_bind_parameter(at + 11, r.ts_ms)?;
+    st.raw_bind_parameter(at + 1, r.conv)?;
+    st.raw_bind_parameter(at + 2, d.seq as i64)?;
+    st.raw_bind_parameter(at + 3, d.kind.as_str())?;
+    st.raw_bind_parameter(at + 4, &d.author)?;
+    st.raw_bind_parameter(at + 5, d.turn as i64)?;
+    st.raw_bind_parameter(at + 6, d.finality.map(|f| f.as_str()))?;
+    st.raw_bind_parameter(at + 7, d.payload.get())?;
+    st.raw_bind_parameter(at + 8, &d.client_request_id)?;
+    st.raw_bind_parameter(at + 9, d.hash.as_ref().map(|h| &h[..]))?;
+    st.raw_bind_parameter(at + 10, r.ts_ms)?;
     Ok(())
 }
 
