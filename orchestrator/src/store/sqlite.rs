@@ -60,25 +60,48 @@ impl Synchronous {
 }
 
 /// Where each conversation's events are in the log: `positions[seq - 1]`.
+///
+/// The writer only notes the runs of positions each commit wrote ([`SeqIndex::note`]); the
+/// thread that syncs them extends the lists ([`SeqIndex::index_noted`]) and then moves the
+/// durable mark, so the writer's thread does no per-conversation work here.
 #[derive(Debug)]
 pub struct SeqIndex {
-    convs: DashMap<String, Arc<RwLock<Vec<i64>>>, ahash::RandomState>,
+    /// Each conversation's number, by id.
+    nums: DashMap<String, i64, ahash::RandomState>,
+    /// Each conversation's positions, by number.
+    lists: DashMap<i64, Arc<RwLock<Vec<i64>>>, ahash::RandomState>,
     /// The last position known durable: readers see nothing after it.
     durable: AtomicI64,
+    /// Runs written and not yet in the lists.
+    noted: Mutex<Vec<Run>>,
+}
+
+/// `count` events of conversation `conv` from `first_seq` on, at `first_pos` onwards.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    conv: i64,
+    first_seq: u64,
+    first_pos: i64,
+    count: usize,
 }
 
 impl Default for SeqIndex {
     fn default() -> Self {
         SeqIndex {
-            convs: DashMap::default(),
+            nums: DashMap::default(),
+            lists: DashMap::default(),
             durable: AtomicI64::new(i64::MAX),
+            noted: Mutex::default(),
         }
     }
 }
 
 impl SeqIndex {
     fn positions(&self, conversation: &str, after: u64, limit: usize) -> Vec<i64> {
-        let Some(list) = self.convs.get(conversation).map(|l| l.clone()) else {
+        let Some(num) = self.nums.get(conversation).map(|n| *n) else {
+            return Vec::new();
+        };
+        let Some(list) = self.lists.get(&num).map(|l| l.clone()) else {
             return Vec::new();
         };
         let durable = self.durable.load(Ordering::Acquire);
@@ -90,30 +113,58 @@ impl SeqIndex {
         list[start..durable_end].to_vec()
     }
 
-    /// Records that `conversation`'s events from `first_seq` on are at `first_pos` onwards.
-    fn push_run(
-        &self,
-        conversation: &str,
-        first_seq: u64,
-        first_pos: i64,
-        count: usize,
-    ) -> Result<()> {
-        let existing = self.convs.get(conversation).map(|l| l.clone());
-        let list = existing.unwrap_or_else(|| {
-            self.convs
-                .entry(conversation.to_string())
-                .or_default()
-                .clone()
-        });
+    /// Records the number of conversation `id`.
+    fn name(&self, id: &str, num: i64) {
+        self.nums.insert(id.to_string(), num);
+    }
+
+    /// Records that a conversation's events from `run.first_seq` on are at `run.first_pos`
+    /// onwards.
+    fn push_run(&self, run: Run) -> Result<()> {
+        let existing = self.lists.get(&run.conv).map(|l| l.clone());
+        let list = existing.unwrap_or_else(|| self.lists.entry(run.conv).or_default().clone());
         let mut list = list.write().unwrap_or_else(|p| p.into_inner());
-        if list.len() as u64 + 1 != first_seq {
+        if list.len() as u64 + 1 != run.first_seq {
             return Err(Error::Corrupt(format!(
-                "conversation {conversation}: seq {first_seq} follows seq {} in the log",
+                "conversation number {}: seq {} follows seq {} in the log",
+                run.conv,
+                run.first_seq,
                 list.len()
             )));
         }
-        list.extend((0..count as i64).map(|i| first_pos + i));
+        list.extend((0..run.count as i64).map(|i| run.first_pos + i));
         Ok(())
+    }
+
+    /// Notes the runs of a commit's rows (grouped by conversation, in seq order) that start at
+    /// `first_pos`, for [`SeqIndex::index_noted`].
+    fn note(&self, rows: &[NewRow<'_>], first_pos: i64) {
+        let mut noted = self.noted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut start = 0;
+        while start < rows.len() {
+            let conv = rows[start].conv;
+            let end = rows[start..]
+                .iter()
+                .position(|r| r.conv != conv)
+                .map_or(rows.len(), |n| start + n);
+            noted.push(Run {
+                conv,
+                first_seq: rows[start].draft.seq,
+                first_pos: first_pos + start as i64,
+                count: end - start,
+            });
+            start = end;
+        }
+    }
+
+    /// Puts every noted run in the lists.
+    fn index_noted(&self) {
+        let runs = std::mem::take(&mut *self.noted.lock().unwrap_or_else(|p| p.into_inner()));
+        for run in runs {
+            if let Err(e) = self.push_run(run) {
+                tracing::error!(error = %e, "seq index out of step with the log");
+            }
+        }
     }
 }
 
@@ -406,23 +457,11 @@ impl LogWriter for SqliteWriter {
                 tracing::warn!(error = %e, "WAL checkpoint before a restart failed; will retry");
             }
         }
-        // Rows come grouped by conversation, in seq order: one index update per group.
-        let mut start = 0;
-        while start < rows.len() {
-            let conv = rows[start].conv_id;
-            let end = rows[start..]
-                .iter()
-                .position(|r| r.conv_id != conv)
-                .map_or(rows.len(), |n| start + n);
-            let pos = self.next_pos + start as i64;
-            if let Err(e) = self
-                .index
-                .push_run(conv, rows[start].draft.seq, pos, end - start)
-            {
-                tracing::error!(error = %e, "seq index out of step with the log");
-            }
-            start = end;
+        // Noted before `written` moves: a sync that covers these rows indexes them.
+        for c in convs {
+            self.index.name(&c.id, c.num);
         }
+        self.index.note(rows, self.next_pos);
         self.next_pos += rows.len() as i64;
         self.written.store(self.next_pos - 1, Ordering::Release);
         Ok(())
@@ -534,6 +573,7 @@ impl Durability for WalSync {
         if let Some(wal) = &self.wal {
             wal.sync_data()?;
         }
+        self.index.index_noted();
         self.index.durable.fetch_max(upto, Ordering::AcqRel);
         Ok(())
     }
@@ -600,6 +640,7 @@ impl Store for SqliteStore {
                     metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
                 };
                 order.push(num);
+                self.index.name(&record.id, num);
                 records.insert(num, (record, Vec::new()));
             }
             let mut evs = conn.prepare(
@@ -612,7 +653,7 @@ impl Store for SqliteStore {
             while let Some(e) = er.next()? {
                 let pos: i64 = e.get(0)?;
                 let conv: i64 = e.get(1)?;
-                let Some((record, events)) = records.get_mut(&conv) else {
+                let Some((_, events)) = records.get_mut(&conv) else {
                     return Err(Error::Corrupt(format!("event at {pos} names unknown conversation {conv}")));
                 };
                 let payload_json: Option<String> = e.get(7)?;
@@ -621,7 +662,7 @@ impl Store for SqliteStore {
                     None => RawValue::NULL.to_owned(),
                 };
                 let seq = e.get::<_, i64>(2)? as u64;
-                self.index.push_run(&record.id, seq, pos, 1)?;
+                self.index.push_run(Run { conv, first_seq: seq, first_pos: pos, count: 1 })?;
                 events.push(RecoveredEvent {
                     draft: Draft {
                         seq,
