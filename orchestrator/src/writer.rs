@@ -6,8 +6,9 @@
 //! commit is durable publishes the events to the [`Hub`] and then answers the callers, in
 //! commit order. A large batch goes down a pipeline of two threads: `log-sync` makes it durable
 //! ([`Durability::sync`], one sync for every batch written since the last) while this thread
-//! already writes the next, and `log-publisher` publishes and answers while the next one is
-//! synced. A small one, when nothing is in the pipeline, is synced and published on this
+//! already writes the next (one at most: it waits while a written batch waits for the sync,
+//! and the jobs that come meanwhile gather into its next batch), and `log-publisher` publishes
+//! and answers while the next one is synced. A small one, when nothing is in the pipeline, is synced and published on this
 //! thread (no thread hop on the path of a lone turn).
 //!
 //! If the commit fails the in-memory state is rolled back and every caller of the batch gets
@@ -155,7 +156,8 @@ struct Writer {
     durability: Arc<Mutex<Box<dyn Durability>>>,
     /// Set when a sync failed: the log takes nothing more.
     stopped: Arc<AtomicBool>,
-    syncer: Option<std::sync::mpsc::Sender<Committed>>,
+    /// Written batches waiting for the sync thread.
+    syncer: Arc<SyncQueue>,
     threads: Vec<JoinHandle<()>>,
     convs: HashMap<String, Slot>,
     next_num: i64,
@@ -209,15 +211,19 @@ impl WriterHandle {
         let (tx, rx) = mpsc::channel(QUEUE);
         let durability = Arc::new(Mutex::new(log.durability()?));
         let stopped = Arc::new(AtomicBool::new(false));
-        let (syncer, written) = std::sync::mpsc::channel::<Committed>();
+        let syncer = Arc::new(SyncQueue::default());
         let (publisher, synced) = std::sync::mpsc::channel::<Committed>();
         let queued = Arc::new(AtomicUsize::new(0));
         let sync_thread = {
-            let (durability, stopped, queued) =
-                (durability.clone(), stopped.clone(), queued.clone());
+            let (durability, stopped, queued, written) = (
+                durability.clone(),
+                stopped.clone(),
+                queued.clone(),
+                syncer.clone(),
+            );
             std::thread::Builder::new()
                 .name("log-sync".into())
-                .spawn(move || sync_loop(&durability, &stopped, written, publisher, &queued))?
+                .spawn(move || sync_loop(&durability, &stopped, &written, publisher, &queued))?
         };
         let publisher_thread = {
             let hub = hub.clone();
@@ -232,7 +238,7 @@ impl WriterHandle {
             queued,
             durability,
             stopped,
-            syncer: Some(syncer),
+            syncer,
             threads: vec![sync_thread, publisher_thread],
             convs,
             next_num,
@@ -456,7 +462,7 @@ impl Writer {
     fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
         // Every committed batch is synced, published and answered before the writer is gone.
-        drop(self.syncer.take());
+        self.syncer.close();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -468,6 +474,10 @@ impl Writer {
             let Some(first) = rx.blocking_recv() else {
                 return;
             };
+            // One written batch at most waits for a sync: while it does, the jobs that come
+            // gather into the next batch (group commit), instead of each going to the disk in
+            // a transaction of its own.
+            self.syncer.wait_room();
             batch.push(first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -657,14 +667,9 @@ impl Writer {
                     } else {
                         refuse(committed.replies, LOG_STOPPED);
                     }
-                } else if let Some(p) = &self.syncer {
+                } else {
                     self.queued.fetch_add(1, Ordering::AcqRel);
-                    if let Err(std::sync::mpsc::SendError(c)) = p.send(committed) {
-                        tracing::error!("the sync thread is gone; nothing more is acknowledged");
-                        self.stopped.store(true, Ordering::Release);
-                        self.queued.fetch_sub(1, Ordering::AcqRel);
-                        refuse(c.replies, LOG_STOPPED);
-                    }
+                    self.syncer.push(committed);
                 }
             }
             Err(e) => {
@@ -706,20 +711,67 @@ fn sync(durability: &Mutex<Box<dyn Durability>>, stopped: &AtomicBool) -> bool {
     }
 }
 
+/// Written batches between the writer and the sync thread.
+#[derive(Default)]
+struct SyncQueue {
+    state: Mutex<(Vec<Committed>, bool)>,
+    /// Signalled when batches come or the queue closes (for the sync thread), and when the
+    /// sync thread takes them (for the writer).
+    changed: std::sync::Condvar,
+}
+
+impl SyncQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Committed>, bool)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until no written batch waits for a sync to start.
+    fn wait_room(&self) {
+        let mut q = self.lock();
+        while !q.0.is_empty() {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn push(&self, batch: Committed) {
+        self.lock().0.push(batch);
+        self.changed.notify_all();
+    }
+
+    /// Stops the sync thread once it has taken what is queued.
+    fn close(&self) {
+        self.lock().1 = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits for batches and moves them all into `into`; false once closed and empty.
+    fn take_all(&self, into: &mut Vec<Committed>) -> bool {
+        let mut q = self.lock();
+        while q.0.is_empty() && !q.1 {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        if q.0.is_empty() {
+            return false;
+        }
+        into.append(&mut q.0);
+        drop(q);
+        self.changed.notify_all();
+        true
+    }
+}
+
 /// The sync thread: takes every batch committed since its last sync, makes them durable with
 /// one sync, and hands them on to the publisher in commit order (or refuses them if the sync
 /// failed).
 fn sync_loop(
     durability: &Mutex<Box<dyn Durability>>,
     stopped: &AtomicBool,
-    written: std::sync::mpsc::Receiver<Committed>,
+    written: &SyncQueue,
     publisher: std::sync::mpsc::Sender<Committed>,
     queued: &AtomicUsize,
 ) {
     let mut batches = Vec::new();
-    while let Ok(first) = written.recv() {
-        batches.push(first);
-        batches.extend(written.try_iter());
+    while written.take_all(&mut batches) {
         let durable = sync(durability, stopped);
         for b in batches.drain(..) {
             let refused = if durable {
