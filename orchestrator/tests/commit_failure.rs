@@ -99,6 +99,21 @@ fn msg(text: &str, key: Option<&str>) -> SendMessageParams {
     }
 }
 
+/// A conversation `id` that alice takes part in.
+fn with_alice(id: &str) -> CreateConversationParams {
+    CreateConversationParams {
+        conversation_id: Some(id.into()),
+        participants: Some(vec!["alice".into()]),
+        ..Default::default()
+    }
+}
+
+/// The seqs of conversation `c` that readers of the store see.
+fn stored_seqs(store: &dyn Store) -> Vec<u64> {
+    let events = store.read_events("c", 0, 100).unwrap();
+    events.iter().map(|e| e.seq).collect()
+}
+
 /// Every event of conversation `c`, as `who` reads it.
 async fn log_of(orch: &Orchestrator, who: &Identity) -> Vec<Event> {
     let p = TailParams {
@@ -121,11 +136,7 @@ async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
     let orch = Orchestrator::open(Arc::new(store), Limits::default()).unwrap();
     let admin = Identity::new("admin", true);
     let alice = Identity::new("alice", false);
-    let p = CreateConversationParams {
-        conversation_id: Some("c".into()),
-        participants: Some(vec!["alice".into()]),
-        ..Default::default()
-    };
+    let p = with_alice("c");
     orch.create_conversation(&admin, p).await.unwrap();
     let first = orch
         .send_message(&alice, msg("one", Some("k1")))
@@ -140,11 +151,7 @@ async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
         .unwrap_err()
         .to_rpc();
     assert_eq!(err.code, ErrorCode::Internal);
-    let p = CreateConversationParams {
-        conversation_id: Some("d".into()),
-        participants: Some(vec!["alice".into()]),
-        ..Default::default()
-    };
+    let p = with_alice("d");
     assert_eq!(
         orch.create_conversation(&admin, p.clone())
             .await
@@ -200,21 +207,15 @@ async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
     let orch = Orchestrator::open(store.clone(), Limits::default()).unwrap();
     let admin = Identity::new("admin", true);
     let alice = Identity::new("alice", false);
-    let p = CreateConversationParams {
-        conversation_id: Some("c".into()),
-        participants: Some(vec!["alice".into()]),
-        ..Default::default()
-    };
+    let p = with_alice("c");
     orch.create_conversation(&admin, p).await.unwrap();
     let first = orch.send_message(&alice, msg("one", None)).await.unwrap();
     assert_eq!(first.seq, 2);
-    let durable: Vec<u64> = store
-        .read_events("c", 0, 10)
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(durable, vec![1, 2], "an acknowledged event is readable");
+    assert_eq!(
+        stored_seqs(store.as_ref()),
+        vec![1, 2],
+        "an acknowledged event is readable"
+    );
 
     fail_sync.store(true, Ordering::SeqCst);
     let err = orch
@@ -224,13 +225,7 @@ async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
         .to_rpc();
     assert_eq!(err.code, ErrorCode::Internal);
     // Written to the WAL but not synced: not readable, not published.
-    let readable: Vec<u64> = store
-        .read_events("c", 0, 10)
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(readable, vec![1, 2]);
+    assert_eq!(stored_seqs(store.as_ref()), vec![1, 2]);
     let snap = orch
         .get_conversation(
             &alice,
@@ -251,11 +246,7 @@ async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
         .to_rpc();
     assert_eq!(err.code, ErrorCode::Internal);
     assert!(err.message.contains("restarted"), "{}", err.message);
-    let p = CreateConversationParams {
-        conversation_id: Some("d".into()),
-        participants: Some(vec!["alice".into()]),
-        ..Default::default()
-    };
+    let p = with_alice("d");
     assert_eq!(
         orch.create_conversation(&admin, p)
             .await
