@@ -8,8 +8,8 @@
 //! ([`Durability::sync`], one sync for every batch written since the last) while this thread
 //! already writes the next (one at most: it waits while a written batch waits for the sync,
 //! and the jobs that come meanwhile gather into its next batch), and `log-publisher` publishes
-//! and answers while the next one is synced. A small one, when nothing is in the pipeline, is synced and published on this
-//! thread (no thread hop on the path of a lone turn).
+//! and answers while the next one is synced. A small one, when nothing is in the pipeline, is
+//! synced and published on this thread (no thread hop on the path of a lone turn).
 //!
 //! If the commit fails the in-memory state is rolled back and every caller of the batch gets
 //! `Internal`: nothing is acknowledged that is not durable, and seq stays dense. If a sync
@@ -500,8 +500,7 @@ impl Writer {
 
     fn process(&mut self, batch: &mut Vec<Job>) {
         if self.stopped.load(Ordering::Acquire) {
-            let replies = batch.drain(..).filter_map(Reply::of).collect();
-            refuse(replies, LOG_STOPPED);
+            answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
         let ts_ms = now_ms();
@@ -624,10 +623,9 @@ impl Writer {
         }
         let rows: Vec<NewRow<'_>> = touched
             .iter()
-            .flat_map(|(id, num, drafts)| {
+            .flat_map(|(_, num, drafts)| {
                 drafts.iter().map(move |draft| NewRow {
                     conv: *num,
-                    conv_id: id,
                     draft,
                     ts_ms,
                 })
@@ -870,17 +868,12 @@ pub fn is_next_speaker(d: &Draft) -> bool {
 }
 
 impl Reply {
-    /// The reply slot of a job (none for `Stop`).
-    fn of(job: Job) -> Option<Reply> {
+    /// A job's answer once the log has stopped (none for `Stop`).
+    fn refusing(job: Job) -> Option<Reply> {
+        let stopped = || RpcError::new(ErrorCode::Internal, LOG_STOPPED);
         match job {
-            Job::Append { reply, .. } => Some(Reply::Append(
-                reply,
-                Err(RpcError::new(ErrorCode::Internal, "")),
-            )),
-            Job::Create { reply, .. } => Some(Reply::Create(
-                reply,
-                Err(RpcError::new(ErrorCode::Internal, "")),
-            )),
+            Job::Append { reply, .. } => Some(Reply::Append(reply, Err(stopped()))),
+            Job::Create { reply, .. } => Some(Reply::Create(reply, Err(stopped()))),
             Job::Stop => None,
         }
     }

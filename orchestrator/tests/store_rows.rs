@@ -11,7 +11,6 @@ fn rows(ds: &[Draft]) -> Vec<NewRow<'_>> {
     ds.iter()
         .map(|draft| NewRow {
             conv: 1,
-            conv_id: "c",
             draft,
             ts_ms: 1_700_000_000_000 + draft.seq as i64,
         })

@@ -48,8 +48,6 @@ pub struct NewConversation {
 pub struct NewRow<'a> {
     /// The conversation's number.
     pub conv: i64,
-    /// The conversation's id.
-    pub conv_id: &'a str,
     /// The decided event.
     pub draft: &'a Draft,
     /// Commit time, milliseconds since the epoch.

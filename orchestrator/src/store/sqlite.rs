@@ -2,7 +2,7 @@
 //!
 //! The log is one table ordered by `pos` (the global commit order), so every commit appends at
 //! the end of one B-tree. Where each conversation's events are (seq → pos) lives in memory, in
-//! a [`SeqIndex`] that the writer extends after each commit and that [`Store::recover`]
+//! a [`SeqIndex`] that is extended after each commit is synced and that [`Store::recover`]
 //! rebuilds from one scan of the table at start (8 bytes per event).
 //!
 //! At `synchronous=FULL` the writer's own connection does not sync: its commits write the WAL,
@@ -284,8 +284,9 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 #[derive(Debug)]
 pub struct SqliteWriter {
     conn: Connection,
-    path: PathBuf,
     sync: Synchronous,
+    /// The WAL file, at `synchronous=FULL`: what [`WalSync`] syncs.
+    wal: Option<std::fs::File>,
     index: Arc<SeqIndex>,
     next_pos: i64,
     /// The last position committed (written to the WAL; durable once a [`WalSync`] says so).
@@ -468,20 +469,12 @@ impl LogWriter for SqliteWriter {
     }
 
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
-        let wal = match self.sync {
-            // The WAL file exists once the connection has read the database in WAL mode (the
-            // writer has, at open); an fdatasync of any handle on it syncs what the writer's
-            // connection wrote.
-            Synchronous::Full => Some(std::fs::File::open(wal_path(&self.path)).map_err(|e| {
-                Error::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("opening {} to sync it: {e}", wal_path(&self.path).display()),
-                ))
-            })?),
-            Synchronous::Normal => None,
-        };
         Ok(Box::new(WalSync {
-            wal,
+            wal: self
+                .wal
+                .as_ref()
+                .map(std::fs::File::try_clone)
+                .transpose()?,
             written: self.written.clone(),
             index: self.index.clone(),
         }))
@@ -597,12 +590,26 @@ impl Store for SqliteStore {
         // Everything in the log at start is durable (a WAL found at open is synced, below).
         self.index.durable.store(next_pos - 1, Ordering::Release);
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
-        if self.sync == Synchronous::Full {
-            // What a crash left in the WAL may never have been synced: sync it before anything
-            // in it is served, then let the writer's commits go unsynced (see [`WalSync`]).
-            std::fs::File::open(wal_path(&self.path))?.sync_data()?;
-            conn.pragma_update(None, "synchronous", Synchronous::Full.writer_pragma())?;
-        }
+        let wal = match self.sync {
+            Synchronous::Full => {
+                // The WAL file exists once the connection has read the database in WAL mode
+                // (above); an fdatasync of any handle on it syncs what the writer's connection
+                // writes. What a crash left in it may never have been synced: that is synced
+                // before anything in it is served, then the writer's commits go unsynced (see
+                // [`WalSync`]).
+                let path = wal_path(&self.path);
+                let wal = std::fs::File::open(&path).map_err(|e| {
+                    Error::Io(std::io::Error::new(
+                        e.kind(),
+                        format!("opening {} to sync it: {e}", path.display()),
+                    ))
+                })?;
+                wal.sync_data()?;
+                conn.pragma_update(None, "synchronous", Synchronous::Full.writer_pragma())?;
+                Some(wal)
+            }
+            Synchronous::Normal => None,
+        };
         let restart_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let checkpointer = Some(Checkpointer::start(
             &self.path,
@@ -611,8 +618,8 @@ impl Store for SqliteStore {
         )?);
         Ok(Box::new(SqliteWriter {
             conn,
-            path: self.path.clone(),
             sync: self.sync,
+            wal,
             index: self.index.clone(),
             next_pos,
             written: Arc::new(AtomicI64::new(next_pos - 1)),
