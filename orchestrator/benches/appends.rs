@@ -7,10 +7,22 @@
 //! ```
 //! Every phase uses `synchronous=FULL` (each acknowledged append survives power loss) and
 //! ~300-byte payloads; the load spreads over 1,000 conversations.
+//!
+//! The WebSocket phase runs twice. Its goal line is driven by minimal clients (raw frames,
+//! pipelined: each burst of answers is read in one call and its replacements sent in one write),
+//! the way a load generator such as wrk is built, so that the two cores measure the server
+//! rather than the clients beside it. The second line uses jsonrpsee's `WsClient`, whose
+//! per-request work (a request future, a timeout timer on its own thread, a write per request)
+//! costs the shared cores about as much as the server's. `BENCH_ONLY=in-process`,
+//! `websocket` or `websocket-jsonrpsee` runs one phase alone (for profiling).
 
 mod common;
 use common::{env, median, settle};
+#[path = "common/raw_ws.rs"]
+mod raw_ws;
+use raw_ws::{text_frame, Frame, RawWs};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -190,12 +202,23 @@ where
             }));
         }
     }
+    run_for(secs, start, &stop, tasks).await
+}
+
+/// Lets `tasks` (the clients, started at `start`) run until `secs` have passed, tells them to
+/// stop, and sums what they report: acknowledged appends and sampled latencies.
+async fn run_for(
+    secs: f64,
+    start: Instant,
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<(u64, Vec<f64>)>>,
+) -> (u64, f64, Vec<f64>) {
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
     let (mut n, mut lat) = (0, Vec::new());
     for t in tasks {
-        let (done, l) = t.await.unwrap_or_default();
+        let (done, l) = t.await.expect("a client failed");
         n += done;
         lat.extend(l);
     }
@@ -252,46 +275,167 @@ async fn in_process(
     Ok(phase)
 }
 
+/// Which client drives the WebSocket phase.
+#[derive(Clone, Copy, PartialEq)]
+enum Client {
+    /// [`RawWs`]: pipelined raw frames, one write and one read per burst of answers, so that
+    /// most of the two cores go to the server.
+    Raw,
+    /// jsonrpsee's `WsClient`, one request future per append in flight (what a Rust partner
+    /// would use; it costs the shared cores more than the server's own work per append).
+    Jsonrpsee,
+}
+
 async fn websocket(
     dir: &std::path::Path,
     db: &str,
     secs: f64,
     clients: usize,
     depth: usize,
+    client: Client,
 ) -> anyhow::Result<Phase> {
     let (orch, tokens) = setup(dir, db, clients).await?;
     let before = writer_counts(&orch);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let running = server::start(orch.clone(), listener).await?;
-    let url = running.rpc_url();
-    let mut conns = Vec::new();
-    for t in &tokens {
-        let c = WsClientBuilder::default()
-            .max_concurrent_requests(depth * 2)
-            .build(&url)
-            .await?;
-        let _: Value = c.request("authenticate", P(json!({"token": t}))).await?;
-        conns.push(c);
-    }
-    let conns = Arc::new(conns);
     let ids = conversation_ids();
     let text = text();
-    let (n, elapsed, lat) = drive(secs, clients, depth, move |c, i| {
-        let params = json!({
-            "conversationId": target(&ids, clients, c, i),
-            "payload": {"text": text},
-            "finality": "none",
-        });
-        let conns = conns.clone();
-        async move {
-            let _: Value = conns[c].request("sendMessage", P(params)).await?;
-            Ok(())
+    let (n, elapsed, lat) = match client {
+        Client::Raw => {
+            drive_raw(
+                running.local_addr().to_string(),
+                tokens,
+                secs,
+                depth,
+                ids,
+                text,
+            )
+            .await
         }
-    })
-    .await;
+        Client::Jsonrpsee => {
+            let url = running.rpc_url();
+            let mut conns = Vec::new();
+            for t in &tokens {
+                let c = WsClientBuilder::default()
+                    .max_concurrent_requests(depth * 2)
+                    .build(&url)
+                    .await?;
+                let _: Value = c.request("authenticate", P(json!({"token": t}))).await?;
+                conns.push(c);
+            }
+            let conns = Arc::new(conns);
+            drive(secs, clients, depth, move |c, i| {
+                let params = json!({
+                    "conversationId": target(&ids, clients, c, i),
+                    "payload": {"text": text},
+                    "finality": "none",
+                });
+                let conns = conns.clone();
+                async move {
+                    let _: Value = conns[c].request("sendMessage", P(params)).await?;
+                    Ok(())
+                }
+            })
+            .await
+        }
+    };
     let phase = summarize(&orch, n, elapsed, lat, before);
     running.stop().await;
     Ok(phase)
+}
+
+/// The id of a successful JSON-RPC answer (`{"jsonrpc":"2.0","id":N,"result":...}`), or a panic
+/// with the frame: every append of the phase must be acknowledged.
+fn answered_id(frame: &[u8]) -> u64 {
+    const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    let rest = frame.strip_prefix(HEAD).unwrap_or_default();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let id = std::str::from_utf8(&rest[..digits])
+        .ok()
+        .and_then(|d| d.parse().ok());
+    match id {
+        Some(id) if rest[digits..].starts_with(br#","result":"#) => id,
+        _ => panic!("append failed: {}", String::from_utf8_lossy(frame)),
+    }
+}
+
+/// One [`RawWs`] connection per token for `secs`, each keeping `depth` appends in flight: every
+/// answer read is replaced by a new append, and the appends made for one burst of answers leave
+/// in one write. Returns how many were acknowledged before the stop, the elapsed time and sampled
+/// latencies in milliseconds.
+async fn drive_raw(
+    addr: String,
+    tokens: Vec<String>,
+    secs: f64,
+    depth: usize,
+    ids: Arc<Vec<String>>,
+    text: String,
+) -> (u64, f64, Vec<f64>) {
+    let clients = tokens.len();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut conns = Vec::new();
+    for t in &tokens {
+        conns.push(RawWs::connect(&addr, t).await);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, mut ws) in conns.into_iter().enumerate() {
+        let (stop, ids, text) = (stop.clone(), ids.clone(), text.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut done, mut lat) = (0u64, Vec::new());
+            let mut sent_at: HashMap<u64, Instant> = HashMap::new();
+            let mut out = Vec::new();
+            // Ids from 2 (authenticate was 1); append `i` of this client is id `i + 2`.
+            let mut next = 0usize;
+            let mut append = |out: &mut Vec<u8>, sent_at: &mut HashMap<u64, Instant>| {
+                let id = next as u64 + 2;
+                if (next / depth).is_multiple_of(SAMPLE) {
+                    sent_at.insert(id, Instant::now());
+                }
+                let req = format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"sendMessage","params":{{"conversationId":"{}","payload":{{"text":"{text}"}},"finality":"none"}}}}"#,
+                    target(&ids, clients, c, next)
+                );
+                text_frame(out, req.as_bytes());
+                next += 1;
+            };
+            for _ in 0..depth {
+                append(&mut out, &mut sent_at);
+            }
+            let mut in_flight = depth;
+            ws.write(&out).await.expect("send");
+            let mut stopped = false;
+            while in_flight > 0 {
+                out.clear();
+                let mut frame = Some(ws.next_frame().await);
+                while let Some(f) = frame {
+                    match f {
+                        Frame::Text(r) => {
+                            let id = answered_id(ws.text(r));
+                            in_flight -= 1;
+                            stopped = stopped || stop.load(Ordering::Relaxed);
+                            if !stopped {
+                                done += 1;
+                                lat.extend(
+                                    sent_at
+                                        .remove(&id)
+                                        .map(|t| t.elapsed().as_secs_f64() * 1e3),
+                                );
+                                append(&mut out, &mut sent_at);
+                                in_flight += 1;
+                            }
+                        }
+                        Frame::Other => {}
+                        Frame::Closed => panic!("connection closed with appends in flight"),
+                    }
+                    frame = ws.buffered_frame();
+                }
+                ws.write(&out).await.expect("send");
+            }
+            (done, lat)
+        }));
+    }
+    run_for(secs, start, &stop, tasks).await
 }
 
 fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
@@ -329,16 +473,22 @@ fn main() -> anyhow::Result<()> {
     );
     // For profiling one path alone.
     match std::env::var("BENCH_ONLY").as_deref() {
-        Ok("websocket") => {
+        Ok(only @ ("websocket" | "websocket-jsonrpsee")) => {
+            let client = if only == "websocket" {
+                Client::Raw
+            } else {
+                Client::Jsonrpsee
+            };
             let ws = runtime(ws_workers)?.block_on(websocket(
                 dir.path(),
                 "ws.db",
                 secs,
                 clients,
                 depth,
+                client,
             ))?;
             println!(
-                "websocket: {:.0} appends/s, mean batch {:.0}",
+                "{only}: {:.0} appends/s, mean batch {:.0}",
                 ws.rate, ws.mean_batch
             );
             return Ok(());
@@ -361,8 +511,8 @@ fn main() -> anyhow::Result<()> {
     }
     // The machine is shared and noisy: each round measures the ceiling and both paths side by
     // side, and the ratios are taken per round; the summary is their median.
-    let (mut r_inproc, mut r_ws, mut r_indexed, mut ws_rates) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut r_inproc, mut r_ws, mut r_indexed, mut ws_rates, mut wsj_rates) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
         println!("round {round}:");
         settle(dir.path());
@@ -395,19 +545,32 @@ fn main() -> anyhow::Result<()> {
             secs,
             clients,
             depth,
+            Client::Raw,
         ))?;
-        print_phase("websocket", &ws, ceiling, ">= 40,000/s");
+        print_phase("websocket (raw-frame clients)", &ws, ceiling, ">= 40,000/s");
+        settle(dir.path());
+        let wsj = runtime(ws_workers)?.block_on(websocket(
+            dir.path(),
+            &format!("wsj-{round}.db"),
+            secs,
+            clients,
+            depth,
+            Client::Jsonrpsee,
+        ))?;
+        print_phase("websocket (jsonrpsee clients)", &wsj, ceiling, "-");
         r_inproc.push(inproc.rate / ceiling);
         r_ws.push(ws.rate / ceiling);
         r_indexed.push(indexed / ceiling);
         ws_rates.push(ws.rate);
+        wsj_rates.push(wsj.rate);
     }
     println!(
         "median over {rounds} rounds: in-process/ceiling {:.2} (goal >= 0.40), websocket {:.0} appends/s (goal >= 40,000), \
-         websocket/ceiling {:.2}, indexed-raw/ceiling {:.2}",
+         websocket/ceiling {:.2}, websocket with jsonrpsee clients {:.0} appends/s, indexed-raw/ceiling {:.2}",
         median(r_inproc),
         median(ws_rates),
         median(r_ws),
+        median(wsj_rates),
         median(r_indexed)
     );
     Ok(())

@@ -38,6 +38,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as Tokio
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
+#[path = "common/raw_ws.rs"]
+mod raw_ws;
+use raw_ws::{Frame, RawWs};
+
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -222,186 +226,30 @@ fn index_in(bytes: &[u8]) -> Option<usize> {
     any.then_some(n)
 }
 
-/// A minimal WebSocket client over raw TCP for the subscribers: the upgrade, masked frames for
-/// its own calls, and the server's (unmasked) frames parsed in place from one read buffer, so
-/// that the clients' share of the two cores stays small.
-struct RawWs {
-    tcp: TcpStream,
-    /// Bytes read; `buf[at..filled]` is not yet parsed.
-    buf: Vec<u8>,
-    at: usize,
-    filled: usize,
-}
-
-/// What [`RawWs::next_frame`] found.
-enum Frame {
-    Text(std::ops::Range<usize>),
-    Other,
-    Closed,
-}
-
-impl RawWs {
-    async fn connect(addr: &str, token: &str) -> RawWs {
-        let mut tcp = TcpStream::connect(addr).await.expect("connect");
-        tcp.set_nodelay(true).ok();
-        let req = format!(
-            "GET /rpc HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        );
-        tcp.write_all(req.as_bytes())
-            .await
-            .expect("upgrade request");
-        let mut buf = Vec::with_capacity(64 * 1024);
-        let end = loop {
-            let mut chunk = [0u8; 4096];
-            let n = tcp.read(&mut chunk).await.expect("upgrade answer");
-            assert!(n > 0, "closed during the upgrade");
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(end) = memchr::memmem::find(&buf, b"\r\n\r\n") {
-                break end + 4;
-            }
-        };
-        assert!(buf.starts_with(b"HTTP/1.1 101"), "upgrade refused");
-        let mut ws = RawWs::over(tcp, buf, end);
-        ws.call(1, "authenticate", json!({"token": token})).await;
-        ws
-    }
-
-    /// A client over `tcp` whose first bytes, `read`, are parsed from `at`.
-    fn over(tcp: TcpStream, mut read: Vec<u8>, at: usize) -> RawWs {
-        let filled = read.len();
-        read.resize(filled.max(256 * 1024), 0);
-        RawWs {
-            tcp,
-            buf: read,
-            at,
-            filled,
-        }
-    }
-
-    /// Reads `n` events (each event's index in its text), or until the connection ends or the
-    /// phase's one deadline passes (a per-frame timer would cost the clients more than the
-    /// frames do); the latency of each, in microseconds.
-    async fn latencies(&mut self, n: usize, rate: usize, clock: &Clock) -> Vec<u32> {
-        let mut lat = Vec::with_capacity(n);
-        let deadline = Duration::from_secs(30 + (n / rate.max(1)) as u64);
-        let _ = tokio::time::timeout(deadline, async {
-            let mut seen = 0;
-            while seen < n {
-                let r = match self.next_frame().await {
-                    Frame::Text(r) => r,
-                    Frame::Other => continue,
-                    Frame::Closed => break,
-                };
-                if let Some(i) = index_in(&self.buf[r]) {
-                    seen += 1;
-                    if let Some(l) = clock.latency_us(i) {
-                        lat.push(l);
-                    }
+/// Reads `n` events (each event's index in its text) from `ws`, or until the connection ends
+/// or the phase's one deadline passes (a per-frame timer would cost the clients more than the
+/// frames do); the latency of each, in microseconds.
+async fn latencies(ws: &mut RawWs, n: usize, rate: usize, clock: &Clock) -> Vec<u32> {
+    let mut lat = Vec::with_capacity(n);
+    let deadline = Duration::from_secs(30 + (n / rate.max(1)) as u64);
+    let _ = tokio::time::timeout(deadline, async {
+        let mut seen = 0;
+        while seen < n {
+            let r = match ws.next_frame().await {
+                Frame::Text(r) => r,
+                Frame::Other => continue,
+                Frame::Closed => break,
+            };
+            if let Some(i) = index_in(ws.text(r)) {
+                seen += 1;
+                if let Some(l) = clock.latency_us(i) {
+                    lat.push(l);
                 }
             }
-        })
-        .await;
-        lat
-    }
-
-    async fn send_text(&mut self, text: &str) {
-        let data = text.as_bytes();
-        let mask = [0x5a, 0x13, 0xc7, 0x2e];
-        let mut f = vec![0x81u8];
-        if data.len() < 126 {
-            f.push(0x80 | data.len() as u8);
-        } else {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(data.len() as u16).to_be_bytes());
         }
-        f.extend_from_slice(&mask);
-        f.extend(data.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.tcp.write_all(&f).await.expect("send");
-    }
-
-    /// Calls `method` and waits for its answer (skipping anything else).
-    async fn call(&mut self, id: u64, method: &str, params: serde_json::Value) {
-        let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send_text(&req.to_string()).await;
-        let want = format!("\"id\":{id}");
-        loop {
-            match self.next_frame().await {
-                Frame::Text(r) => {
-                    let t = &self.buf[r];
-                    if memchr::memmem::find(t, want.as_bytes()).is_some() {
-                        assert!(
-                            memchr::memmem::find(t, b"\"error\"").is_none(),
-                            "{method} failed: {}",
-                            String::from_utf8_lossy(t)
-                        );
-                        return;
-                    }
-                }
-                Frame::Other => {}
-                Frame::Closed => panic!("closed while waiting for {method}"),
-            }
-        }
-    }
-
-    /// The next whole frame; a ping is answered.
-    async fn next_frame(&mut self) -> Frame {
-        loop {
-            let avail = &self.buf[self.at..self.filled];
-            if avail.len() >= 2 {
-                let op = avail[0] & 0x0f;
-                let (len, hdr) = match avail[1] & 0x7f {
-                    126 if avail.len() >= 4 => {
-                        (u16::from_be_bytes([avail[2], avail[3]]) as usize, 4)
-                    }
-                    127 if avail.len() >= 10 => {
-                        let mut b = [0u8; 8];
-                        b.copy_from_slice(&avail[2..10]);
-                        (u64::from_be_bytes(b) as usize, 10)
-                    }
-                    126 | 127 => (usize::MAX, 0),
-                    n => (n as usize, 2),
-                };
-                if len != usize::MAX && avail.len() >= hdr + len {
-                    let start = self.at + hdr;
-                    self.at = start + len;
-                    match op {
-                        0x1 => return Frame::Text(start..start + len),
-                        0x8 => return Frame::Closed,
-                        0x9 => {
-                            let payload = self.buf[start..start + len].to_vec();
-                            let mask = [0u8; 4];
-                            let mut f = vec![0x8a, 0x80 | payload.len() as u8];
-                            f.extend_from_slice(&mask);
-                            f.extend_from_slice(&payload);
-                            if self.tcp.write_all(&f).await.is_err() {
-                                return Frame::Closed;
-                            }
-                            return Frame::Other;
-                        }
-                        _ => return Frame::Other,
-                    }
-                }
-            }
-            // Need more bytes: move the unread part to the front when room runs short, then read.
-            if self.buf.len() - self.filled < 16 * 1024 {
-                self.buf.copy_within(self.at..self.filled, 0);
-                self.filled -= self.at;
-                self.at = 0;
-                if self.buf.len() - self.filled < 16 * 1024 {
-                    self.buf.resize(self.buf.len() * 2, 0);
-                }
-            }
-            let n = self
-                .tcp
-                .read(&mut self.buf[self.filled..])
-                .await
-                .unwrap_or(0);
-            if n == 0 {
-                return Frame::Closed;
-            }
-            self.filled += n;
-        }
-    }
+    })
+    .await;
+    lat
 }
 
 /// When each event was sent, in nanoseconds since `origin` (0: not yet).
@@ -538,7 +386,7 @@ async fn raw_fanout(subs: usize, rate: usize, n: usize) {
         let clock = clock.clone();
         readers.push(tokio::spawn(async move {
             let mut ws = RawWs::over(c, Vec::new(), 0);
-            ws.latencies(n, rate, &clock).await
+            latencies(&mut ws, n, rate, &clock).await
         }));
     }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -648,7 +496,7 @@ async fn ws_fanout(s: &Server, subs: usize, rate: usize, n: usize) {
             )
             .await;
             ready.fetch_add(1, Ordering::Relaxed);
-            ws.latencies(n, rate, &clock).await
+            latencies(&mut ws, n, rate, &clock).await
         }));
     }
     while ready.load(Ordering::Relaxed) < subs {
