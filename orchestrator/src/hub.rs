@@ -38,6 +38,50 @@ pub const GLOBAL_BUFFER: usize = 4096;
 /// Events of one conversation committed together, in seq order.
 pub type EventBatch = Arc<Vec<Arc<Event>>>;
 
+/// The events one commit appends to a conversation, for [`Hub::publish`]: made into [`Event`]s
+/// only when something takes them (the ring of a conversation being read, a subscriber, a
+/// subscription to all conversations). Most commits to a conversation nobody reads need none.
+#[derive(Debug)]
+pub struct NewEvents<'a> {
+    drafts: Vec<crate::state::Draft>,
+    /// The commit's timestamp, for events made from `drafts`.
+    ts: &'a str,
+    events: Vec<Arc<Event>>,
+}
+
+impl<'a> NewEvents<'a> {
+    /// Committed drafts with their commit's timestamp (RFC 3339).
+    pub fn drafts(drafts: Vec<crate::state::Draft>, ts: &'a str) -> Self {
+        NewEvents {
+            drafts,
+            ts,
+            events: Vec::new(),
+        }
+    }
+
+    /// Events already made.
+    pub fn ready(events: Vec<Arc<Event>>) -> Self {
+        NewEvents {
+            drafts: Vec::new(),
+            ts: "",
+            events,
+        }
+    }
+
+    /// The events of `conversation_id`, made on first use.
+    pub fn get(&mut self, conversation_id: &str) -> &[Arc<Event>] {
+        if !self.drafts.is_empty() {
+            let ts = self.ts;
+            self.events.extend(
+                self.drafts
+                    .drain(..)
+                    .map(|d| Arc::new(crate::store::to_event(conversation_id, d, ts))),
+            );
+        }
+        &self.events
+    }
+}
+
 /// A conversation's recent events, and when it was last read.
 #[derive(Debug, Default)]
 struct Recent {
@@ -333,8 +377,9 @@ impl Hub {
     }
 
     /// Publishes committed events of one conversation (writer thread only, after the commit).
-    pub fn publish(&self, conv: &ConvShared, core: Core, events: Vec<Arc<Event>>) {
-        let waited_on = conv.head.receiver_count() > 0 || self.global.receiver_count() > 0;
+    pub fn publish(&self, conv: &ConvShared, core: Core, mut events: NewEvents<'_>) {
+        let global = self.global.receiver_count() > 0;
+        let waited_on = conv.head.receiver_count() > 0 || global;
         if let Ok(mut recent) = conv.recent.lock() {
             let now = std::time::Instant::now();
             if waited_on {
@@ -344,7 +389,7 @@ impl Hub {
                 .read_at
                 .is_some_and(|t| now.duration_since(t) <= READ_RECENTLY)
             {
-                for e in &events {
+                for e in events.get(&conv.id) {
                     recent.events.push_back((now, e.clone()));
                 }
                 trim(&mut recent.events, now);
@@ -359,9 +404,9 @@ impl Hub {
             *c = core;
         }
         conv.head.send_replace(head);
-        conv.direct.deliver(&conv.id, &events);
-        if self.global.receiver_count() > 0 {
-            let _ = self.global.send(Arc::new(events));
+        conv.direct.deliver(&conv.id, head, &mut events);
+        if global {
+            let _ = self.global.send(Arc::new(events.get(&conv.id).to_vec()));
         }
     }
 
@@ -405,23 +450,42 @@ mod tests {
 
     fn publish_to(hub: &Hub, conv: &ConvShared, seqs: std::ops::RangeInclusive<u64>) {
         let mut core = conv.core();
-        let events = seqs
+        let drafts = seqs
             .map(|seq| {
                 core.head = seq;
-                let draft = Draft {
-                    seq,
-                    kind: proto_spec::EventKind::Trace,
-                    author: "alice".into(),
-                    turn: 1,
-                    finality: None,
-                    payload: serde_json::value::RawValue::from_string("{}".into()).unwrap(),
-                    client_request_id: None,
-                    hash: None,
-                };
-                Arc::new(crate::store::to_event(&conv.id, draft, "t"))
+                draft(seq)
             })
             .collect();
-        hub.publish(conv, core, events);
+        // As the publisher does: events are made only if something takes them.
+        hub.publish(conv, core, NewEvents::drafts(drafts, "t"));
+    }
+
+    fn draft(seq: u64) -> Draft {
+        Draft {
+            seq,
+            kind: proto_spec::EventKind::Trace,
+            author: "alice".into(),
+            turn: 1,
+            finality: None,
+            payload: serde_json::value::RawValue::from_string(format!("{{\"n\":{seq}}}")).unwrap(),
+            client_request_id: None,
+            hash: None,
+        }
+    }
+
+    #[test]
+    fn new_events_are_made_once_from_their_drafts() {
+        let mut new = NewEvents::drafts(vec![draft(7), draft(8)], "2026-01-01T00:00:00.000Z");
+        let made: Vec<Arc<Event>> = new.get("c").to_vec();
+        assert_eq!(made.iter().map(|e| e.seq).collect::<Vec<_>>(), [7, 8]);
+        assert!(made.iter().all(|e| e.conversation_id == "c"
+            && e.ts == "2026-01-01T00:00:00.000Z"
+            && e.author == "alice"));
+        assert_eq!(made[1].payload.get(), r#"{"n":8}"#);
+        // The same events (not made again) on every later use.
+        let again = new.get("c");
+        assert!(made.iter().zip(again).all(|(a, b)| Arc::ptr_eq(a, b)));
+        assert!(NewEvents::ready(made.clone()).get("c").len() == 2);
     }
 
     fn one_conversation() -> (Hub, Arc<ConvShared>) {

@@ -28,7 +28,7 @@ use proto_spec::method::names;
 use proto_spec::{ErrorCode, Event, RpcError, SubscribeParams};
 
 use crate::fanout::{read_after, Feed, PAGE};
-use crate::hub::{ConvShared, Hub};
+use crate::hub::{ConvShared, Hub, NewEvents};
 use crate::net::{text_frame, ConnWriter, Offered};
 use crate::rpc::{parse, session_of, wire, Session};
 use crate::service::Orchestrator;
@@ -76,15 +76,19 @@ impl Direct {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes committed events (in seq order, the conversation's latest) to every subscriber
-    /// (publisher only, after the conversation's head has moved).
-    pub fn deliver(&self, conversation_id: &str, events: &[Arc<Event>]) {
-        let Some(last) = events.last() else { return };
+    /// Writes committed events (in seq order, the conversation's latest, up to `head`) to every
+    /// subscriber (publisher only, after the conversation's head has moved). The events are
+    /// made only if someone subscribes.
+    pub fn deliver(&self, conversation_id: &str, head: u64, events: &mut NewEvents<'_>) {
         let mut d = self.lock();
-        d.pushed = last.seq;
+        if head <= d.pushed {
+            return;
+        }
+        d.pushed = head;
         if d.subs.is_empty() {
             return;
         }
+        let events = events.get(conversation_id);
         let tails: Vec<Vec<u8>> = events.iter().map(|e| tail(conversation_id, e)).collect();
         d.subs.retain_mut(|(p, next)| {
             for (e, t) in events.iter().zip(&tails) {

@@ -27,11 +27,9 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
-use crate::hub::{ConvShared, Hub};
-use crate::state::{AppendRequest, Applied, ConvState, Core, Draft, TurnPolicy};
-use crate::store::{
-    format_ts, now_ms, to_event, Durability, LogWriter, NewConversation, NewRow, Store,
-};
+use crate::hub::{ConvShared, Hub, NewEvents};
+use crate::state::{AppendRequest, Applied, ConvState, Core, Draft, ShortKey, TurnPolicy};
+use crate::store::{format_ts, now_ms, Durability, LogWriter, NewConversation, NewRow, Store};
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
@@ -123,6 +121,61 @@ struct Slot {
     num: i64,
     state: ConvState,
     shared: Arc<ConvShared>,
+    /// While a batch runs: this conversation's place in its [`Touched`] list, plus one (0: not
+    /// touched yet), so that each append finds its batch entry without a lookup.
+    mark: usize,
+}
+
+/// The writer's conversations: their states side by side, found by id once per append.
+#[derive(Default)]
+struct Convs {
+    slots: Vec<Slot>,
+    by_id: HashMap<ShortKey, usize>,
+}
+
+impl Convs {
+    fn find(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
+    fn get(&self, id: &str) -> Option<&Slot> {
+        self.find(id).map(|i| &self.slots[i])
+    }
+
+    fn insert(&mut self, id: &str, slot: Slot) -> usize {
+        self.slots.push(slot);
+        self.by_id.insert(ShortKey::new(id), self.slots.len() - 1);
+        self.slots.len() - 1
+    }
+
+    /// Forgets the conversations added since there were `len` (a batch that failed).
+    fn truncate(&mut self, len: usize) {
+        for slot in self.slots.drain(len.min(self.slots.len())..) {
+            self.by_id.remove(slot.state.id.as_str());
+        }
+    }
+}
+
+/// A conversation touched by a batch: the events the batch appends to it, and its state before
+/// the batch (to roll back to if the commit fails).
+struct Touched {
+    slot: usize,
+    drafts: Vec<Draft>,
+    undo: Undo,
+}
+
+/// Marks `slot` touched by the batch (remembering its state before it); its entry in `touched`.
+fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<Touched>) -> usize {
+    let s = &mut slots[slot];
+    if s.mark == 0 {
+        touched.push(Touched {
+            slot,
+            drafts: Vec::new(),
+            undo: Undo::Core(s.state.core.clone()),
+        });
+        s.mark = touched.len();
+    }
+    s.mark - 1
 }
 
 /// A committed batch, handed to the sync thread and then to the publisher thread, which makes
@@ -159,7 +212,7 @@ struct Writer {
     /// Written batches waiting for the sync thread.
     syncer: Arc<SyncQueue>,
     threads: Vec<JoinHandle<()>>,
-    convs: HashMap<String, Slot>,
+    convs: Convs,
     next_num: i64,
     stats: Arc<WriterStats>,
     metrics: crate::telemetry::CommitMetrics,
@@ -170,7 +223,7 @@ impl WriterHandle {
     /// the writer thread.
     pub fn start(store: &dyn Store, hub: Arc<Hub>) -> Result<WriterHandle> {
         let mut log = store.writer()?;
-        let mut convs = HashMap::default();
+        let mut convs = Convs::default();
         store.recover(&mut |record, events| {
             let mut state = ConvState::new(record.id.clone(), record.participants.clone());
             let mut turn_started = 0;
@@ -198,11 +251,12 @@ impl WriterHandle {
                 shared.set_parent(p.conversation.clone());
             }
             convs.insert(
-                record.id.clone(),
+                &record.id,
                 Slot {
                     num: record.num,
                     state,
                     shared,
+                    mark: 0,
                 },
             );
         })?;
@@ -341,57 +395,39 @@ impl WriterHandle {
     }
 }
 
-/// Per conversation touched by a batch: its state before the batch (by number).
-type UndoLog = HashMap<i64, Undo>;
-/// Per conversation touched by a batch: its id, number and new events, in order of first touch.
-type TouchedList = Vec<(String, i64, Vec<Draft>)>;
-
 /// Appends one request to a conversation within the batch. When it closes a sub-conversation,
 /// the parent's `subconversation_finished` (with the child's result) joins the same batch, so
 /// the tree is never seen half-finished, whatever moment the process stops.
 fn append_one(
-    convs: &mut HashMap<String, Slot>,
+    convs: &mut Convs,
     conversation: &str,
     request: AppendRequest,
-    undo: &mut UndoLog,
-    touched: &mut TouchedList,
-    touched_idx: &mut HashMap<i64, usize>,
+    touched: &mut Vec<Touched>,
 ) -> Result<AppendResult, RpcError> {
-    let Some(slot) = convs.get_mut(conversation) else {
+    let Some(at) = convs.find(conversation) else {
         return Err(RpcError::new(
             ErrorCode::ConversationNotFound,
             format!("no conversation {conversation}"),
         ));
     };
-    let num = slot.num;
-    undo.entry(num)
-        .or_insert_with(|| Undo::Core(slot.state.core.clone()));
-    let i = *touched_idx.entry(num).or_insert_with(|| {
-        touched.push((conversation.to_string(), num, Vec::new()));
-        touched.len() - 1
-    });
-    let before = touched[i].2.len();
+    let i = touch(&mut convs.slots, at, touched);
+    let slot = &mut convs.slots[at];
+    let drafts = &mut touched[i].drafts;
+    let before = drafts.len();
     let was_closed = slot.state.core.closed;
-    let result = slot.state.apply_into(request, &mut touched[i].2);
+    let result = slot.state.apply_into(request, drafts);
     if was_closed || !slot.state.core.closed {
         return result;
     }
     let Some(parent) = slot.state.parent().map(|p| p.conversation.clone()) else {
         return result;
     };
-    let closing = touched[i].2[before..]
+    let closing = drafts[before..]
         .iter()
         .find(|d| d.finality == Some(proto_spec::Finality::Conversation));
     if let Some(closing) = closing {
         let event = slot.state.finished_event(closing);
-        let report = append_one(
-            convs,
-            &parent,
-            AppendRequest::system(event),
-            undo,
-            touched,
-            touched_idx,
-        );
+        let report = append_one(convs, &parent, AppendRequest::system(event), touched);
         if let Err(e) = report {
             // The parent closed first: nothing waits for this child any more.
             tracing::debug!(child = conversation, %parent, error = %e.message, "a finished sub-conversation was not reported");
@@ -408,11 +444,9 @@ impl Writer {
         child: &str,
         by: &str,
         c: &ChildOf,
-        undo: &mut UndoLog,
-        touched: &mut TouchedList,
-        touched_idx: &mut HashMap<i64, usize>,
+        touched: &mut Vec<Touched>,
     ) -> Result<u32, RpcError> {
-        let Some(parent) = self.convs.get(&c.parent) else {
+        let Some(parent) = self.convs.get(c.parent.as_str()) else {
             return Err(RpcError::new(
                 ErrorCode::ConversationNotFound,
                 format!("no conversation {}", c.parent),
@@ -448,14 +482,7 @@ impl Writer {
             "by": by,
             "depth": depth,
         }));
-        append_one(
-            &mut self.convs,
-            &c.parent,
-            started,
-            undo,
-            touched,
-            touched_idx,
-        )?;
+        append_one(&mut self.convs, &c.parent, started, touched)?;
         Ok(depth)
     }
 
@@ -505,11 +532,10 @@ impl Writer {
         }
         let ts_ms = now_ms();
         let num_before = self.next_num;
-        // Per conversation touched by this batch (by its id): its state before the batch, and
-        // the events it appends, in order of first touch.
-        let mut undo: HashMap<i64, Undo> = HashMap::default();
-        let mut touched: Vec<(String, i64, Vec<Draft>)> = Vec::new();
-        let mut touched_idx: HashMap<i64, usize> = HashMap::default();
+        let slots_before = self.convs.slots.len();
+        // Per conversation touched by this batch, in order of first touch: its state before
+        // the batch, and the events it appends.
+        let mut touched: Vec<Touched> = Vec::new();
         let mut new_convs: Vec<NewConversation> = Vec::new();
         let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
         let jobs = batch.len() as u64;
@@ -526,7 +552,7 @@ impl Writer {
                     child_of,
                     reply,
                 } => {
-                    if self.convs.contains_key(&id) {
+                    if self.convs.find(&id).is_some() {
                         let e = RpcError::new(
                             ErrorCode::ConversationExists,
                             format!("conversation {id} exists already"),
@@ -538,14 +564,7 @@ impl Writer {
                     // this transaction (or the creation is refused and nothing is written).
                     let mut link = None;
                     if let Some(c) = &child_of {
-                        let started = self.start_child(
-                            &id,
-                            &created_by,
-                            c,
-                            &mut undo,
-                            &mut touched,
-                            &mut touched_idx,
-                        );
+                        let started = self.start_child(&id, &created_by, c, &mut touched);
                         match started {
                             Ok(depth) => {
                                 link = Some(json!({"conversationId": c.parent, "depth": depth}))
@@ -592,10 +611,20 @@ impl Writer {
                     if let Some(p) = state.parent() {
                         shared.set_parent(p.conversation.clone());
                     }
-                    self.convs.insert(id.clone(), Slot { num, state, shared });
-                    undo.insert(num, Undo::Created);
-                    touched_idx.insert(num, touched.len());
-                    touched.push((id, num, drafts));
+                    let slot = self.convs.insert(
+                        &id,
+                        Slot {
+                            num,
+                            state,
+                            shared,
+                            mark: touched.len() + 1,
+                        },
+                    );
+                    touched.push(Touched {
+                        slot,
+                        drafts,
+                        undo: Undo::Created,
+                    });
                     replies.push(Reply::Create(reply, Ok(())));
                 }
                 Job::Append {
@@ -603,32 +632,29 @@ impl Writer {
                     request,
                     reply,
                 } => {
-                    let result = append_one(
-                        &mut self.convs,
-                        &conversation,
-                        *request,
-                        &mut undo,
-                        &mut touched,
-                        &mut touched_idx,
-                    );
+                    let result = append_one(&mut self.convs, &conversation, *request, &mut touched);
                     replies.push(Reply::Append(reply, result));
                 }
             }
         }
         self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
-        touched.retain(|(_, _, drafts)| !drafts.is_empty());
+        for t in &touched {
+            self.convs.slots[t.slot].mark = 0;
+        }
+        // A conversation whose appends were all refused is as it was.
+        touched.retain(|t| !t.drafts.is_empty());
         if touched.is_empty() {
             answer(replies);
             return;
         }
+        let slots = &self.convs.slots;
         let rows: Vec<NewRow<'_>> = touched
             .iter()
-            .flat_map(|(_, num, drafts)| {
-                drafts.iter().map(move |draft| NewRow {
-                    conv: *num,
-                    draft,
-                    ts_ms,
-                })
+            .flat_map(|t| {
+                let conv = slots[t.slot].num;
+                t.drafts
+                    .iter()
+                    .map(move |draft| NewRow { conv, draft, ts_ms })
             })
             .collect();
         let n_rows = rows.len() as u64;
@@ -642,12 +668,10 @@ impl Writer {
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
                 self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
                 let mut convs = Vec::with_capacity(touched.len());
-                for (id, num, drafts) in touched {
-                    let Some(slot) = self.convs.get(&id) else {
-                        continue;
-                    };
-                    let new = matches!(undo.get(&num), Some(Undo::Created));
-                    convs.push((slot.shared.clone(), slot.state.core.clone(), drafts, new));
+                for t in touched {
+                    let slot = &self.convs.slots[t.slot];
+                    let new = matches!(t.undo, Undo::Created);
+                    convs.push((slot.shared.clone(), slot.state.core.clone(), t.drafts, new));
                 }
                 let committed = Committed {
                     ts_ms,
@@ -672,16 +696,15 @@ impl Writer {
             }
             Err(e) => {
                 tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
-                // The rare path: find the touched conversations by number.
-                self.convs
-                    .retain(|_, slot| !matches!(undo.get(&slot.num), Some(Undo::Created)));
-                for slot in self.convs.values_mut() {
-                    if let Some(Undo::Core(core)) = undo.remove(&slot.num) {
+                for t in touched {
+                    if let Undo::Core(core) = t.undo {
+                        let state = &mut self.convs.slots[t.slot].state;
                         let first_new = core.head + 1;
-                        slot.state.core = core;
-                        slot.state.forget_keys_from(first_new);
+                        state.core = core;
+                        state.forget_keys_from(first_new);
                     }
                 }
+                self.convs.truncate(slots_before);
                 self.next_num = num_before;
                 refuse(replies, "the append could not be made durable");
             }
@@ -814,11 +837,7 @@ fn publish(hub: &Hub, batch: Committed) {
             let turn_changed = drafts
                 .iter()
                 .any(|d| d.kind == proto_spec::EventKind::System);
-            let events: Vec<_> = drafts
-                .into_iter()
-                .map(|d| Arc::new(to_event(&shared.id, d, &ts)))
-                .collect();
-            hub.publish(&shared, core, events);
+            hub.publish(&shared, core, NewEvents::drafts(drafts, &ts));
             if turn_changed {
                 hub.turn_changed(&shared);
             }

@@ -24,7 +24,10 @@ pub fn to_raw(v: &Value) -> Box<RawValue> {
 }
 use sha2::{Digest, Sha256};
 
+mod names;
 mod policy;
+use names::Members;
+pub(crate) use names::ShortKey;
 pub use policy::TurnPolicy;
 
 /// A digest of a request's body, to tell a retry from a reuse of its idempotency key.
@@ -245,45 +248,6 @@ pub struct ParentLink {
     pub depth: u32,
 }
 
-/// A conversation's participants as a set for the check on every append. Names of up to
-/// [`INLINE_NAME`] bytes (agent ids nearly always are) are kept in the set's own table, so a
-/// lookup compares bytes already in hand instead of following a pointer per candidate to a
-/// string elsewhere on the heap: with thousands of conversations in memory that pointer is a
-/// cache miss on nearly every append.
-#[derive(Debug, Clone, Default)]
-struct Members(std::collections::HashSet<Member, ahash::RandomState>);
-
-const INLINE_NAME: usize = 30;
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Member {
-    Inline(u8, [u8; INLINE_NAME]),
-    Heap(Box<str>),
-}
-
-impl Member {
-    fn new(name: &str) -> Member {
-        let b = name.as_bytes();
-        if b.len() <= INLINE_NAME {
-            let mut bytes = [0; INLINE_NAME];
-            bytes[..b.len()].copy_from_slice(b);
-            Member::Inline(b.len() as u8, bytes)
-        } else {
-            Member::Heap(name.into())
-        }
-    }
-}
-
-impl Members {
-    fn new(names: &[String]) -> Members {
-        Members(names.iter().map(|n| Member::new(n)).collect())
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains(&Member::new(name))
-    }
-}
-
 /// A conversation's state, rebuilt from its log.
 #[derive(Debug, Clone)]
 pub struct ConvState {
@@ -448,7 +412,7 @@ impl ConvState {
 
     /// Whether `agent` takes part.
     pub fn is_participant(&self, agent: &str) -> bool {
-        self.members.contains(agent)
+        self.members.contains(agent, &self.participants)
     }
 
     /// How many idempotency keys are remembered.
