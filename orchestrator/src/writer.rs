@@ -539,7 +539,7 @@ impl Writer {
         let slots_before = self.convs.slots.len();
         // Per conversation touched by this batch, in order of first touch: its state before
         // the batch, and the events it appends.
-        let mut touched: Vec<Touched> = Vec::new();
+        let mut touched: Vec<Touched> = Vec::with_capacity(batch.len());
         let mut new_convs: Vec<NewConversation> = Vec::new();
         let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
         let jobs = batch.len() as u64;

@@ -33,6 +33,9 @@ fn intern(name: &str) -> u32 {
     *agents.entry(name.into()).or_insert(next)
 }
 
+/// Participant lists up to this long (1 KiB of numbers) are scanned rather than searched.
+const SCAN_UP_TO: usize = 256;
+
 /// A conversation's participants for the check on every append: their numbers, sorted, in one
 /// allocation a few cache lines long (64 participants: 256 bytes).
 #[derive(Debug, Clone, Default)]
@@ -53,6 +56,9 @@ impl Members {
             Some(SHARED) => {
                 self.0.binary_search(&SHARED).is_ok() && names.iter().any(|n| n == name)
             }
+            // A short list is scanned: its few cache lines are loaded side by side, where a
+            // binary search waits for each in turn.
+            Some(n) if self.0.len() <= SCAN_UP_TO => self.0.contains(&n),
             Some(n) => self.0.binary_search(&n).is_ok(),
         }
     }
@@ -130,6 +136,15 @@ mod tests {
         assert!(!m.contains("carol", &names));
         assert!(!m.contains("never-seen-anywhere", &names));
         assert!(!m.contains("", &names));
+    }
+
+    #[test]
+    fn long_lists_are_searched_alike() {
+        let names: Vec<String> = (0..SCAN_UP_TO * 2).map(|i| format!("agent-{i}")).collect();
+        let m = Members::new(&names);
+        assert!(names.iter().all(|n| m.contains(n, &names)));
+        let _ = Members::new(&["agent-outside".to_string()]);
+        assert!(!m.contains("agent-outside", &names));
     }
 
     #[test]
