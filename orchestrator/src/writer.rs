@@ -6,7 +6,7 @@
 //! commit is durable publishes the events to the [`Hub`] and then answers the callers, in
 //! commit order. A large batch goes down a pipeline of two threads: `log-sync` makes it durable
 //! ([`Durability::sync`], one sync for every batch written since the last) while this thread
-//! already writes the next (one at most: it waits while a written batch waits for the sync,
+//! already writes the next (it waits while [`SYNC_AHEAD`] written batches wait for the sync,
 //! and the jobs that come meanwhile gather into its next batch), and `log-publisher` publishes
 //! and answers while the next one is synced. A small one, when nothing is in the pipeline, is
 //! synced and published on this thread (no thread hop on the path of a lone turn).
