@@ -27,9 +27,15 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
-use crate::hub::{ConvShared, Hub, NewEvents};
+use crate::hub::{ConvShared, Hub};
 use crate::state::{AppendRequest, Applied, ConvState, Core, Draft, ShortKey, TurnPolicy};
-use crate::store::{format_ts, now_ms, Durability, LogWriter, NewConversation, NewRow, Store};
+use crate::store::{now_ms, Durability, LogWriter, NewConversation, NewRow, Store};
+
+mod pipeline;
+use pipeline::{
+    answer, publish, publish_loop, refuse, sync, sync_loop, Committed, Reply, SyncQueue,
+    LOG_STOPPED,
+};
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
@@ -184,25 +190,9 @@ fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<Touched>) -> usize {
     s.mark - 1
 }
 
-/// A committed batch, handed to the sync thread and then to the publisher thread, which makes
-/// the events visible to readers and subscribers, then answers the callers, in commit order.
-struct Committed {
-    ts_ms: i64,
-    convs: Vec<(Arc<ConvShared>, Core, Vec<Draft>, bool)>,
-    replies: Vec<Reply>,
-}
-
 enum Undo {
     Created,
     Core(Core),
-}
-
-enum Reply {
-    Append(
-        oneshot::Sender<Result<AppendResult, RpcError>>,
-        Result<AppendResult, RpcError>,
-    ),
-    Create(oneshot::Sender<Result<(), RpcError>>, Result<(), RpcError>),
 }
 
 struct Writer {
@@ -716,140 +706,6 @@ impl Writer {
     }
 }
 
-/// What callers are told once a sync has failed.
-const LOG_STOPPED: &str =
-    "the log could not be made durable (a sync of the disk failed); nothing more is accepted until the server is restarted";
-
-/// Makes every commit so far durable; false (and the log stopped) if that failed.
-fn sync(durability: &Mutex<Box<dyn Durability>>, stopped: &AtomicBool) -> bool {
-    if stopped.load(Ordering::Acquire) {
-        return false;
-    }
-    let mut d = durability.lock().unwrap_or_else(|p| p.into_inner());
-    match d.sync() {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::error!(error = %e, "syncing the log failed; the log stops: restart the server");
-            stopped.store(true, Ordering::Release);
-            false
-        }
-    }
-}
-
-/// Written batches between the writer and the sync thread.
-#[derive(Default)]
-struct SyncQueue {
-    state: Mutex<(Vec<Committed>, bool)>,
-    /// Signalled when batches come or the queue closes (for the sync thread), and when the
-    /// sync thread takes them (for the writer).
-    changed: std::sync::Condvar,
-}
-
-impl SyncQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Committed>, bool)> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Waits until fewer than [`SYNC_AHEAD`] written batches wait for a sync to start.
-    fn wait_room(&self) {
-        let mut q = self.lock();
-        while q.0.len() >= SYNC_AHEAD {
-            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    fn push(&self, batch: Committed) {
-        self.lock().0.push(batch);
-        self.changed.notify_all();
-    }
-
-    /// Stops the sync thread once it has taken what is queued.
-    fn close(&self) {
-        self.lock().1 = true;
-        self.changed.notify_all();
-    }
-
-    /// Waits for batches and moves them all into `into`; false once closed and empty.
-    fn take_all(&self, into: &mut Vec<Committed>) -> bool {
-        let mut q = self.lock();
-        while q.0.is_empty() && !q.1 {
-            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
-        }
-        if q.0.is_empty() {
-            return false;
-        }
-        into.append(&mut q.0);
-        drop(q);
-        self.changed.notify_all();
-        true
-    }
-}
-
-/// The sync thread: takes every batch committed since its last sync, makes them durable with
-/// one sync, and hands them on to the publisher in commit order (or refuses them if the sync
-/// failed).
-fn sync_loop(
-    durability: &Mutex<Box<dyn Durability>>,
-    stopped: &AtomicBool,
-    written: &SyncQueue,
-    publisher: std::sync::mpsc::Sender<Committed>,
-    queued: &AtomicUsize,
-) {
-    let mut batches = Vec::new();
-    while written.take_all(&mut batches) {
-        let durable = sync(durability, stopped);
-        for b in batches.drain(..) {
-            let refused = if durable {
-                publisher.send(b).err().map(|e| e.0)
-            } else {
-                Some(b)
-            };
-            if let Some(b) = refused {
-                queued.fetch_sub(1, Ordering::AcqRel);
-                refuse(b.replies, LOG_STOPPED);
-            }
-        }
-    }
-}
-
-/// The publisher thread: for each committed batch, in commit order, registers new
-/// conversations, publishes the events to the hub, then answers the callers (so a caller that
-/// reads after its answer sees its own write).
-fn publish_loop(hub: &Hub, committed: std::sync::mpsc::Receiver<Committed>, queued: &AtomicUsize) {
-    while let Ok(batch) = committed.recv() {
-        publish(hub, batch);
-        queued.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Publishes one committed batch (new conversations, events, turn changes), then answers its
-/// callers.
-fn publish(hub: &Hub, batch: Committed) {
-    {
-        let ts = format_ts(batch.ts_ms);
-        for (shared, core, drafts, new) in batch.convs {
-            if new {
-                shared.set_clock(batch.ts_ms, batch.ts_ms);
-                hub.register(shared.clone());
-            } else {
-                shared.set_clock(0, batch.ts_ms);
-            }
-            if drafts.iter().any(is_next_speaker) {
-                shared.set_turn_started(batch.ts_ms);
-            }
-            // Any decision, pause or resume may change who is to be handed a turn.
-            let turn_changed = drafts
-                .iter()
-                .any(|d| d.kind == proto_spec::EventKind::System);
-            hub.publish(&shared, core, NewEvents::drafts(drafts, &ts));
-            if turn_changed {
-                hub.turn_changed(&shared);
-            }
-        }
-        answer(batch.replies);
-    }
-}
-
 /// The events of a fork: the prefix copied as it was (seq, kind, author, turn, finality,
 /// payload; idempotency keys are not carried over), then `forked_from`.
 fn fork_drafts(state: &mut ConvState, f: ForkFrom) -> Vec<Draft> {
@@ -888,44 +744,4 @@ pub fn is_next_speaker(d: &Draft) -> bool {
     d.kind == proto_spec::EventKind::System
         && serde_json::from_str::<Type<'_>>(d.payload.get())
             .is_ok_and(|t| t.kind == Some("next_speaker"))
-}
-
-impl Reply {
-    /// A job's answer once the log has stopped (none for `Stop`).
-    fn refusing(job: Job) -> Option<Reply> {
-        let stopped = || RpcError::new(ErrorCode::Internal, LOG_STOPPED);
-        match job {
-            Job::Append { reply, .. } => Some(Reply::Append(reply, Err(stopped()))),
-            Job::Create { reply, .. } => Some(Reply::Create(reply, Err(stopped()))),
-            Job::Stop => None,
-        }
-    }
-}
-
-/// Answers every caller with `Internal` and `message`, whatever their result was.
-fn refuse(replies: Vec<Reply>, message: &str) {
-    let internal = || RpcError::new(ErrorCode::Internal, message);
-    for r in replies {
-        match r {
-            Reply::Append(tx, _) => {
-                let _ = tx.send(Err(internal()));
-            }
-            Reply::Create(tx, _) => {
-                let _ = tx.send(Err(internal()));
-            }
-        }
-    }
-}
-
-fn answer(replies: Vec<Reply>) {
-    for r in replies {
-        match r {
-            Reply::Append(tx, res) => {
-                let _ = tx.send(res);
-            }
-            Reply::Create(tx, res) => {
-                let _ = tx.send(res);
-            }
-        }
-    }
 }
