@@ -19,7 +19,7 @@ use crate::scenario::Scenario;
 use crate::state::AppendRequest;
 use crate::store::Store;
 use crate::turns::{TurnConfig, Turns};
-use crate::writer::WriterHandle;
+use crate::writer::{Appending, WriterHandle};
 
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
@@ -695,20 +695,29 @@ impl Orchestrator {
 
     /// `sendMessage`: acknowledged once durable. Existence and participation are checked by the
     /// writer's state machine, like every other rule of an append.
-    pub async fn send_message(&self, who: &Identity, p: SendMessageParams) -> Result<AppendResult> {
-        Self::check_key(&p.client_request_id)?;
-        let payload = serde_json::value::to_raw_value(&p.payload)
-            .map_err(|e| Error::Corrupt(e.to_string()))?;
-        let req = AppendRequest::from_raw(
-            who.agent_id.clone(),
-            EventKind::Message,
-            Some(p.finality),
-            payload,
-        )
-        .with_turn_hint(p.turn_hint.map(|h| h.turn))
-        .with_client_request_id(p.client_request_id);
-        self.check_payload(req.payload.get())?;
-        self.writer.append(p.conversation_id, req).await
+    ///
+    /// The message is checked and queued for the writer when this is called; the future only
+    /// waits for the answer (see [`crate::writer::WriterHandle::append`]).
+    pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
+        let req = (|| {
+            Self::check_key(&p.client_request_id)?;
+            let payload = serde_json::value::to_raw_value(&p.payload)
+                .map_err(|e| Error::Corrupt(e.to_string()))?;
+            let req = AppendRequest::from_raw(
+                who.agent_id.clone(),
+                EventKind::Message,
+                Some(p.finality),
+                payload,
+            )
+            .with_turn_hint(p.turn_hint.map(|h| h.turn))
+            .with_client_request_id(p.client_request_id);
+            self.check_payload(req.payload.get())?;
+            Ok(req)
+        })();
+        match req {
+            Ok(req) => self.writer.append(p.conversation_id, req),
+            Err(e) => Appending::refused(e),
+        }
     }
 
     /// `sendTrace`: acknowledged once durable.

@@ -50,6 +50,60 @@ const INLINE_PUBLISH: usize = 4;
 /// slower in the appends benchmark; none gives batches of ~100 and gains nothing).
 const SYNC_AHEAD: usize = 2;
 
+/// Waits for room in a full queue.
+type Queueing = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
+
+/// An append on its way: resolves to its result once the event is durable (see
+/// [`WriterHandle::append`]).
+#[must_use = "the append is queued; its result comes from awaiting this"]
+pub struct Appending {
+    /// Set while the job still waits for room in the queue (or to report a refusal).
+    queueing: Option<Queueing>,
+    answer: oneshot::Receiver<Result<AppendResult, RpcError>>,
+}
+
+impl std::fmt::Debug for Appending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Appending")
+            .field("queued", &self.queueing.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Appending {
+    /// An append refused before it was queued.
+    pub fn refused(e: Error) -> Appending {
+        let (_, answer) = oneshot::channel();
+        Appending {
+            queueing: Some(Box::pin(std::future::ready(Err(e)))),
+            answer,
+        }
+    }
+}
+
+impl std::future::Future for Appending {
+    type Output = Result<AppendResult>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        if let Some(queueing) = self.queueing.as_mut() {
+            match queueing.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => self.queueing = None,
+            }
+        }
+        match std::pin::Pin::new(&mut self.answer).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::WriterGone)),
+            Poll::Ready(Ok(r)) => Poll::Ready(r.map_err(Error::from)),
+        }
+    }
+}
+
 /// Work for the writer.
 #[derive(Debug)]
 pub enum Job {
@@ -305,22 +359,32 @@ impl WriterHandle {
         })
     }
 
-    /// Appends through the state machine; answers once the event is durable.
-    pub async fn append(
-        &self,
-        conversation: String,
-        request: AppendRequest,
-    ) -> Result<AppendResult> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job::Append {
-                conversation,
-                request: Box::new(request),
-                reply,
-            })
-            .await
-            .map_err(|_| Error::WriterGone)?;
-        Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    /// Appends through the state machine; the [`Appending`] answers once the event is durable.
+    ///
+    /// The job is queued when this is called (when the queue has room, as it nearly always
+    /// has), not when the future is first polled, so the future only waits for the answer:
+    /// a caller's task holds two pointers per append in flight, not a suspended send.
+    pub fn append(&self, conversation: String, request: AppendRequest) -> Appending {
+        let (reply, answer) = oneshot::channel();
+        let job = Job::Append {
+            conversation,
+            request: Box::new(request),
+            reply,
+        };
+        let queueing: Option<Queueing> = match self.tx.try_send(job) {
+            Ok(()) => None,
+            // A full queue (a burst past `QUEUE`) waits for room in a future of its own.
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                let tx = self.tx.clone();
+                Some(Box::pin(async move {
+                    tx.send(job).await.map_err(|_| Error::WriterGone)
+                }))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Some(Box::pin(std::future::ready(Err(Error::WriterGone))))
+            }
+        };
+        Appending { queueing, answer }
     }
 
     /// Creates a conversation (a sub-conversation of `child_of.parent` when given: the parent's
