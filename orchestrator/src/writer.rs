@@ -39,7 +39,9 @@ use pipeline::{
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
-const QUEUE: usize = 65_536;
+/// Jobs that may wait for the writer; past this, an append waits for room (see
+/// [`WriterHandle::append`]).
+pub const QUEUE: usize = 65_536;
 /// Batches of at most this many jobs are synced and published by the writer itself when
 /// nothing is in the pipeline.
 const INLINE_PUBLISH: usize = 4;

@@ -1,5 +1,6 @@
 //! A commit that fails: every caller of the batch gets `Internal`, nothing of it is
 //! acknowledged or published, the in-memory state rolls back, and seq stays dense afterwards.
+//! And a commit that is slow: the writer's queue fills, and the appends past it wait for room.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,22 +19,36 @@ use proto_spec::{
     TailParams,
 };
 
-/// SQLite, with switches that make the next commits, or the next syncs, fail.
+/// SQLite, with switches that make the next commits, or the next syncs, fail, and one that
+/// holds the next commit until it is cleared.
 #[derive(Debug)]
 struct Flaky {
     inner: SqliteStore,
     fail: Arc<AtomicBool>,
     fail_sync: Arc<AtomicBool>,
+    hold: Arc<Hold>,
+}
+
+/// While `on`, a commit waits (and sets `holding`).
+#[derive(Debug, Default)]
+struct Hold {
+    on: AtomicBool,
+    holding: AtomicBool,
 }
 
 struct FlakyWriter {
     inner: Box<dyn LogWriter>,
     fail: Arc<AtomicBool>,
     fail_sync: Arc<AtomicBool>,
+    hold: Arc<Hold>,
 }
 
 impl LogWriter for FlakyWriter {
     fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        while self.hold.on.load(Ordering::SeqCst) {
+            self.hold.holding.store(true, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         if self.fail.load(Ordering::SeqCst) {
             return Err(Error::Io(std::io::Error::other("disk full")));
         }
@@ -73,6 +88,7 @@ impl Store for Flaky {
             inner: self.inner.writer()?,
             fail: self.fail.clone(),
             fail_sync: self.fail_sync.clone(),
+            hold: self.hold.clone(),
         }))
     }
     fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
@@ -132,6 +148,7 @@ async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
         inner: SqliteStore::open(dir.path().join("f.db"), Synchronous::Normal).unwrap(),
         fail: fail.clone(),
         fail_sync: Arc::default(),
+        hold: Arc::default(),
     };
     let orch = Orchestrator::open(Arc::new(store), Limits::default()).unwrap();
     let admin = Identity::new("admin", true);
@@ -203,6 +220,7 @@ async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
         inner: SqliteStore::open(&path, Synchronous::Full).unwrap(),
         fail: Arc::default(),
         fail_sync: fail_sync.clone(),
+        hold: Arc::default(),
     });
     let orch = Orchestrator::open(store.clone(), Limits::default()).unwrap();
     let admin = Identity::new("admin", true);
@@ -269,5 +287,48 @@ async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
     assert_eq!(seqs, (1..=next.seq).collect::<Vec<_>>());
     assert!(next.seq == 3 || next.seq == 4);
     assert_eq!(events[1].payload.get(), r#"{"text":"one"}"#);
+    orch.shutdown().await;
+}
+
+#[tokio::test]
+async fn appends_past_a_full_queue_wait_for_room_and_all_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = Arc::new(Hold::default());
+    let store = Flaky {
+        inner: SqliteStore::open(dir.path().join("q.db"), Synchronous::Normal).unwrap(),
+        fail: Arc::default(),
+        fail_sync: Arc::default(),
+        hold: hold.clone(),
+    };
+    let orch = Orchestrator::open(Arc::new(store), Limits::default()).unwrap();
+    let admin = Identity::new("admin", true);
+    let alice = Identity::new("alice", false);
+    orch.create_conversation(&admin, with_alice("c"))
+        .await
+        .unwrap();
+    let note = |i: usize| SendMessageParams {
+        finality: Finality::None,
+        ..msg(&format!("note {i}"), None)
+    };
+    // The writer takes one append and is held in its commit...
+    hold.on.store(true, Ordering::SeqCst);
+    let first = orch.send_message(&alice, note(0));
+    while !hold.holding.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    // ...while more appends are made than the queue holds: those past it are not refused;
+    // they wait for room once awaited.
+    let n = orchestrator::writer::QUEUE + 100;
+    let pending: Vec<_> = (1..=n)
+        .map(|i| orch.send_message(&alice, note(i)))
+        .collect();
+    hold.on.store(false, Ordering::SeqCst);
+    let mut seqs = vec![first.await.unwrap().seq];
+    for r in futures::future::join_all(pending).await {
+        seqs.push(r.unwrap().seq);
+    }
+    seqs.sort_unstable();
+    let expected: Vec<u64> = (2..=n as u64 + 2).collect();
+    assert_eq!(seqs, expected, "every append committed once, seq dense");
     orch.shutdown().await;
 }
