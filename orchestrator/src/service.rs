@@ -699,25 +699,31 @@ impl Orchestrator {
     /// The message is checked and queued for the writer when this is called; the future only
     /// waits for the answer (see [`crate::writer::WriterHandle::append`]).
     pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
-        let req = (|| {
-            Self::check_key(&p.client_request_id)?;
-            let payload = serde_json::value::to_raw_value(&p.payload)
-                .map_err(|e| Error::Corrupt(e.to_string()))?;
-            let req = AppendRequest::from_raw(
-                who.agent_id.clone(),
-                EventKind::Message,
-                Some(p.finality),
-                payload,
-            )
-            .with_turn_hint(p.turn_hint.map(|h| h.turn))
-            .with_client_request_id(p.client_request_id);
-            self.check_payload(req.payload.get())?;
-            Ok(req)
-        })();
-        match req {
-            Ok(req) => self.writer.append(p.conversation_id, req),
+        match self.message_request(who, p) {
+            Ok((conversation, req)) => self.writer.append(conversation, req),
             Err(e) => Appending::refused(e),
         }
+    }
+
+    /// A `sendMessage`'s conversation and request, checked (key and payload size).
+    fn message_request(
+        &self,
+        who: &Identity,
+        p: SendMessageParams,
+    ) -> Result<(String, AppendRequest)> {
+        Self::check_key(&p.client_request_id)?;
+        let payload = serde_json::value::to_raw_value(&p.payload)
+            .map_err(|e| Error::Corrupt(e.to_string()))?;
+        let req = AppendRequest::from_raw(
+            who.agent_id.clone(),
+            EventKind::Message,
+            Some(p.finality),
+            payload,
+        )
+        .with_turn_hint(p.turn_hint.map(|h| h.turn))
+        .with_client_request_id(p.client_request_id);
+        self.check_payload(req.payload.get())?;
+        Ok((p.conversation_id, req))
     }
 
     /// `sendTrace`: acknowledged once durable.

@@ -31,7 +31,9 @@ use crate::hub::{ConvShared, Hub};
 use crate::state::{AppendRequest, Applied, ConvState, Core, Draft, ShortKey, TurnPolicy};
 use crate::store::{now_ms, Durability, LogWriter, NewConversation, NewRow, Store};
 
+mod appending;
 mod pipeline;
+pub use appending::Appending;
 use pipeline::{
     answer, publish, publish_loop, refuse, sync, sync_loop, Committed, Reply, SyncQueue,
     LOG_STOPPED,
@@ -51,60 +53,6 @@ const INLINE_PUBLISH: usize = 4;
 /// sync is slow, and keep batches a few hundred jobs long under load (measured: one is ~7%
 /// slower in the appends benchmark; none gives batches of ~100 and gains nothing).
 const SYNC_AHEAD: usize = 2;
-
-/// Waits for room in a full queue.
-type Queueing = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
-
-/// An append on its way: resolves to its result once the event is durable (see
-/// [`WriterHandle::append`]).
-#[must_use = "the append is queued; its result comes from awaiting this"]
-pub struct Appending {
-    /// Set while the job still waits for room in the queue (or to report a refusal).
-    queueing: Option<Queueing>,
-    answer: oneshot::Receiver<Result<AppendResult, RpcError>>,
-}
-
-impl std::fmt::Debug for Appending {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Appending")
-            .field("queued", &self.queueing.is_none())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Appending {
-    /// An append refused before it was queued.
-    pub fn refused(e: Error) -> Appending {
-        let (_, answer) = oneshot::channel();
-        Appending {
-            queueing: Some(Box::pin(std::future::ready(Err(e)))),
-            answer,
-        }
-    }
-}
-
-impl std::future::Future for Appending {
-    type Output = Result<AppendResult>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        use std::task::Poll;
-        if let Some(queueing) = self.queueing.as_mut() {
-            match queueing.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) => self.queueing = None,
-            }
-        }
-        match std::pin::Pin::new(&mut self.answer).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::WriterGone)),
-            Poll::Ready(Ok(r)) => Poll::Ready(r.map_err(Error::from)),
-        }
-    }
-}
 
 /// Work for the writer.
 #[derive(Debug)]
@@ -373,20 +321,7 @@ impl WriterHandle {
             request: Box::new(request),
             reply,
         };
-        let queueing: Option<Queueing> = match self.tx.try_send(job) {
-            Ok(()) => None,
-            // A full queue (a burst past `QUEUE`) waits for room in a future of its own.
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                let tx = self.tx.clone();
-                Some(Box::pin(async move {
-                    tx.send(job).await.map_err(|_| Error::WriterGone)
-                }))
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                Some(Box::pin(std::future::ready(Err(Error::WriterGone))))
-            }
-        };
-        Appending { queueing, answer }
+        Appending::queue(&self.tx, job, answer)
     }
 
     /// Creates a conversation (a sub-conversation of `child_of.parent` when given: the parent's
