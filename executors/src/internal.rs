@@ -8,9 +8,9 @@ use tokio::sync::mpsc;
 
 use crate::core::{Assignment, ExecutorCore, RunReport};
 
-/// Makes the client an agent speaks through, by agent id (inside the server: an in-process
-/// client with that identity).
-pub type ClientFactory = Arc<dyn Fn(&str) -> Arc<dyn AgentClient> + Send + Sync>;
+/// Makes the client an agent speaks through for an assignment (inside the server: an
+/// in-process client with the agent's identity, scoped to the conversation that declares it).
+pub type ClientFactory = Arc<dyn Fn(&Assignment) -> Arc<dyn AgentClient> + Send + Sync>;
 
 /// Finds the agent for an assignment that is not one of the executor's fixed agents (such as
 /// a participant a scenario describes).
@@ -65,7 +65,7 @@ impl InternalExecutor {
             Some(agent) => agent.clone(),
             None => (self.resolve.as_ref()?)(a)?,
         };
-        let client = (self.clients)(&a.agent_id);
+        let client = (self.clients)(a);
         Some(self.core.run(agent.as_ref(), client, a).await)
     }
 

@@ -1,9 +1,12 @@
 //! Identity and tokens: random tokens shown once, stored only as a SHA-256 hash.
 
+use std::sync::Arc;
+
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::error::Result;
+use crate::state::Authority;
 use crate::store::{Store, TokenRecord};
 
 /// Who a connection or request speaks as.
@@ -13,6 +16,19 @@ pub struct Identity {
     pub agent_id: String,
     /// Admins create conversations and may read every conversation.
     pub admin: bool,
+    /// For an agent the server runs because a scenario declares it: the conversation that
+    /// declares it and the authority it acts on. It writes only there and in the
+    /// sub-conversations below, and reads elsewhere only what its authority may read.
+    pub scope: Option<Arc<Scope>>,
+}
+
+/// Where an agent a scenario declares lives, and on whose authority it acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The conversation whose scenario declares the agent.
+    pub home: String,
+    /// Whose rights it reads with, and whether it may open sub-conversations that run code.
+    pub authority: Authority,
 }
 
 impl Identity {
@@ -21,6 +37,39 @@ impl Identity {
         Identity {
             agent_id: agent_id.into(),
             admin,
+            scope: None,
+        }
+    }
+
+    /// The identity of `agent_id` as the scenario of conversation `home` declares it.
+    pub fn declared(
+        agent_id: impl Into<String>,
+        home: impl Into<String>,
+        authority: Authority,
+    ) -> Self {
+        Identity {
+            agent_id: agent_id.into(),
+            admin: false,
+            scope: Some(Arc::new(Scope {
+                home: home.into(),
+                authority,
+            })),
+        }
+    }
+
+    /// The authority a conversation this identity creates gives the agents it declares.
+    /// `library`: the scenario came from the server's library.
+    pub fn authority(&self, library: bool) -> Authority {
+        match &self.scope {
+            Some(s) => Authority {
+                trusted: s.authority.trusted || library,
+                ..s.authority.clone()
+            },
+            None => Authority {
+                reader: self.agent_id.clone(),
+                admin: self.admin,
+                trusted: self.admin || library,
+            },
         }
     }
 }

@@ -38,12 +38,13 @@ impl InProcessClient {
         }
     }
 
-    /// A client for an internal agent that does not keep the orchestrator alive.
-    pub fn from_weak(orch: Weak<Orchestrator>, agent_id: &str) -> Self {
+    /// A client for an internal agent, speaking as `who`, that does not keep the orchestrator
+    /// alive.
+    pub fn from_weak(orch: Weak<Orchestrator>, who: Identity) -> Self {
         InProcessClient {
             orch,
             _keep: None,
-            who: Identity::new(agent_id, false),
+            who,
         }
     }
 

@@ -30,6 +30,9 @@ pub struct Limits {
     /// How many sub-conversations one conversation may have open at once
     /// (`SubconversationLimit`, -32031).
     pub max_children: u32,
+    /// What the agents the server runs for scenarios may reach: environment variables,
+    /// addresses, how processes and functions run (`serve --agent-env`, `--agent-net`, …).
+    pub sandbox: agent_sdk::kinds::Sandbox,
 }
 
 impl Default for Limits {
@@ -47,6 +50,7 @@ impl Default for Limits {
             ping_interval: Duration::from_secs(20),
             max_depth: 3,
             max_children: 16,
+            sandbox: agent_sdk::kinds::Sandbox::default(),
         }
     }
 }

@@ -66,6 +66,8 @@ enum Command {
         /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
         #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
         scenarios: Option<PathBuf>,
+        #[command(flatten)]
+        sandbox: SandboxOpts,
     },
     /// Run one scenario to its end, printing the transcript live, then a summary.
     Run {
@@ -86,6 +88,88 @@ enum Command {
     },
 }
 
+/// What the agents the server runs for scenarios may reach (docs/security.md).
+#[derive(clap::Args, Debug)]
+struct SandboxOpts {
+    /// An environment variable scenarios may read (an http header's {env}, an llm's
+    /// apiKeyEnv) and processes receive; repeat it, or separate names with commas. None by
+    /// default.
+    #[arg(
+        long = "agent-env",
+        env = "ORCHESTRATOR_AGENT_ENV",
+        value_delimiter = ','
+    )]
+    agent_env: Vec<String>,
+    /// Where http, llm, a2a and MCP-over-HTTP participants may connect: public, loopback,
+    /// private, a network such as 10.0.0.0/8, or a host name; repeat it, or separate with
+    /// commas. Default: public (loopback, private and link-local addresses refused).
+    #[arg(
+        long = "agent-net",
+        env = "ORCHESTRATOR_AGENT_NET",
+        value_delimiter = ',',
+        default_value = "public"
+    )]
+    agent_net: Vec<String>,
+    /// Run process participants and MCP servers as this user (name or uid); the server must
+    /// be able to switch to it (root).
+    #[arg(long = "process-user", env = "ORCHESTRATOR_PROCESS_USER")]
+    process_user: Option<String>,
+    /// How many functions and processes may run at once.
+    #[arg(
+        long = "max-running",
+        env = "ORCHESTRATOR_MAX_RUNNING",
+        default_value_t = 8
+    )]
+    max_running: usize,
+    /// CPU seconds each process may use.
+    #[arg(
+        long = "process-cpu-secs",
+        env = "ORCHESTRATOR_PROCESS_CPU_SECS",
+        default_value_t = 60
+    )]
+    process_cpu_secs: u64,
+    /// Memory each process may map, and the most a function's heap may have, in MiB.
+    #[arg(
+        long = "process-memory-mb",
+        env = "ORCHESTRATOR_PROCESS_MEMORY_MB",
+        default_value_t = 1024
+    )]
+    process_memory_mb: u64,
+}
+
+impl SandboxOpts {
+    fn sandbox(&self) -> anyhow::Result<agent_sdk::kinds::Sandbox> {
+        use agent_sdk::kinds::{NetRule, ProcessUser, Sandbox};
+        for name in &self.agent_env {
+            anyhow::ensure!(
+                !name.is_empty() && !name.contains('='),
+                "--agent-env: {name:?} is not a variable name"
+            );
+        }
+        let net = self
+            .agent_net
+            .iter()
+            .map(|r| NetRule::parse(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("--agent-net: {e}"))?;
+        let user = match &self.process_user {
+            Some(u) => {
+                Some(ProcessUser::lookup(u).map_err(|e| anyhow::anyhow!("--process-user: {e}"))?)
+            }
+            None => None,
+        };
+        Ok(Sandbox::default()
+            .with_env(self.agent_env.iter().cloned())
+            .with_net(net)
+            .with_process_user(user)
+            .with_exec_limits(
+                self.max_running,
+                self.process_cpu_secs,
+                self.process_memory_mb,
+            ))
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct RunOpts {
     /// Keep the conversation in this SQLite file (default: a temporary database).
@@ -100,6 +184,8 @@ struct RunOpts {
     /// Colours: auto (on a terminal), always, never.
     #[arg(long, default_value = "auto")]
     color: String,
+    #[command(flatten)]
+    sandbox: SandboxOpts,
 }
 
 #[derive(Subcommand, Debug)]
@@ -163,7 +249,9 @@ fn main() -> anyhow::Result<()> {
             max_depth,
             max_children,
             scenarios,
+            sandbox,
         } => {
+            let sandbox = sandbox.sandbox()?;
             let limits = Limits {
                 max_frame_bytes,
                 max_payload_bytes,
@@ -173,10 +261,11 @@ fn main() -> anyhow::Result<()> {
                 max_wait: std::time::Duration::from_millis(max_wait_ms),
                 max_depth,
                 max_children,
+                sandbox: sandbox.clone(),
                 ..Limits::default()
             };
             let named = match scenarios {
-                Some(dir) => load_scenarios(&dir)?,
+                Some(dir) => load_scenarios(&dir, &sandbox)?,
                 None => Vec::new(),
             };
             let runtime = tokio::runtime::Runtime::new()?;
@@ -185,26 +274,34 @@ fn main() -> anyhow::Result<()> {
         Command::Run { scenario, opts } => {
             let text = std::fs::read_to_string(&scenario)
                 .with_context(|| format!("reading {}", scenario.display()))?;
-            let v = scenario_value(&text).with_context(|| format!("{}", scenario.display()))?;
+            let v = scenario_value(&text, &opts.sandbox.sandbox()?)
+                .with_context(|| format!("{}", scenario.display()))?;
             tokio::runtime::Runtime::new()?.block_on(run(v, opts))
         }
         Command::Demo { opts } => {
-            let v = scenario_value(orchestrator::runner::DEMO)?;
+            let v = scenario_value(orchestrator::runner::DEMO, &opts.sandbox.sandbox()?)?;
             tokio::runtime::Runtime::new()?.block_on(run(v, opts))
         }
     }
 }
 
 /// Reads a scenario (YAML or JSON) and checks it.
-fn scenario_value(text: &str) -> anyhow::Result<serde_json::Value> {
+fn scenario_value(
+    text: &str,
+    sandbox: &agent_sdk::kinds::Sandbox,
+) -> anyhow::Result<serde_json::Value> {
     let v: serde_json::Value =
         serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("not valid YAML: {e}"))?;
-    orchestrator::scenario::Scenario::parse(&v).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    orchestrator::scenario::Scenario::parse(&v, sandbox)
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     Ok(v)
 }
 
 /// Every scenario file of a folder, by name (its `name:`, else the file's stem).
-fn load_scenarios(dir: &std::path::Path) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+fn load_scenarios(
+    dir: &std::path::Path,
+    sandbox: &agent_sdk::kinds::Sandbox,
+) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let mut out = Vec::new();
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     for entry in entries {
@@ -214,7 +311,7 @@ fn load_scenarios(dir: &std::path::Path) -> anyhow::Result<Vec<(String, serde_js
             continue;
         }
         let text = std::fs::read_to_string(&path)?;
-        let v = scenario_value(&text).with_context(|| format!("{}", path.display()))?;
+        let v = scenario_value(&text, sandbox).with_context(|| format!("{}", path.display()))?;
         let stem = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -241,7 +338,8 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
         SqliteStore::open(&db, Synchronous::Full)
             .with_context(|| format!("opening {}", db.display()))?,
     );
-    let spec = orchestrator::scenario::Scenario::parse(&scenario)
+    let sandbox = opts.sandbox.sandbox()?;
+    let spec = orchestrator::scenario::Scenario::parse(&scenario, &sandbox)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let externals: Vec<String> = spec
         .participants
@@ -257,7 +355,11 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
     for p in &externals {
         tokens.push((p.clone(), auth::create_token(store.as_ref(), p, false)?));
     }
-    let orch = Orchestrator::open(store, Limits::default())?;
+    let limits = Limits {
+        sandbox,
+        ..Limits::default()
+    };
+    let orch = Orchestrator::open(store, limits)?;
     let mut running = None;
     if !externals.is_empty() {
         let listener = server::bind(opts.listen)?;

@@ -5,9 +5,11 @@
 //! `-32602`, the path of the offending field and the reason (in the message and in
 //! `error.data`).
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use proto_spec::scenario::{valid_path, MatchOp, OnTimeout, Order, ScenarioSpec};
+use agent_sdk::kinds::Sandbox;
+use proto_spec::scenario::{valid_path, MatchOp, OnTimeout, Order, ParticipantSpec, ScenarioSpec};
 use proto_spec::{ErrorCode, RpcError};
 use serde_json::{json, Map, Value};
 
@@ -30,7 +32,22 @@ fn bad(path: &str, why: impl Into<String>) -> RpcError {
         .with_data(json!({"path": format!("scenario{path}"), "reason": why}))
 }
 
+/// The range of `turn.timeout`, in milliseconds (10 ms to 24 h).
+pub const TURN_TIMEOUT_MS: RangeInclusive<u64> = 10..=86_400_000;
+/// The range of `stop.idleTimeout`, in milliseconds (100 ms to 30 days).
+pub const IDLE_TIMEOUT_MS: RangeInclusive<u64> = 100..=2_592_000_000;
+/// The range of `stop.maxDuration`, in milliseconds (100 ms to 365 days).
+pub const MAX_DURATION_MS: RangeInclusive<u64> = 100..=31_536_000_000;
+
+/// The kinds a participant may have whose agent runs code, reads the environment or reaches
+/// the network on the server's behalf: only an admin's scenario or the server's library may
+/// declare them (docs/security.md). `scripted` only posts its fixed replies.
+pub fn runs_code(kind: &str) -> bool {
+    kind != "scripted"
+}
+
 /// Reads a duration: milliseconds as a number, or text such as `500ms`, `30s`, `5m`, `1h`.
+/// A value too large to represent is an error.
 pub fn parse_duration(v: &Value) -> Result<Duration, String> {
     if let Some(ms) = v.as_u64() {
         return Ok(Duration::from_millis(ms));
@@ -45,24 +62,47 @@ pub fn parse_duration(v: &Value) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a duration such as \"30s\""))?;
     let ms = match unit.trim() {
-        "ms" => n,
-        "s" | "" => n.saturating_mul(1000),
-        "m" => n.saturating_mul(60_000),
-        "h" => n.saturating_mul(3_600_000),
+        "ms" => Some(n),
+        "s" | "" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
         other => return Err(format!("unknown unit {other:?} (ms, s, m, h)")),
     };
-    Ok(Duration::from_millis(ms))
+    ms.map(Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is too long"))
 }
 
-fn duration_ms(v: &Option<Value>, path: &str) -> Result<Option<u64>, RpcError> {
+fn show_ms(ms: u64) -> String {
+    match ms {
+        m if m % 3_600_000 == 0 => format!("{}h", m / 3_600_000),
+        m if m % 60_000 == 0 => format!("{}m", m / 60_000),
+        m if m % 1000 == 0 => format!("{}s", m / 1000),
+        m => format!("{m}ms"),
+    }
+}
+
+/// Reads the duration at `path`, which must lie in `range` (milliseconds).
+fn duration_ms(
+    v: &Option<Value>,
+    path: &str,
+    range: RangeInclusive<u64>,
+) -> Result<Option<u64>, RpcError> {
     match v {
         None => Ok(None),
         Some(v) => {
             let d = parse_duration(v).map_err(|e| bad(path, e))?;
-            if d.is_zero() {
-                return Err(bad(path, "must be more than zero"));
+            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            if !range.contains(&ms) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "{v} is out of range ({} to {})",
+                        show_ms(*range.start()),
+                        show_ms(*range.end())
+                    ),
+                ));
             }
-            Ok(Some(d.as_millis() as u64))
+            Ok(Some(ms))
         }
     }
 }
@@ -102,7 +142,11 @@ const KINDS: &[(&str, &[&str])] = &[
 
 /// Checks the inline scenarios of an `orchestrate` participant's steps, so that a bad child
 /// is refused with the parent, naming its path.
-fn check_inline_children(i: usize, config: &Map<String, Value>) -> Result<(), RpcError> {
+fn check_inline_children(
+    i: usize,
+    config: &Map<String, Value>,
+    sandbox: &Sandbox,
+) -> Result<(), RpcError> {
     let Some(steps) = config.get("steps").and_then(Value::as_array) else {
         return Ok(());
     };
@@ -127,7 +171,7 @@ fn check_inline_children(i: usize, config: &Map<String, Value>) -> Result<(), Rp
         }
     }
     for (path, v) in inline {
-        if let Err(e) = Scenario::parse(v) {
+        if let Err(e) = Scenario::parse(v, sandbox) {
             let inner = e
                 .data
                 .as_ref()
@@ -154,6 +198,7 @@ fn check_participant(
     kind: Option<&str>,
     external: bool,
     config: &Map<String, Value>,
+    sandbox: &Sandbox,
 ) -> Result<(), RpcError> {
     let at = |f: &str| format!(".participants[{i}]{f}");
     match (kind, external) {
@@ -197,7 +242,7 @@ fn check_participant(
         // The kind checks its own settings; its message starts with the setting's path.
         let mut spec = config.clone();
         spec.insert("kind".into(), json!(kind));
-        if let Err(msg) = agent_sdk::kinds::build(&Value::Object(spec)) {
+        if let Err(msg) = agent_sdk::kinds::build(&Value::Object(spec), sandbox) {
             let (field, why) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
             let path = if field.is_empty() {
                 String::new()
@@ -208,7 +253,7 @@ fn check_participant(
         }
     }
     if kind == "orchestrate" {
-        check_inline_children(i, config)?;
+        check_inline_children(i, config, sandbox)?;
     }
     if kind == "scripted" {
         let replies = config.get("replies").and_then(Value::as_array);
@@ -226,22 +271,34 @@ fn check_participant(
 }
 
 impl Scenario {
-    /// Parses and checks a scenario given as JSON (inline, or read from YAML).
-    pub fn parse(v: &Value) -> Result<Scenario, RpcError> {
+    /// Parses and checks a scenario given as JSON (inline, or read from YAML), its participants
+    /// held to `sandbox` (the environment variables and addresses they may use). Nothing the
+    /// scenario holds runs here; a `function`'s source is compiled, within a short time limit,
+    /// so call this off the async threads when the scenario may hold one.
+    pub fn parse(v: &Value, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
         let spec: ScenarioSpec =
             serde_json::from_value(v.clone()).map_err(|e| bad("", e.to_string()))?;
-        Scenario::check(spec)
+        Scenario::check(spec, sandbox)
     }
 
     /// Parses and checks a scenario file's text (YAML, which includes JSON).
-    pub fn from_yaml(text: &str) -> Result<Scenario, RpcError> {
+    pub fn from_yaml(text: &str, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
         let v: Value =
             serde_norway::from_str(text).map_err(|e| bad("", format!("not valid YAML: {e}")))?;
-        Scenario::parse(&v)
+        Scenario::parse(&v, sandbox)
+    }
+
+    /// The participants the server runs (`kind` set), with their index and kind.
+    pub fn internal(&self) -> impl Iterator<Item = (usize, &str, &str)> {
+        self.spec
+            .participants
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.id(), p.kind()?)))
     }
 
     /// Checks a parsed scenario.
-    pub fn check(spec: ScenarioSpec) -> Result<Scenario, RpcError> {
+    pub fn check(spec: ScenarioSpec, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
         if spec.participants.is_empty() {
             return Err(bad(".participants", "at least one participant is needed"));
         }
@@ -260,20 +317,22 @@ impl Scenario {
                     format!("{id:?} is listed twice"),
                 ));
             }
-            if let proto_spec::scenario::ParticipantSpec::Full(f) = p {
-                check_participant(i, f.kind.as_deref(), f.external, &f.config)?;
+            if let ParticipantSpec::Full(f) = p {
+                check_participant(i, f.kind.as_deref(), f.external, &f.config, sandbox)?;
             }
             participants.push(id);
         }
         let known = |id: &str| participants.iter().any(|p| p == id);
         let turn = spec.turn.clone().unwrap_or_default();
         let stop = spec.stop.clone().unwrap_or_default();
-        let timeout_ms = duration_ms(&turn.timeout, ".turn.timeout")?;
+        let timeout_ms = duration_ms(&turn.timeout, ".turn.timeout", TURN_TIMEOUT_MS)?;
         if turn.on_timeout.is_some() && timeout_ms.is_none() {
             return Err(bad(".turn.onTimeout", "needs turn.timeout"));
         }
-        let idle_timeout_ms = duration_ms(&stop.idle_timeout, ".stop.idleTimeout")?;
-        let max_duration_ms = duration_ms(&stop.max_duration, ".stop.maxDuration")?;
+        let idle_timeout_ms =
+            duration_ms(&stop.idle_timeout, ".stop.idleTimeout", IDLE_TIMEOUT_MS)?;
+        let max_duration_ms =
+            duration_ms(&stop.max_duration, ".stop.maxDuration", MAX_DURATION_MS)?;
         if stop.max_turns == Some(0) {
             return Err(bad(".stop.maxTurns", "must be at least 1"));
         }
@@ -295,9 +354,10 @@ impl Scenario {
             max_duration_ms,
             agents: Default::default(),
             traces: turn.traces.unwrap_or(true),
+            authority: None,
         };
         for p in &spec.participants {
-            if let proto_spec::scenario::ParticipantSpec::Full(f) = p {
+            if let ParticipantSpec::Full(f) = p {
                 if let Some(kind) = &f.kind {
                     let mut v = Value::Object(f.config.clone());
                     v["kind"] = json!(kind);
@@ -445,15 +505,19 @@ impl Scenario {
 mod tests {
     use super::*;
 
+    fn parse(v: &Value) -> Result<Scenario, RpcError> {
+        Scenario::parse(v, &Sandbox::default())
+    }
+
     fn path_of(v: Value) -> String {
-        let e = Scenario::parse(&v).unwrap_err();
+        let e = parse(&v).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidParams);
         e.data.unwrap()["path"].as_str().unwrap().to_string()
     }
 
     #[test]
     fn parses_a_full_scenario() {
-        let s = Scenario::parse(&json!({
+        let s = parse(&json!({
             "name": "review",
             "participants": [{"id": "writer", "kind": "scripted", "replies": ["v1"]}, "critic", {"id": "alice", "external": true}],
             "policy": {"order": "round_robin", "first": "critic",
@@ -518,7 +582,7 @@ mod tests {
             path_of(json!({"participants": ["a"], "stop": {"maxTurns": 0}})),
             "scenario.stop.maxTurns"
         );
-        let e = Scenario::parse(&json!({"participants": ["a"], "surprise": 1})).unwrap_err();
+        let e = parse(&json!({"participants": ["a"], "surprise": 1})).unwrap_err();
         assert!(e.message.contains("surprise"), "{}", e.message);
         assert_eq!(
             path_of(json!({"participants": ["a"], "policy": {"order": "loudest"}})),
@@ -530,9 +594,10 @@ mod tests {
     fn reads_yaml() {
         let s = Scenario::from_yaml(
             "participants: [a, b]\npolicy:\n  order: round_robin\nstop:\n  maxTurns: 4\n",
+            &Sandbox::default(),
         )
         .unwrap();
         assert_eq!(s.policy.unwrap().max_turns, Some(4));
-        assert!(Scenario::from_yaml("participants: [a\n").is_err());
+        assert!(Scenario::from_yaml("participants: [a\n", &Sandbox::default()).is_err());
     }
 }

@@ -15,8 +15,10 @@ use crate::config::Limits;
 use crate::error::{refuse, Error, Result};
 use crate::fanout::{read_after, Feed, PAGE};
 use crate::hub::{ConvShared, Hub};
+use crate::scenario::runs_code;
 use crate::scenario::Scenario;
 use crate::state::AppendRequest;
+use crate::state::Authority;
 use crate::store::Store;
 use crate::turns::{TurnConfig, Turns};
 use crate::writer::{Appending, WriterHandle};
@@ -61,7 +63,7 @@ impl Orchestrator {
         turn_config: TurnConfig,
         scenarios: Vec<(String, serde_json::Value)>,
     ) -> Result<Arc<Orchestrator>> {
-        let library = scenario_library(scenarios)?;
+        let library = scenario_library(scenarios, &limits.sandbox)?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::Corrupt("the orchestrator needs a tokio runtime".into()))?;
         crate::telemetry::install();
@@ -90,17 +92,35 @@ impl Orchestrator {
         agents: std::collections::HashMap<String, Arc<dyn agent_sdk::Agent>>,
         policy: executors::ExecPolicy,
     ) {
-        let ids = agents.keys().cloned().collect();
+        let ids: std::collections::HashSet<String> = agents.keys().cloned().collect();
+        let fixed = ids.clone();
         let weak = Arc::downgrade(self);
-        let factory: executors::ClientFactory = Arc::new(move |agent: &str| {
-            let client: Arc<dyn agent_sdk::AgentClient> = Arc::new(
-                crate::client::InProcessClient::from_weak(weak.clone(), agent),
-            );
+        let hub = self.hub.clone();
+        // An agent the operator gave the server speaks as itself; one a scenario declares
+        // speaks as itself only within that scenario's conversation, on the authority recorded
+        // when it was created (docs/security.md).
+        let factory: executors::ClientFactory = Arc::new(move |a: &executors::Assignment| {
+            let who = if fixed.contains(&a.agent_id) {
+                Identity::new(a.agent_id.clone(), false)
+            } else {
+                let authority = hub
+                    .get(&a.conversation_id)
+                    .and_then(|c| c.policy().and_then(|p| p.authority.clone()))
+                    .unwrap_or(Authority {
+                        reader: String::new(),
+                        admin: false,
+                        trusted: false,
+                    });
+                Identity::declared(a.agent_id.clone(), a.conversation_id.clone(), authority)
+            };
+            let client: Arc<dyn agent_sdk::AgentClient> =
+                Arc::new(crate::client::InProcessClient::from_weak(weak.clone(), who));
             client
         });
         let core = Arc::new(executors::ExecutorCore::new(policy));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let hub = self.hub.clone();
+        let sandbox = self.limits.sandbox.clone();
         // Participants a scenario describes (`kind: scripted`, …) are built from the log.
         // One value per (conversation, participant), kept while the conversation is open.
         let made: dashmap::DashMap<(String, String), Arc<dyn agent_sdk::Agent>> =
@@ -111,7 +131,7 @@ impl Orchestrator {
             if let Some(agent) = made.get(&key) {
                 return Some(agent.clone());
             }
-            let agent = agent_sdk::kinds::from_spec(conv.agent_spec(&a.agent_id)?)?;
+            let agent = agent_sdk::kinds::from_spec(conv.agent_spec(&a.agent_id)?, &sandbox)?;
             if made.len() > 10_000 {
                 made.retain(|(c, _), _| hub.get(c).is_some_and(|c| !c.core().closed));
             }
@@ -127,7 +147,7 @@ impl Orchestrator {
     /// Makes scenarios available to `createConversation` by name. Each is checked first; the
     /// first bad one is refused with its name.
     pub fn set_scenarios(&self, named: Vec<(String, serde_json::Value)>) -> Result<()> {
-        let map = scenario_library(named)?;
+        let map = scenario_library(named, &self.limits.sandbox)?;
         if let Ok(mut s) = self.scenarios.write() {
             *s = map;
         }
@@ -185,10 +205,7 @@ impl Orchestrator {
             .await
             .map_err(|e| Error::Corrupt(e.to_string()))??;
         match found {
-            Some(t) => Ok(Identity {
-                agent_id: t.agent_id,
-                admin: t.admin,
-            }),
+            Some(t) => Ok(Identity::new(t.agent_id, t.admin)),
             None => Err(refuse(ErrorCode::Unauthenticated, "unknown token")),
         }
     }
@@ -201,12 +218,63 @@ impl Orchestrator {
                 format!("no conversation {id}"),
             )
         })?;
-        if who.admin || self.takes_part_above(&who.agent_id, &conv) {
+        let may = match &who.scope {
+            None => who.admin || self.takes_part_above(&who.agent_id, &conv),
+            // An agent a scenario declares reads its own conversation and those below it, and
+            // elsewhere only what its authority may read.
+            Some(s) => {
+                self.within(&conv, &s.home)
+                    || s.authority.admin
+                    || (!s.authority.reader.is_empty()
+                        && self.takes_part_above(&s.authority.reader, &conv))
+            }
+        };
+        if may {
             Ok(conv)
         } else {
             Err(refuse(
                 ErrorCode::Forbidden,
                 format!("{} does not take part in conversation {id}", who.agent_id),
+            ))
+        }
+    }
+
+    /// Whether `conv` is `home` or a conversation below it in its tree.
+    fn within(&self, conv: &ConvShared, home: &str) -> bool {
+        if conv.id == home {
+            return true;
+        }
+        let mut parent = conv.parent().map(str::to_string);
+        for _ in 0..64 {
+            let Some(p) = parent else { return false };
+            if p == home {
+                return true;
+            }
+            parent = self
+                .hub
+                .get(&p)
+                .and_then(|c| c.parent().map(str::to_string));
+        }
+        false
+    }
+
+    /// Refuses a write by an agent a scenario declares outside its own conversation and those
+    /// below it: it speaks under its id nowhere else.
+    fn check_writable(&self, who: &Identity, conversation: &str) -> Result<()> {
+        let Some(s) = &who.scope else { return Ok(()) };
+        let inside = self
+            .hub
+            .get(conversation)
+            .is_some_and(|c| self.within(&c, &s.home));
+        if inside {
+            Ok(())
+        } else {
+            Err(refuse(
+                ErrorCode::Forbidden,
+                format!(
+                    "{} is declared by conversation {}'s scenario and writes only there and below it",
+                    who.agent_id, s.home
+                ),
             ))
         }
     }
@@ -232,7 +300,9 @@ impl Orchestrator {
     }
 
     /// `createConversation`: admins create any conversation; any agent may open a
-    /// sub-conversation of one it takes part in.
+    /// sub-conversation of one it takes part in. Only an admin's scenario or the server's
+    /// library may declare participants that run code, and no participant the server runs may
+    /// have the id of an agent with a token (docs/security.md).
     pub async fn create_conversation(
         &self,
         who: &Identity,
@@ -240,6 +310,7 @@ impl Orchestrator {
     ) -> Result<CreateConversationResult> {
         match &p.parent_conversation_id {
             Some(parent) => {
+                self.check_writable(who, parent)?;
                 let conv = self.readable(who, parent)?;
                 if !who.admin && !conv.is_participant(&who.agent_id) {
                     return Err(refuse(
@@ -301,7 +372,13 @@ impl Orchestrator {
                         "participants: give them in the scenario or as participants, not both",
                     ));
                 }
-                Some(Scenario::parse(v).map_err(Error::Rpc)?)
+                let mut s = self.check_scenario(v.clone()).await?;
+                let authority = who.authority(named.is_some());
+                self.check_declared(&s, &authority).await?;
+                if let Some(policy) = &mut s.policy {
+                    policy.authority = Some(authority);
+                }
+                Some(s)
             }
             None => None,
         };
@@ -388,6 +465,68 @@ impl Orchestrator {
         })
     }
 
+    /// Checks a scenario off the async threads: compiling a `function`'s source, building
+    /// HTTP clients, reading a long scenario take time that no other request should wait for.
+    async fn check_scenario(&self, v: serde_json::Value) -> Result<Scenario> {
+        let sandbox = self.limits.sandbox.clone();
+        tokio::task::spawn_blocking(move || Scenario::parse(&v, &sandbox))
+            .await
+            .map_err(|e| Error::Corrupt(format!("the scenario check failed: {e}")))?
+            .map_err(Error::Rpc)
+    }
+
+    /// The rules on the participants a scenario asks the server to run: a kind that runs code
+    /// only with a trusted authority (an admin, the library, or an agent acting for one), and
+    /// never under the id of an agent that has a token.
+    async fn check_declared(&self, s: &Scenario, authority: &Authority) -> Result<()> {
+        let declared: Vec<(usize, String, String)> = s
+            .internal()
+            .map(|(i, id, kind)| (i, id.to_string(), kind.to_string()))
+            .collect();
+        if !authority.trusted {
+            if let Some((i, id, kind)) = declared.iter().find(|(_, _, k)| runs_code(k)) {
+                let path = format!("scenario.participants[{i}].kind");
+                return Err(Error::Rpc(
+                    RpcError::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "{path}: only an admin's scenario or one from the server's library may declare a participant the server runs ({id:?} is of kind {kind}); name a library scenario (scenarioName) or make {id:?} external"
+                        ),
+                    )
+                    .with_data(serde_json::json!({"path": path, "kind": kind})),
+                ));
+            }
+        }
+        if declared.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let ids: Vec<(usize, String)> = declared.into_iter().map(|(i, id, _)| (i, id)).collect();
+        let holder = tokio::task::spawn_blocking(move || -> Result<Option<(usize, String)>> {
+            for (i, id) in ids {
+                if store.agent_has_token(&id)? {
+                    return Ok(Some((i, id)));
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .map_err(|e| Error::Corrupt(e.to_string()))??;
+        if let Some((i, id)) = holder {
+            let path = format!("scenario.participants[{i}].id");
+            return Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "{path}: {id:?} is an agent with a token; a participant the server runs needs an id of its own (an agent id names one principal)"
+                    ),
+                )
+                .with_data(serde_json::json!({"path": path, "reason": "the id of an agent with a token"})),
+            ));
+        }
+        Ok(())
+    }
+
     /// The identity of `GET /me`.
     pub fn who_am_i(&self, who: &Identity) -> WhoAmI {
         WhoAmI {
@@ -405,11 +544,14 @@ impl Orchestrator {
 
     /// `listConversations`: the caller's conversations (every one, for an admin).
     pub fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
-        let convs = if who.admin {
+        let mut convs = if who.admin {
             self.hub.all()
         } else {
             self.hub.conversations_of(&who.agent_id)
         };
+        if let Some(s) = &who.scope {
+            convs.retain(|c| self.within(c, &s.home));
+        }
         let mut conversations: Vec<Snapshot> =
             convs.iter().map(|c| c.snapshot(&who.agent_id)).collect();
         conversations.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
@@ -712,6 +854,7 @@ impl Orchestrator {
         p: SendMessageParams,
     ) -> Result<(String, AppendRequest)> {
         Self::check_key(&p.client_request_id)?;
+        self.check_writable(who, &p.conversation_id)?;
         let payload = serde_json::value::to_raw_value(&p.payload)
             .map_err(|e| Error::Corrupt(e.to_string()))?;
         let req = AppendRequest::from_raw(
@@ -735,6 +878,7 @@ impl Orchestrator {
             ));
         }
         Self::check_key(&p.client_request_id)?;
+        self.check_writable(who, &p.conversation_id)?;
         let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id);
@@ -750,6 +894,10 @@ impl Orchestrator {
                 let since = p.since_seq.unwrap_or_else(|| conv.head());
                 Ok(Feed::one(self.store.clone(), self.hub.clone(), conv, since))
             }
+            None if who.scope.is_some() => Err(refuse(
+                ErrorCode::Forbidden,
+                "an agent a scenario declares subscribes to one conversation at a time",
+            )),
             None => Ok(Feed::all(
                 self.store.clone(),
                 self.hub.clone(),
@@ -764,10 +912,11 @@ impl Orchestrator {
 /// Scenarios by name, each checked.
 fn scenario_library(
     named: Vec<(String, serde_json::Value)>,
+    sandbox: &agent_sdk::kinds::Sandbox,
 ) -> Result<std::collections::HashMap<String, serde_json::Value>> {
     let mut map = std::collections::HashMap::new();
     for (name, v) in named {
-        Scenario::parse(&v).map_err(|e| {
+        Scenario::parse(&v, sandbox).map_err(|e| {
             Error::Rpc(RpcError::new(
                 e.code,
                 format!("scenario {name}: {}", e.message),

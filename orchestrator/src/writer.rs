@@ -591,12 +591,17 @@ impl Writer {
                         }
                         Some(f) => fork_drafts(&mut state, *f),
                     };
+                    let declared = state
+                        .policy()
+                        .map(|p| p.agents.keys().cloned().collect())
+                        .unwrap_or_default();
                     new_convs.push(NewConversation {
                         id: id.clone(),
                         num,
                         participants,
                         created_by: created_by.clone(),
                         metadata,
+                        declared,
                     });
                     let empty = ConvState::new(id.clone(), Vec::new()).core;
                     let shared = Hub::make(&id, state.participants().to_vec(), empty);

@@ -103,6 +103,9 @@ impl Store for Flaky {
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.inner.find_token(hash)
     }
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+        self.inner.agent_has_token(agent_id)
+    }
 }
 
 fn msg(text: &str, key: Option<&str>) -> SendMessageParams {

@@ -14,7 +14,7 @@ struct Conv {
 
 impl Conv {
     fn new(scenario: Value) -> Conv {
-        let s = Scenario::parse(&scenario).expect("scenario");
+        let s = Scenario::parse(&scenario, &Default::default()).expect("scenario");
         let mut state = ConvState::new("c", s.participants.clone());
         let created =
             ConvState::created_event_with(&s.participants, None, "admin", s.policy.as_ref());

@@ -60,6 +60,7 @@ fn every_field_of_every_row_reads_back_the_same() {
             participants: vec!["agent-0".into()],
             created_by: "admin".into(),
             metadata: None,
+            declared: Vec::new(),
         };
         writer.commit(&[conv], &rows(&all[..41])).unwrap();
         assert!(

@@ -74,10 +74,28 @@ pub struct TestServer {
     _dir: tempfile::TempDir,
 }
 
+/// The environment variables the tests' scenarios read (`--agent-env`).
+pub const TEST_ENV: &[&str] = &[
+    "KINDS_TEST_WEATHER_TOKEN",
+    "LLM_KIND_TEST_KEY",
+    "LLM_KIND_TEST_BAD_KEY",
+];
+
+/// The default limits, with agents allowed to reach loopback (where the tests' stand-ins for
+/// LLM endpoints, HTTP APIs and A2A agents listen) and to read [`TEST_ENV`].
+pub fn test_limits() -> Limits {
+    Limits {
+        sandbox: agent_sdk::kinds::Sandbox::default()
+            .allowing(agent_sdk::kinds::NetRule::Loopback)
+            .with_env(TEST_ENV.iter().map(|s| s.to_string())),
+        ..Limits::default()
+    }
+}
+
 impl TestServer {
-    /// Starts a server with the default limits.
+    /// Starts a server with [`test_limits`].
     pub async fn start() -> TestServer {
-        TestServer::with_limits(Limits::default()).await
+        TestServer::with_limits(test_limits()).await
     }
 
     /// Starts a server with these limits.

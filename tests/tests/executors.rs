@@ -11,7 +11,6 @@ use agent_sdk::{
     async_trait, Agent, AgentClient, AgentContext, AgentError, TurnOutcome, WsJsonRpcClient,
 };
 use executors::{ExecutorCore, ExternalExecutor};
-use orchestrator::config::Limits;
 use orchestrator::turns::TurnConfig;
 use rand::Rng;
 use serde_json::{json, Value};
@@ -187,7 +186,7 @@ async fn parity_internal_and_external_executors_write_the_same_log() {
         .try_init();
     // Inside the server: InternalExecutor + InProcessClient.
     let internal =
-        TestServer::with_options(Limits::default(), TurnConfig::default(), internal_bob()).await;
+        TestServer::with_options(tests::test_limits(), TurnConfig::default(), internal_bob()).await;
     let inside = run_suite(&internal).await;
 
     // In a partner's process, push-claim: ExternalExecutor + WsJsonRpcClient.
@@ -360,7 +359,7 @@ async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
         claim_window: Duration::from_millis(300),
         default_timeout: Duration::from_secs(2),
     };
-    let server = TestServer::with_options(Limits::default(), config, HashMap::new()).await;
+    let server = TestServer::with_options(tests::test_limits(), config, HashMap::new()).await;
     let mut replicas = Vec::new();
     for _ in 0..3 {
         replicas.push(replica(&server, TURNS).await);

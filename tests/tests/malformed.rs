@@ -134,7 +134,7 @@ async fn frame_and_payload_limits() {
     let limits = Limits {
         max_frame_bytes: 64 * 1024,
         max_payload_bytes: 8 * 1024,
-        ..Limits::default()
+        ..tests::test_limits()
     };
     let ts = TestServer::with_limits(limits).await;
     ts.create("c1", &["alice"]).await;
@@ -167,7 +167,7 @@ async fn frame_and_payload_limits() {
 async fn in_flight_limit_per_connection() {
     let limits = Limits {
         max_in_flight_per_connection: 2,
-        ..Limits::default()
+        ..tests::test_limits()
     };
     let ts = TestServer::with_limits(limits).await;
     ts.create("c1", &["alice"]).await;
@@ -205,7 +205,7 @@ async fn in_flight_limit_per_connection() {
 async fn connection_limit() {
     let limits = Limits {
         max_connections: 2,
-        ..Limits::default()
+        ..tests::test_limits()
     };
     let ts = TestServer::with_limits(limits).await;
     let _a = ts.raw().await;
@@ -232,7 +232,7 @@ async fn connection_limit() {
 async fn subscription_limit_per_connection() {
     let limits = Limits {
         max_subscriptions_per_connection: 1,
-        ..Limits::default()
+        ..tests::test_limits()
     };
     let ts = TestServer::with_limits(limits).await;
     ts.create("c1", &["alice"]).await;

@@ -231,7 +231,7 @@ async fn depth_and_fan_out_limits_refuse_runaway_trees_with_their_own_error() {
     let limits = Limits {
         max_depth: 2,
         max_children: 2,
-        ..Limits::default()
+        ..tests::test_limits()
     };
     let server = TestServer::with_limits(limits).await;
     let admin = server.sdk("admin", None).await;
@@ -348,7 +348,7 @@ async fn a_child_that_times_out_fails_its_step_and_the_planner_says_so() {
 async fn a_planner_over_the_fan_out_limit_reports_the_limit() {
     let limits = Limits {
         max_children: 1,
-        ..Limits::default()
+        ..tests::test_limits()
     };
     let server = TestServer::with_limits(limits).await;
     let admin = server.sdk("admin", None).await;

@@ -25,8 +25,9 @@ use proto_spec::{Finality, MessagePayload};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::parse_duration;
+use super::http::duration_in;
 use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::sandbox::Sandbox;
 use crate::{AgentContext, AgentError};
 
 #[derive(Debug, Deserialize)]
@@ -59,31 +60,36 @@ pub struct A2a {
     timeout: Duration,
     http: reqwest::Client,
     card: tokio::sync::OnceCell<Card>,
+    sandbox: Sandbox,
 }
 
 impl A2a {
     /// From a participant's settings; the error names the setting.
-    pub fn from_spec(spec: &Value) -> Result<A2a, String> {
+    pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Result<A2a, String> {
         let spec: A2aSpec = settings(spec, "url")?;
         let mut base =
             reqwest::Url::parse(&spec.url).map_err(|e| format!("url: not a URL ({e})"))?;
         if !matches!(base.scheme(), "http" | "https") {
             return Err("url: http or https".into());
         }
+        sandbox.check_url(&base).map_err(|e| format!("url: {e}"))?;
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
         }
         let timeout = match &spec.timeout {
-            Some(t) => parse_duration(t)
-                .filter(|d| !d.is_zero())
-                .ok_or("timeout: a duration such as 30s or 2m")?,
+            Some(t) => duration_in(
+                "timeout",
+                t,
+                Duration::from_millis(1),
+                Duration::from_secs(3600),
+            )?,
             None => Duration::from_secs(60),
         };
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
+        let http = sandbox
+            .http_client(reqwest::Client::builder().connect_timeout(Duration::from_secs(10)))
             .map_err(|e| format!("url: {e}"))?;
         Ok(A2a {
+            sandbox: sandbox.clone(),
             base,
             stream: spec.stream,
             timeout,
@@ -117,7 +123,12 @@ impl A2a {
                     .json()
                     .await
                     .map_err(|e| format!("the agent card at {at} is not JSON: {e}"))?;
-                check_card(&card, &at)
+                let card = check_card(&card, &at)?;
+                // The card names where to talk: held to the same allow-list as the card's URL.
+                self.sandbox
+                    .check_url(&card.endpoint)
+                    .map_err(|e| format!("the agent card of {:?}: {e}", card.name))?;
+                Ok(card)
             })
             .await
             .map_err(Into::into)

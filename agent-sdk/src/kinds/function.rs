@@ -14,8 +14,11 @@
 //!
 //! The engine is QuickJS without its standard library: there is no `std`, `os`, `require`,
 //! module loader, `fetch` or timer, so code can reach no file, network, process or environment
-//! variable. Each turn runs in a fresh runtime, with a memory limit and an interrupt that stops
-//! the code at its time limit, on a blocking thread of its own. A breach, an exception or a
+//! variable. Each turn runs in a fresh runtime, with a memory limit (at most the sandbox's) and
+//! an interrupt that stops the code at its time limit (wall time on a thread of its own, so it
+//! bounds CPU time too), on a blocking thread, never on the server's async threads, and only
+//! when one of the [`Sandbox`]'s run slots is free. Checking a scenario only compiles the
+//! source (in the same sandbox, with a limit of [`COMPILE_LIMIT`]): none of it runs then. A breach, an exception or a
 //! value that is not a reply is the turn's error (logged as a trace by the executor), and
 //! nothing else in the server is affected. (Out of memory, the engine often cannot make an error
 //! object and throws no value; such an exception is reported as out of memory, so a handler that
@@ -27,12 +30,17 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::parse_duration;
+use super::http::duration_in;
 use super::pipeline::{parse_reply, settings, Execute, Reply};
+use super::sandbox::Sandbox;
 use crate::{AgentContext, AgentError};
 
 /// One turn's time limit when the participant names none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest time limit a participant may set.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+/// The time limit of compiling a source when a scenario is checked.
+pub const COMPILE_LIMIT: Duration = Duration::from_millis(200);
 /// The engine's heap when the participant names none, in MiB.
 pub const DEFAULT_MEMORY_MB: usize = 16;
 
@@ -52,6 +60,7 @@ pub struct Function {
     source: String,
     timeout: Duration,
     memory_bytes: usize,
+    sandbox: Sandbox,
 }
 
 /// Why a run of the handler failed.
@@ -76,32 +85,39 @@ pub enum FunctionError {
 
 impl Function {
     /// From a participant's settings; the error names the setting.
-    pub fn from_spec(spec: &Value) -> Result<Function, String> {
+    pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Result<Function, String> {
         let spec: FunctionSpec = settings(spec, "source")?;
         let timeout = match &spec.timeout {
-            Some(t) => parse_duration(t)
-                .filter(|d| !d.is_zero())
-                .ok_or("timeout: a duration such as 250ms or 2s")?,
+            Some(t) => duration_in("timeout", t, Duration::from_millis(1), MAX_TIMEOUT)?,
             None => DEFAULT_TIMEOUT,
         };
-        let mb = spec.memory_mb.unwrap_or(DEFAULT_MEMORY_MB);
-        if !(1..=1024).contains(&mb) {
-            return Err("memoryMb: from 1 to 1024".into());
+        let cap = usize::try_from(sandbox.memory_mb().min(1024)).unwrap_or(1024);
+        let mb = spec.memory_mb.unwrap_or(DEFAULT_MEMORY_MB.min(cap));
+        if !(1..=cap).contains(&mb) {
+            return Err(format!("memoryMb: from 1 to {cap}"));
+        }
+        if !spec.source.contains("handler") {
+            return Err(format!("source: {}", FunctionError::NoHandler));
         }
         let f = Function {
             source: spec.source,
             timeout,
             memory_bytes: mb * 1024 * 1024,
+            sandbox: sandbox.clone(),
         };
-        // Refuse a source that does not compile or defines no handler before anything runs.
-        match f.run_blocking(Value::Null, Value::Null, true) {
+        // Refuse a source that does not compile before anything runs; none of it runs here.
+        let compile = Function {
+            timeout: COMPILE_LIMIT,
+            ..f.clone()
+        };
+        match compile.run_blocking(Value::Null, Value::Null, true) {
             Ok(_) => Ok(f),
             Err(e) => Err(format!("source: {e}")),
         }
     }
 
     /// Runs the handler with `input` and `ctx` on this thread, within the limits. With `check`,
-    /// only compiles the source and looks for the handler.
+    /// only compiles the source (as a function body, which is not called): nothing runs.
     pub fn run_blocking(
         &self,
         input: Value,
@@ -156,14 +172,16 @@ impl Function {
                     FunctionError::Exception(text)
                 }
             };
+            if check {
+                let compile: JsFunction = cx.globals().get("Function").map_err(caught)?;
+                let _: rquickjs::Value = compile.call((self.source.as_str(),)).map_err(caught)?;
+                return Ok(Value::Null);
+            }
             cx.eval::<(), _>(self.source.as_bytes()).map_err(caught)?;
             let handler: JsFunction = cx
                 .globals()
                 .get("handler")
                 .map_err(|_| FunctionError::NoHandler)?;
-            if check {
-                return Ok(Value::Null);
-            }
             let input = cx.json_parse(input.to_string()).map_err(caught)?;
             let ctx_v = cx.json_parse(ctx.to_string()).map_err(caught)?;
             let out: rquickjs::Value = handler.call((input, ctx_v)).map_err(caught)?;
@@ -201,6 +219,10 @@ impl Execute for Function {
     }
 
     async fn execute(&self, ctx: &AgentContext, context: Value) -> Result<Reply, AgentError> {
+        // At most the sandbox's number of functions and processes run at once.
+        let slot = tokio::time::timeout_at(ctx.deadline, self.sandbox.run_slot())
+            .await
+            .map_err(|_| "function: no run slot was free before the turn's deadline")?;
         let me = self.clone();
         let about = json!({
             "conversationId": ctx.conversation_id,
@@ -208,9 +230,12 @@ impl Execute for Function {
             "turn": ctx.turn,
             "attempt": ctx.attempt,
         });
-        let out = tokio::task::spawn_blocking(move || me.run_blocking(context, about, false))
-            .await
-            .map_err(|e| format!("the function's thread failed: {e}"))??;
+        let out = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            me.run_blocking(context, about, false)
+        })
+        .await
+        .map_err(|e| format!("the function's thread failed: {e}"))??;
         if out.is_null() {
             return Ok(Reply::default());
         }
@@ -225,6 +250,7 @@ mod tests {
     fn f(source: &str) -> Function {
         Function::from_spec(
             &json!({"kind": "function", "source": source, "timeout": "300ms", "memoryMb": 8}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
         )
         .expect("valid")
     }
@@ -243,15 +269,26 @@ mod tests {
 
     #[test]
     fn bad_sources_are_refused_at_load() {
-        let e = Function::from_spec(&json!({"source": "function nope() {}"})).unwrap_err();
+        let e = Function::from_spec(
+            &json!({"source": "function nope() {}"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(
             e.starts_with("source: ") && e.contains("no function handler"),
             "{e}"
         );
-        let e = Function::from_spec(&json!({"source": "function handler( {"})).unwrap_err();
+        let e = Function::from_spec(
+            &json!({"source": "function handler( {"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.contains("SyntaxError"), "{e}");
-        let e = Function::from_spec(&json!({"source": "function handler() {}", "timeout": "soon"}))
-            .unwrap_err();
+        let e = Function::from_spec(
+            &json!({"source": "function handler() {}", "timeout": "soon"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("timeout:"), "{e}");
     }
 

@@ -31,6 +31,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::sandbox::Sandbox;
 use crate::{AgentContext, AgentError};
 
 /// A header value: text, or read from the environment.
@@ -105,9 +106,10 @@ pub struct Http {
     method: reqwest::Method,
     timeout: Duration,
     client: reqwest::Client,
+    sandbox: Sandbox,
 }
 
-/// Parses `250ms`, `10s`, `2m`.
+/// Parses `250ms`, `10s`, `2m` (`None` when it is not such a duration or does not fit).
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
@@ -115,8 +117,33 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     match unit {
         "ms" => Some(Duration::from_millis(n)),
         "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n * 60)),
+        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
         _ => None,
+    }
+}
+
+/// Reads the duration setting `field` (`250ms`, `10s`, `2m`), which must lie in `min..=max`.
+pub fn duration_in(field: &str, s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d =
+        parse_duration(s).ok_or_else(|| format!("{field}: a duration such as 250ms, 10s or 2m"))?;
+    if d < min || d > max {
+        return Err(format!(
+            "{field}: {s:?} is out of range ({} to {})",
+            show(min),
+            show(max)
+        ));
+    }
+    Ok(d)
+}
+
+fn show(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
     }
 }
 
@@ -183,12 +210,22 @@ pub fn render(template: &Value, scope: &Value) -> Value {
 
 impl Http {
     /// From a participant's settings; the error names the setting.
-    pub fn from_spec(spec: &Value) -> Result<Http, String> {
+    pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Result<Http, String> {
         let spec: HttpSpec = settings(spec, "endpoint")?;
         let url = reqwest::Url::parse(&spec.endpoint)
             .map_err(|e| format!("endpoint: not a URL ({e})"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err("endpoint: an http or https URL".into());
+        }
+        sandbox
+            .check_url(&url)
+            .map_err(|e| format!("endpoint: {e}"))?;
+        for (name, value) in &spec.headers {
+            if let HeaderValue::Env { env, .. } = value {
+                sandbox
+                    .check_env(env)
+                    .map_err(|e| format!("headers.{name}.env: {e}"))?;
+            }
         }
         let method = match spec.method.to_ascii_uppercase().as_str() {
             "GET" => reqwest::Method::GET,
@@ -203,7 +240,12 @@ impl Http {
             }
         };
         let timeout = match &spec.timeout {
-            Some(t) => parse_duration(t).ok_or("timeout: a duration such as 250ms, 10s or 2m")?,
+            Some(t) => duration_in(
+                "timeout",
+                t,
+                Duration::from_millis(1),
+                Duration::from_secs(600),
+            )?,
             None => Duration::from_secs(30),
         };
         if let Some(b) = &spec.body {
@@ -219,14 +261,15 @@ impl Http {
                 }
             }
         }
-        let client = reqwest::Client::builder()
-            .build()
+        let client = sandbox
+            .http_client(reqwest::Client::builder())
             .map_err(|e| format!("endpoint: the HTTP client could not be built ({e})"))?;
         Ok(Http {
             spec,
             method,
             timeout,
             client,
+            sandbox: sandbox.clone(),
         })
     }
 
@@ -236,9 +279,10 @@ impl Http {
             let text = match value {
                 HeaderValue::Text(t) => t.clone(),
                 HeaderValue::Env { env, prefix } => {
-                    let v = std::env::var(env).map_err(|_| {
-                        format!("http: header {name} needs the environment variable {env}, which is not set")
-                    })?;
+                    let v = self
+                        .sandbox
+                        .read_env(env)
+                        .map_err(|e| format!("http: header {name}: {e}"))?;
                     format!("{prefix}{v}")
                 }
             };
@@ -371,20 +415,44 @@ mod tests {
     fn settings_are_checked_with_the_field_named() {
         let ok = Http::from_spec(
             &json!({"kind": "http", "endpoint": "http://127.0.0.1:1/x", "body": {"a": "{{$.last.text}}"}, "timeout": "5s"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
         );
         assert!(ok.is_ok());
-        let e = Http::from_spec(&json!({"endpoint": "ftp://x"})).unwrap_err();
+        let e = Http::from_spec(
+            &json!({"endpoint": "ftp://x"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("endpoint:"), "{e}");
-        let e = Http::from_spec(&json!({"endpoint": "http://x", "method": "BREW"})).unwrap_err();
+        let e = Http::from_spec(
+            &json!({"endpoint": "http://x", "method": "BREW"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("method:"), "{e}");
-        let e = Http::from_spec(&json!({"endpoint": "http://x", "timeout": "soon"})).unwrap_err();
+        let e = Http::from_spec(
+            &json!({"endpoint": "http://x", "timeout": "soon"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("timeout:"), "{e}");
-        let e = Http::from_spec(&json!({"endpoint": "http://x", "body": {"a": "{{last}}"}}))
-            .unwrap_err();
+        let e = Http::from_spec(
+            &json!({"endpoint": "http://x", "body": {"a": "{{last}}"}}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("body:"), "{e}");
-        let e = Http::from_spec(&json!({"endpoint": "http://x", "verb": "GET"})).unwrap_err();
+        let e = Http::from_spec(
+            &json!({"endpoint": "http://x", "verb": "GET"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("verb:"), "{e}");
-        let e = Http::from_spec(&json!({"method": "GET"})).unwrap_err();
+        let e = Http::from_spec(
+            &json!({"method": "GET"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("endpoint:"), "{e}");
     }
 }

@@ -30,8 +30,9 @@ use proto_spec::Finality;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::parse_duration;
+use super::http::duration_in;
 use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::sandbox::Sandbox;
 use crate::{AgentContext, AgentError};
 
 /// The schema of a tool request message.
@@ -103,13 +104,23 @@ pub struct Llm {
     spec: LlmSpec,
     timeout: Duration,
     client: reqwest::Client,
+    sandbox: Sandbox,
 }
 
 impl Llm {
     /// From a participant's settings; the error names the setting.
-    pub fn from_spec(spec: &Value) -> Result<Llm, String> {
+    pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Result<Llm, String> {
         let spec: LlmSpec = settings(spec, "model")?;
-        reqwest::Url::parse(&spec.base_url).map_err(|e| format!("baseUrl: not a URL ({e})"))?;
+        let url =
+            reqwest::Url::parse(&spec.base_url).map_err(|e| format!("baseUrl: not a URL ({e})"))?;
+        sandbox
+            .check_url(&url)
+            .map_err(|e| format!("baseUrl: {e}"))?;
+        if let Some(var) = &spec.api_key_env {
+            sandbox
+                .check_env(var)
+                .map_err(|e| format!("apiKeyEnv: {e}"))?;
+        }
         if spec.model.trim().is_empty() {
             return Err("model: a model name is required".into());
         }
@@ -120,16 +131,22 @@ impl Llm {
             );
         }
         let timeout = match &spec.timeout {
-            Some(t) => parse_duration(t).ok_or("timeout: a duration such as 30s or 2m")?,
+            Some(t) => duration_in(
+                "timeout",
+                t,
+                Duration::from_millis(1),
+                Duration::from_secs(1800),
+            )?,
             None => Duration::from_secs(60),
         };
-        let client = reqwest::Client::builder()
-            .build()
+        let client = sandbox
+            .http_client(reqwest::Client::builder())
             .map_err(|e| format!("baseUrl: the HTTP client could not be built ({e})"))?;
         Ok(Llm {
             spec,
             timeout,
             client,
+            sandbox: sandbox.clone(),
         })
     }
 
@@ -176,9 +193,11 @@ impl Llm {
     fn key(&self) -> Result<Option<String>, AgentError> {
         match &self.spec.api_key_env {
             None => Ok(None),
-            Some(var) => std::env::var(var).map(Some).map_err(|_| {
-                format!("llm: the API key's environment variable {var} is not set").into()
-            }),
+            Some(var) => self
+                .sandbox
+                .read_env(var)
+                .map(Some)
+                .map_err(|e| format!("llm: the API key: {e}").into()),
         }
     }
 
@@ -492,17 +511,29 @@ mod tests {
     #[test]
     fn settings_are_checked_with_the_field_named() {
         assert!(Llm::from_spec(
-            &json!({"kind": "llm", "baseUrl": "http://127.0.0.1:1/v1", "model": "m"})
+            &json!({"kind": "llm", "baseUrl": "http://127.0.0.1:1/v1", "model": "m"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)
         )
         .is_ok());
-        let e = Llm::from_spec(&json!({"baseUrl": "nope", "model": "m"})).unwrap_err();
+        let e = Llm::from_spec(
+            &json!({"baseUrl": "nope", "model": "m"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("baseUrl:"), "{e}");
-        let e = Llm::from_spec(&json!({"baseUrl": "http://x/v1"})).unwrap_err();
+        let e = Llm::from_spec(
+            &json!({"baseUrl": "http://x/v1"}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("model:"), "{e}");
-        let e = Llm::from_spec(&json!({"baseUrl": "http://x/v1", "model": "m", "tools": [{"name": "a", "participant": "b"}]})).unwrap_err();
+        let e = Llm::from_spec(&json!({"baseUrl": "http://x/v1", "model": "m", "tools": [{"name": "a", "participant": "b"}]}), &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)).unwrap_err();
         assert!(e.starts_with("tools:"), "{e}");
-        let e = Llm::from_spec(&json!({"baseUrl": "http://x/v1", "model": "m", "temprature": 1}))
-            .unwrap_err();
+        let e = Llm::from_spec(
+            &json!({"baseUrl": "http://x/v1", "model": "m", "temprature": 1}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+        )
+        .unwrap_err();
         assert!(e.starts_with("temprature:"), "{e}");
     }
 }

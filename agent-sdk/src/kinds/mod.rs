@@ -9,6 +9,7 @@ pub mod llm;
 pub mod orchestrate;
 pub mod pipeline;
 pub mod process;
+pub mod sandbox;
 mod scripted;
 pub mod tool;
 
@@ -20,6 +21,7 @@ pub use llm::Llm;
 pub use orchestrate::Orchestrate;
 pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
 pub use process::Process;
+pub use sandbox::{NetRule, ProcessUser, Sandbox};
 pub use scripted::Scripted;
 pub use tool::Tool;
 
@@ -29,14 +31,16 @@ use serde_json::Value;
 
 use crate::Agent;
 
-/// Builds the agent a scenario describes (`{"kind": …, settings…}`); `None` for a kind this
-/// build does not have.
-pub fn from_spec(spec: &Value) -> Option<Arc<dyn Agent>> {
-    build(spec).ok()
+/// Builds the agent a scenario describes (`{"kind": …, settings…}`), held to `sandbox`;
+/// `None` for a kind this build does not have or settings the sandbox refuses.
+pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Option<Arc<dyn Agent>> {
+    build(spec, sandbox).ok()
 }
 
-/// Builds the agent a scenario describes, or says which setting is wrong and why.
-pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
+/// Builds the agent a scenario describes, held to `sandbox` (the environment variables and
+/// addresses it may use, how processes and functions run), or says which setting is wrong and
+/// why: `path: reason`. Nothing the spec holds runs here.
+pub fn build(spec: &Value, sandbox: &Sandbox) -> Result<Arc<dyn Agent>, String> {
     let kind = spec
         .get("kind")
         .and_then(Value::as_str)
@@ -58,15 +62,15 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
             .map(|s| Arc::new(s) as Arc<dyn Agent>)
             .ok_or_else(|| "replies: a non-empty list of texts".to_string()),
         "process" => {
-            let step = Process::from_spec(spec)?;
+            let step = Process::from_spec(spec, sandbox)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "http" => {
-            let step = Http::from_spec(spec)?;
+            let step = Http::from_spec(spec, sandbox)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "tool" => {
-            let step = Tool::from_spec(spec)?;
+            let step = Tool::from_spec(spec, sandbox)?;
             let context = match spec.get("context") {
                 Some(_) => context,
                 None => Tool::default_context(),
@@ -74,15 +78,15 @@ pub fn build(spec: &Value) -> Result<Arc<dyn Agent>, String> {
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "llm" => {
-            let step = Llm::from_spec(spec)?;
+            let step = Llm::from_spec(spec, sandbox)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "a2a" => {
-            let step = A2a::from_spec(spec)?;
+            let step = A2a::from_spec(spec, sandbox)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "function" => {
-            let step = Function::from_spec(spec)?;
+            let step = Function::from_spec(spec, sandbox)?;
             Ok(Arc::new(Pipeline::new(context, Box::new(step))))
         }
         "orchestrate" => {

@@ -28,6 +28,7 @@ use tokio::sync::Mutex;
 
 use super::context::{ContextSpec, Fetch, SourceSpec};
 use super::pipeline::{Execute, OutMessage, Reply};
+use super::sandbox::Sandbox;
 use crate::{AgentContext, AgentError};
 
 /// The schema of a tool response message.
@@ -193,11 +194,12 @@ pub struct Tool {
     servers: Vec<McpServer>,
     /// Open MCP sessions, by index in `servers`; opened on first use, reopened after a failure.
     sessions: Mutex<Vec<Option<Arc<Client>>>>,
+    sandbox: Sandbox,
 }
 
 impl Tool {
     /// From a participant's settings; the error names the setting.
-    pub fn from_spec(spec: &Value) -> Result<Tool, String> {
+    pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Result<Tool, String> {
         let mut builtins = Vec::new();
         for (i, b) in spec
             .get("builtins")
@@ -219,9 +221,18 @@ impl Tool {
             })?,
         };
         for (i, s) in servers.iter().enumerate() {
-            if let McpServer::Stdio { command } = s {
-                if command.is_empty() {
-                    return Err(format!("mcp[{i}].command: the program and its arguments"));
+            match s {
+                McpServer::Stdio { command } => {
+                    if command.is_empty() || command[0].is_empty() {
+                        return Err(format!("mcp[{i}].command: the program and its arguments"));
+                    }
+                }
+                McpServer::Http { url } => {
+                    let u = reqwest::Url::parse(url)
+                        .map_err(|e| format!("mcp[{i}].url: not a URL ({e})"))?;
+                    sandbox
+                        .check_url(&u)
+                        .map_err(|e| format!("mcp[{i}].url: {e}"))?;
                 }
             }
         }
@@ -233,6 +244,7 @@ impl Tool {
             builtins,
             servers,
             sessions: Mutex::new(vec![None; n]),
+            sandbox: sandbox.clone(),
         })
     }
 
@@ -262,8 +274,9 @@ impl Tool {
         }
         let client = match &self.servers[i] {
             McpServer::Stdio { command } => {
-                let mut cmd = tokio::process::Command::new(&command[0]);
-                cmd.args(&command[1..]);
+                // Held like a `process` participant: its own process group (killed with the
+                // session), the minimal environment, CPU time and memory limits, the user.
+                let cmd = self.sandbox.command(&command[0], &command[1..]);
                 let transport = rmcp::transport::TokioChildProcess::new(cmd)
                     .map_err(|e| format!("mcp server {:?} could not start: {e}", command[0]))?;
                 ().serve(transport)
@@ -271,8 +284,13 @@ impl Tool {
                     .map_err(|e| format!("mcp server {:?}: {e}", command[0]))?
             }
             McpServer::Http { url } => {
-                let transport =
-                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+                let client = self.sandbox.mcp_http_client()?;
+                let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                    client,
+                    rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                        url.as_str(),
+                    ),
+                );
                 ().serve(transport)
                     .await
                     .map_err(|e| format!("mcp server {url}: {e}"))?
@@ -387,11 +405,17 @@ mod tests {
         );
         assert!(calculator(&json!({"op": "div", "a": 1, "b": 0})).is_err());
         assert!(calculator(&json!({"expression": "2 +"})).is_err());
-        assert!(Tool::from_spec(&json!({"builtins": ["nope"]}))
-            .unwrap_err()
-            .starts_with("builtins[0]"));
-        assert!(Tool::from_spec(&json!({}))
-            .unwrap_err()
-            .starts_with("builtins"));
+        assert!(Tool::from_spec(
+            &json!({"builtins": ["nope"]}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)
+        )
+        .unwrap_err()
+        .starts_with("builtins[0]"));
+        assert!(Tool::from_spec(
+            &json!({}),
+            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)
+        )
+        .unwrap_err()
+        .starts_with("builtins"));
     }
 }

@@ -28,7 +28,7 @@ mod names;
 mod policy;
 use names::Members;
 pub(crate) use names::ShortKey;
-pub use policy::TurnPolicy;
+pub use policy::{Authority, TurnPolicy};
 
 /// A digest of a request's body, to tell a retry from a reuse of its idempotency key.
 pub type BodyHash = [u8; 16];

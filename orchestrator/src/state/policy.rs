@@ -57,6 +57,28 @@ pub struct TurnPolicy {
     /// The participants the server runs itself, with their kind and settings.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub agents: std::collections::BTreeMap<String, Value>,
+    /// On whose authority the participants the server runs act; absent in logs written before
+    /// it was recorded (they then act with no authority beyond their own conversation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<Authority>,
+}
+
+/// On whose authority the agents a scenario declares act (docs/security.md): they read other
+/// conversations only with the rights of `reader`, the principal that created the
+/// conversation (or of the principal that one acted for), and may themselves open
+/// sub-conversations whose scenarios run code only when `trusted`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Authority {
+    /// The principal whose read rights the agents have.
+    pub reader: String,
+    /// Whether that principal is an admin (who reads every conversation).
+    #[serde(default)]
+    pub admin: bool,
+    /// Whether the scenario came from an admin or the server's library, and so may declare
+    /// participants that run code.
+    #[serde(default)]
+    pub trusted: bool,
 }
 
 fn yes() -> bool {

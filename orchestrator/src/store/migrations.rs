@@ -39,6 +39,17 @@ pub const MIGRATIONS: &[&str] = &[
         created_ms INTEGER NOT NULL
     );
     "#,
+    // 2: the ids of participants the server runs, so that no token is made for one (an agent
+    // id names one principal: docs/security.md); filled from the `created` events so far.
+    r#"
+    CREATE TABLE declared_agents (
+        agent_id TEXT PRIMARY KEY
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO declared_agents (agent_id)
+        SELECT DISTINCT j.key FROM events e, json_each(e.payload, '$.policy.agents') j
+        WHERE e.seq = 1 AND e.kind = 'system';
+    CREATE INDEX tokens_agent ON tokens (agent_id);
+    "#,
 ];
 
 /// The schema version this build writes.

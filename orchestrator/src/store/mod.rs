@@ -41,6 +41,8 @@ pub struct NewConversation {
     pub created_by: String,
     /// Free metadata.
     pub metadata: Option<Value>,
+    /// The ids of the participants the server runs for it (no token may be made for them).
+    pub declared: Vec<String>,
 }
 
 /// One event row to insert in a batch.
@@ -103,8 +105,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()>;
     /// Events of one conversation with seq > `after`, at most `limit`, in seq order.
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>>;
-    /// Stores a token's hash.
+    /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario
+    /// declared as a participant the server runs.
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()>;
+    /// Whether some token speaks as `agent_id`.
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
     /// Finds a token by its hash.
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
 }

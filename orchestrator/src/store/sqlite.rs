@@ -407,10 +407,15 @@ impl LogWriter for SqliteWriter {
             let mut ins_conv = tx.prepare_cached(
                 "INSERT INTO conversations (num, id, created_by, participants, metadata) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
+            let mut ins_declared =
+                tx.prepare_cached("INSERT OR IGNORE INTO declared_agents (agent_id) VALUES (?1)")?;
             for c in convs {
                 let participants = serde_json::to_string(&c.participants).unwrap_or_default();
                 let metadata = c.metadata.as_ref().map(Value::to_string);
                 ins_conv.execute(params![c.num, c.id, c.created_by, participants, metadata])?;
+                for a in &c.declared {
+                    ins_declared.execute([a])?;
+                }
             }
             // Whole chunks of rows go in one statement each: one cursor on the log table for
             // all of them, one step instead of one per row. SQLite numbers the rows itself
@@ -735,12 +740,38 @@ impl Store for SqliteStore {
     }
 
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
-        let conn = open_conn(&self.path, self.sync, false)?;
-        conn.execute(
+        let mut conn = open_conn(&self.path, self.sync, false)?;
+        // The check and the insert in one write transaction: a conversation declaring the id
+        // commits either before (and the token is refused) or after (and it is refused).
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let declared: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = ?1)",
+            [&record.agent_id],
+            |r| r.get(0),
+        )?;
+        if declared {
+            return Err(crate::error::refuse(
+                proto_spec::ErrorCode::Forbidden,
+                format!(
+                    "{:?} is a participant a scenario declared for the server to run; an agent id names one principal, so it cannot also have a token",
+                    record.agent_id
+                ),
+            ));
+        }
+        tx.execute(
             "INSERT INTO tokens (hash, agent_id, admin, created_ms) VALUES (?1, ?2, ?3, ?4)",
             params![hash, record.agent_id, record.admin, super::now_ms()],
         )?;
+        tx.commit()?;
         Ok(())
+    }
+
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+        self.with_reader(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = ?1)")?
+                .query_row([agent_id], |r| r.get(0))?)
+        })
     }
 
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
