@@ -95,7 +95,8 @@ pub struct ConvShared {
     recent: Mutex<Recent>,
     /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
     turn_started_ms: std::sync::atomic::AtomicI64,
-    /// When the conversation was created, and when its last event was committed (ms).
+    /// When the conversation was created, and when its last event by a participant (not the
+    /// orchestrator) was committed (ms).
     created_ms: std::sync::atomic::AtomicI64,
     last_event_ms: std::sync::atomic::AtomicI64,
     /// The conversation's policy (set once, at creation or recovery; it never changes).

@@ -372,8 +372,12 @@ impl Orchestrator {
                         "participants: give them in the scenario or as participants, not both",
                     ));
                 }
-                let mut s = self.check_scenario(v.clone()).await?;
                 let authority = who.authority(named.is_some());
+                // Who may declare what is decided first, before any setting is looked at.
+                if !authority.trusted {
+                    Self::check_kinds(v)?;
+                }
+                let mut s = self.check_scenario(v.clone()).await?;
                 self.check_declared(&s, &authority).await?;
                 if let Some(policy) = &mut s.policy {
                     policy.authority = Some(authority);
@@ -475,17 +479,20 @@ impl Orchestrator {
             .map_err(Error::Rpc)
     }
 
-    /// The rules on the participants a scenario asks the server to run: a kind that runs code
-    /// only with a trusted authority (an admin, the library, or an agent acting for one), and
-    /// never under the id of an agent that has a token.
-    async fn check_declared(&self, s: &Scenario, authority: &Authority) -> Result<()> {
-        let declared: Vec<(usize, String, String)> = s
-            .internal()
-            .map(|(i, id, kind)| (i, id.to_string(), kind.to_string()))
-            .collect();
-        if !authority.trusted {
-            if let Some((i, id, kind)) = declared.iter().find(|(_, _, k)| runs_code(k)) {
+    /// Refuses a scenario that declares a participant of a kind that runs code: for a
+    /// scenario whose authority is not trusted (a participant's inline scenario).
+    fn check_kinds(v: &serde_json::Value) -> Result<()> {
+        let participants = v.get("participants").and_then(serde_json::Value::as_array);
+        for (i, p) in participants.into_iter().flatten().enumerate() {
+            let Some(kind) = p.get("kind").and_then(serde_json::Value::as_str) else {
+                continue;
+            };
+            if runs_code(kind) {
                 let path = format!("scenario.participants[{i}].kind");
+                let id = p
+                    .get("id")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("");
                 return Err(Error::Rpc(
                     RpcError::new(
                         ErrorCode::Forbidden,
@@ -496,6 +503,21 @@ impl Orchestrator {
                     .with_data(serde_json::json!({"path": path, "kind": kind})),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// The rules on the participants a scenario asks the server to run: a kind that runs code
+    /// only with a trusted authority (an admin, the library, or an agent acting for one), and
+    /// never under the id of an agent that has a token.
+    async fn check_declared(&self, s: &Scenario, authority: &Authority) -> Result<()> {
+        let declared: Vec<(usize, String, String)> = s
+            .internal()
+            .map(|(i, id, kind)| (i, id.to_string(), kind.to_string()))
+            .collect();
+        if !authority.trusted && declared.iter().any(|(_, _, k)| runs_code(k)) {
+            // Checked before the scenario was; kept here so the rule holds on its own.
+            Self::check_kinds(&serde_json::to_value(&s.spec).unwrap_or_default())?;
         }
         if declared.is_empty() {
             return Ok(());

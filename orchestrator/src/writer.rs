@@ -240,10 +240,13 @@ impl WriterHandle {
             );
             // Timers count from logged times, so they hold across a restart.
             shared.set_turn_started(turn_started);
-            shared.set_clock(
-                events.first().map_or(0, |e| e.ts_ms),
-                events.last().map_or(0, |e| e.ts_ms),
-            );
+            let created_ms = events.first().map_or(0, |e| e.ts_ms);
+            let active_ms = events
+                .iter()
+                .rev()
+                .find(|e| e.draft.author != proto_spec::ORCHESTRATOR_AUTHOR)
+                .map_or(created_ms, |e| e.ts_ms);
+            shared.set_clock(created_ms, active_ms);
             if let Some(p) = state.policy() {
                 shared.set_policy(p.clone());
             }

@@ -361,3 +361,70 @@ fn an_approval_inside_a_sequence_keeps_the_sequence_going() {
     assert_eq!(c.speaker().as_deref(), Some("r"));
     c.check_refold();
 }
+
+/// Times out the current turn the way the timer does.
+fn time_out(c: &mut Conv) -> Vec<Draft> {
+    let turn = c.state.core.turn;
+    let speaker = c.speaker().unwrap_or_default();
+    c.system(
+        json!({"type": "turn_timeout", "turn": turn, "speaker": speaker}),
+        Some(turn),
+    )
+    .unwrap()
+}
+
+fn closing_reason(c: &Conv) -> Option<String> {
+    c.log
+        .iter()
+        .find(|d| d.finality == Some(Finality::Conversation))
+        .map(|d| {
+            payload(d)["data"]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+}
+
+#[test]
+fn turns_ended_by_a_timeout_count_towards_max_turns() {
+    // The reproduction of the issue: maxTurns 3 with skip never ended (turn 12 after 2.5 s).
+    let mut c = Conv::new(json!({"participants": ["a", "b"],
+        "policy": {"order": "round_robin"},
+        "stop": {"maxTurns": 3}, "turn": {"timeout": "100ms", "onTimeout": "skip"}}));
+    time_out(&mut c);
+    c.text("b", "one answer");
+    assert!(!c.state.core.closed);
+    time_out(&mut c);
+    assert!(
+        c.state.core.closed,
+        "turn 3 ended by its timeout ends the conversation"
+    );
+    assert_eq!(closing_reason(&c).as_deref(), Some("max_turns"));
+    assert_eq!(c.state.core.turn, 4);
+    c.check_refold();
+}
+
+#[test]
+fn a_conversation_nobody_speaks_in_ends_after_two_silent_rounds() {
+    for on in ["skip", "retry"] {
+        let mut c = Conv::new(json!({"participants": ["a", "b", "c"],
+            "policy": {"order": "round_robin"}, "turn": {"timeout": "10ms", "onTimeout": on}}));
+        // A message in between starts the count again.
+        for _ in 0..5 {
+            time_out(&mut c);
+        }
+        c.text(c.speaker().unwrap().as_str(), "still here");
+        let mut timeouts = 0;
+        while !c.state.core.closed {
+            time_out(&mut c);
+            timeouts += 1;
+            assert!(
+                timeouts <= 6,
+                "{on}: still open after {timeouts} silent turns"
+            );
+        }
+        assert_eq!(timeouts, 6, "{on}");
+        assert_eq!(closing_reason(&c).as_deref(), Some("no_answer"), "{on}");
+        c.check_refold();
+    }
+}

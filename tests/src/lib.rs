@@ -79,6 +79,8 @@ pub const TEST_ENV: &[&str] = &[
     "KINDS_TEST_WEATHER_TOKEN",
     "LLM_KIND_TEST_KEY",
     "LLM_KIND_TEST_BAD_KEY",
+    "KINDS_TEST_NOT_SET",
+    "LLM_KIND_TEST_WRONG",
 ];
 
 /// The default limits, with agents allowed to reach loopback (where the tests' stand-ins for

@@ -226,6 +226,8 @@ pub struct Core {
     pub children_open: u32,
     /// In a sub-conversation: the last message of a participant (its result when it closes).
     pub last_said: Option<Arc<LastSaid>>,
+    /// Turns in a row that ended by a timeout, with no participant's message closing one.
+    pub silent_turns: u32,
 }
 
 /// A participant's message, kept as a sub-conversation's result.
@@ -307,6 +309,7 @@ impl ConvState {
                 sequence_pos: None,
                 children_open: 0,
                 last_said: None,
+                silent_turns: 0,
             },
             idem: HashMap::new(),
             policy: None,
@@ -630,6 +633,7 @@ impl ConvState {
                     c.turn = d.turn + 1;
                     c.speaker = None;
                     c.turn_timeout_ms = None;
+                    c.silent_turns = 0;
                 }
                 Some(Finality::Conversation) => c.closed = true,
                 _ => {}
@@ -682,6 +686,7 @@ impl ConvState {
                         c.turn = d.turn + 1;
                         c.speaker = None;
                         c.turn_timeout_ms = None;
+                        c.silent_turns = c.silent_turns.saturating_add(1);
                     }
                     // A fork of a sub-conversation stands on its own.
                     Some("forked_from") => self.parent = None,

@@ -151,6 +151,12 @@ impl TurnPolicy {
         })
     }
 
+    /// How many turns in a row may end by a timeout before the conversation ends with reason
+    /// `no_answer`: two full rounds of speakers (at least two turns).
+    pub fn silent_limit(&self) -> u32 {
+        u32::try_from(self.speakers.len().max(1) * 2).unwrap_or(u32::MAX)
+    }
+
     fn approver_of(&self, speaker: &str) -> Option<&str> {
         self.approvals
             .iter()
@@ -188,6 +194,15 @@ impl ConvState {
                     }
                     Some("turn_timeout") => {
                         let speaker = payload.get("speaker").and_then(Value::as_str).unwrap_or("");
+                        // A turn ended by its timeout is a turn: it counts towards maxTurns.
+                        if policy.max_turns.is_some_and(|max| d.turn >= max) {
+                            return vec![self.closing_draft("max_turns")];
+                        }
+                        // Nobody answered for two full rounds: nobody is speaking, so the
+                        // conversation ends instead of timing out forever.
+                        if self.core.silent_turns >= policy.silent_limit() {
+                            return vec![self.closing_draft("no_answer")];
+                        }
                         match policy.on_timeout {
                             OnTimeout::End => Decision::Stop("turn_timeout".into()),
                             OnTimeout::Retry => Decision::Speaker(

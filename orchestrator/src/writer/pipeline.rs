@@ -148,7 +148,12 @@ pub(super) fn publish(hub: &Hub, batch: Committed) {
             if new {
                 shared.set_clock(batch.ts_ms, batch.ts_ms);
                 hub.register(shared.clone());
-            } else {
+            } else if drafts
+                .iter()
+                .any(|d| d.author != proto_spec::ORCHESTRATOR_AUTHOR)
+            {
+                // Idleness counts from the participants' last event: the orchestrator's own
+                // (timeouts, decisions) never keep a conversation alive.
                 shared.set_clock(0, batch.ts_ms);
             }
             if drafts.iter().any(is_next_speaker) {
