@@ -72,15 +72,6 @@ pub fn parse_duration(v: &Value) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is too long"))
 }
 
-fn show_ms(ms: u64) -> String {
-    match ms {
-        m if m % 3_600_000 == 0 => format!("{}h", m / 3_600_000),
-        m if m % 60_000 == 0 => format!("{}m", m / 60_000),
-        m if m % 1000 == 0 => format!("{}s", m / 1000),
-        m => format!("{m}ms"),
-    }
-}
-
 /// Reads the duration at `path`, which must lie in `range` (milliseconds).
 fn duration_ms(
     v: &Option<Value>,
@@ -97,8 +88,8 @@ fn duration_ms(
                     path,
                     format!(
                         "{v} is out of range ({} to {})",
-                        show_ms(*range.start()),
-                        show_ms(*range.end())
+                        agent_sdk::kinds::http::show_ms(*range.start()),
+                        agent_sdk::kinds::http::show_ms(*range.end())
                     ),
                 ));
             }

@@ -40,7 +40,8 @@ def remote():
 def server(tmp_path):
     s = Server(tmp_path / "participant.db")
     s.tokens = {"admin": s.token("admin", admin=True)}
-    s.start()
+    # The reference agent listens on loopback, which agents reach only when the operator says so.
+    s.start("127.0.0.1:0", "--agent-net", "loopback")
     yield s
     s.stop()
 

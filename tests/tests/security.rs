@@ -13,45 +13,28 @@ use serde_json::{json, Value};
 use tests::{full_log, wait_for, TestServer, P, WAIT};
 
 /// One participant of every kind, valid for a server whose agents may reach loopback.
-fn every_kind() -> Vec<(&'static str, Value)> {
-    vec![
-        (
-            "process",
-            json!({"id": "p", "kind": "process", "command": ["/bin/sh", "-c", "echo '{\"text\":\"hi\"}'"]}),
-        ),
-        (
-            "function",
-            json!({"id": "f", "kind": "function", "source": "function handler() { return 'hi'; }"}),
-        ),
-        (
-            "http",
-            json!({"id": "h", "kind": "http", "endpoint": "http://127.0.0.1:9/x"}),
-        ),
-        (
-            "llm",
-            json!({"id": "l", "kind": "llm", "baseUrl": "http://127.0.0.1:9/v1", "model": "m"}),
-        ),
-        (
-            "tool",
-            json!({"id": "t", "kind": "tool", "builtins": ["calculator"]}),
-        ),
-        (
-            "tool",
-            json!({"id": "t", "kind": "tool", "mcp": [{"command": ["/bin/true"]}]}),
-        ),
-        (
-            "tool",
-            json!({"id": "t", "kind": "tool", "mcp": [{"url": "http://127.0.0.1:9/mcp"}]}),
-        ),
-        (
-            "a2a",
-            json!({"id": "a", "kind": "a2a", "url": "http://127.0.0.1:9/"}),
-        ),
-        (
-            "orchestrate",
-            json!({"id": "o", "kind": "orchestrate", "steps": [{"as": "x", "scenario": {"participants": [{"id": "s", "kind": "scripted", "replies": ["x"]}]}}]}),
-        ),
-    ]
+fn every_kind() -> Vec<(String, Value)> {
+    let all = json!([
+        ["process", {"id": "p", "kind": "process", "command": ["/bin/sh", "-c", "echo '{\"text\":\"hi\"}'"]}],
+        ["function", {"id": "f", "kind": "function", "source": "function handler() { return 'hi'; }"}],
+        ["http", {"id": "h", "kind": "http", "endpoint": "http://127.0.0.1:9/x"}],
+        ["llm", {"id": "l", "kind": "llm", "baseUrl": "http://127.0.0.1:9/v1", "model": "m"}],
+        ["tool", {"id": "t", "kind": "tool", "builtins": ["calculator"]}],
+        ["tool", {"id": "t", "kind": "tool", "mcp": [{"command": ["/bin/true"]}]}],
+        ["tool", {"id": "t", "kind": "tool", "mcp": [{"url": "http://127.0.0.1:9/mcp"}]}],
+        ["a2a", {"id": "a", "kind": "a2a", "url": "http://127.0.0.1:9/"}],
+        ["orchestrate", {"id": "o", "kind": "orchestrate", "steps": [{"as": "x", "scenario": {"participants": [{"id": "s", "kind": "scripted", "replies": ["x"]}]}}]}]
+    ]);
+    pairs(all)
+}
+
+/// `[[name, value], …]` as pairs.
+fn pairs(v: Value) -> Vec<(String, Value)> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().to_string(), p[1].clone()))
+        .collect()
 }
 
 fn with(p: Value) -> Value {
@@ -120,7 +103,7 @@ async fn only_admins_declare_participants_the_server_runs_over_websocket_and_htt
             json!({"conversationId": format!("ws-{n}"), "parentConversationId": "parent", "scenario": with(p.clone())}),
         )
         .await
-        .expect_err(kind);
+        .expect_err(&kind);
         assert_eq!(e.0, -32002, "{kind}: {e:?}");
         assert_eq!(e.1["path"], "scenario.participants[0].kind", "{kind}");
         let (status, body) = http(
@@ -276,39 +259,19 @@ async fn secrets_and_addresses_are_the_operators_allow_lists() {
         .expect_err("not an allowed variable, even for an admin");
     assert_eq!(e.0, -32602);
     assert_eq!(e.1["path"], "scenario.participants[0].headers.X-Leak.env");
-    for (field, p) in [
-        (
-            "endpoint",
-            json!({"id": "h", "kind": "http", "endpoint": "http://127.0.0.1:9/"}),
-        ),
-        (
-            "endpoint",
-            json!({"id": "h", "kind": "http", "endpoint": "http://169.254.169.254/latest/meta-data"}),
-        ),
-        (
-            "endpoint",
-            json!({"id": "h", "kind": "http", "endpoint": "http://localhost:9/"}),
-        ),
-        (
-            "baseUrl",
-            json!({"id": "l", "kind": "llm", "baseUrl": "http://10.0.0.1/v1", "model": "m"}),
-        ),
-        (
-            "url",
-            json!({"id": "a", "kind": "a2a", "url": "http://[::1]:9/"}),
-        ),
-        (
-            "mcp[0].url",
-            json!({"id": "t", "kind": "tool", "mcp": [{"url": "http://192.168.1.1/mcp"}]}),
-        ),
-        (
-            "apiKeyEnv",
-            json!({"id": "l", "kind": "llm", "baseUrl": "https://llm.example/v1", "model": "m", "apiKeyEnv": "HOME"}),
-        ),
-    ] {
+    let refused = json!([
+        ["endpoint", {"id": "h", "kind": "http", "endpoint": "http://127.0.0.1:9/"}],
+        ["endpoint", {"id": "h", "kind": "http", "endpoint": "http://169.254.169.254/latest/meta-data"}],
+        ["endpoint", {"id": "h", "kind": "http", "endpoint": "http://localhost:9/"}],
+        ["baseUrl", {"id": "l", "kind": "llm", "baseUrl": "http://10.0.0.1/v1", "model": "m"}],
+        ["url", {"id": "a", "kind": "a2a", "url": "http://[::1]:9/"}],
+        ["mcp[0].url", {"id": "t", "kind": "tool", "mcp": [{"url": "http://192.168.1.1/mcp"}]}],
+        ["apiKeyEnv", {"id": "l", "kind": "llm", "baseUrl": "https://llm.example/v1", "model": "m", "apiKeyEnv": "HOME"}]
+    ]);
+    for (field, p) in pairs(refused) {
         let e = ws_create(&server, "admin", json!({"scenario": with(p.clone())}))
             .await
-            .expect_err(field);
+            .expect_err(&field);
         assert_eq!(e.0, -32602, "{p}");
         assert_eq!(
             e.1["path"],
@@ -328,6 +291,19 @@ async fn secrets_and_addresses_are_the_operators_allow_lists() {
     ws_create(&server, "admin", json!({"scenario": with(ok)}))
         .await
         .expect("allowed by the operator");
+}
+
+/// Opens `id` from the library's `reader` scenario.
+async fn open_named(client: &dyn AgentClient, id: &str, parent: Option<&str>) {
+    client
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some(id.into()),
+            parent_conversation_id: parent.map(str::to_string),
+            scenario_name: Some("reader".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("a library scenario");
 }
 
 /// Case 4: an internal participant named after a real agent spoke as it, and read its
@@ -375,15 +351,7 @@ async fn an_agent_id_names_one_principal() {
         .set_scenarios(vec![("reader".into(), library)])
         .unwrap();
     let alice = server.sdk("alice", None).await;
-    alice
-        .create_conversation(CreateConversationParams {
-            conversation_id: Some("sneak".into()),
-            parent_conversation_id: Some("parent".into()),
-            scenario_name: Some("reader".into()),
-            ..Default::default()
-        })
-        .await
-        .expect("a library scenario");
+    open_named(&alice, "sneak", Some("parent")).await;
     wait_for(&alice, "sneak", "the close", |s| {
         s.status == ConversationStatus::Closed
     })
@@ -397,14 +365,7 @@ async fn an_agent_id_names_one_principal() {
     );
     // The same scenario opened by an admin reads what the admin may read.
     let admin = server.sdk("admin", None).await;
-    admin
-        .create_conversation(CreateConversationParams {
-            conversation_id: Some("audit".into()),
-            scenario_name: Some("reader".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    open_named(&admin, "audit", None).await;
     wait_for(&admin, "audit", "the reader's answer", |s| s.turn >= 2).await;
     let log = full_log(&admin, "audit").await;
     assert!(serde_json::to_string(&log)

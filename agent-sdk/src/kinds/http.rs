@@ -129,21 +129,20 @@ pub fn duration_in(field: &str, s: &str, min: Duration, max: Duration) -> Result
     if d < min || d > max {
         return Err(format!(
             "{field}: {s:?} is out of range ({} to {})",
-            show(min),
-            show(max)
+            show_ms(min.as_millis() as u64),
+            show_ms(max.as_millis() as u64)
         ));
     }
     Ok(d)
 }
 
-fn show(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms % 60_000 == 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
+/// Writes milliseconds in the largest unit that divides them (`250ms`, `30s`, `5m`, `2h`).
+pub fn show_ms(ms: u64) -> String {
+    match ms {
+        m if m.is_multiple_of(3_600_000) && m > 0 => format!("{}h", m / 3_600_000),
+        m if m.is_multiple_of(60_000) && m > 0 => format!("{}m", m / 60_000),
+        m if m.is_multiple_of(1000) && m > 0 => format!("{}s", m / 1000),
+        m => format!("{m}ms"),
     }
 }
 
