@@ -63,7 +63,15 @@ impl InternalExecutor {
     pub async fn run_one(&self, a: &Assignment) -> Option<RunReport> {
         let agent = match self.agents.get(&a.agent_id) {
             Some(agent) => agent.clone(),
-            None => (self.resolve.as_ref()?)(a)?,
+            None => {
+                // Building an agent from its description may compile code or load TLS roots:
+                // done on a blocking thread, never on the async threads.
+                let resolve = self.resolve.clone()?;
+                let assignment = a.clone();
+                tokio::task::spawn_blocking(move || resolve(&assignment))
+                    .await
+                    .ok()??
+            }
         };
         let client = (self.clients)(a);
         Some(self.core.run(agent.as_ref(), client, a).await)

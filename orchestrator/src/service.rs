@@ -500,7 +500,7 @@ impl Orchestrator {
                             "{path}: only an admin's scenario or one from the server's library may declare a participant the server runs ({id:?} is of kind {kind}); name a library scenario (scenarioName) or make {id:?} external"
                         ),
                     )
-                    .with_data(serde_json::json!({"path": path, "kind": kind})),
+                    .with_data(serde_json::json!({"path": path, "kind": kind, "reason": "only an admin's scenario or the server's library may declare it"})),
                 ));
             }
         }
