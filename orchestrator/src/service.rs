@@ -15,13 +15,13 @@ use crate::config::Limits;
 use crate::error::{refuse, Error, Result};
 use crate::fanout::{read_after, Feed, PAGE};
 use crate::hub::{ConvShared, Hub};
-use crate::scenario::runs_code;
 use crate::scenario::Scenario;
 use crate::state::AppendRequest;
-use crate::state::Authority;
 use crate::store::Store;
 use crate::turns::{TurnConfig, Turns};
 use crate::writer::{Appending, WriterHandle};
+
+mod access;
 
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
@@ -103,14 +103,11 @@ impl Orchestrator {
             let who = if fixed.contains(&a.agent_id) {
                 Identity::new(a.agent_id.clone(), false)
             } else {
+                // None recorded (an older log): no reach beyond its own conversation.
                 let authority = hub
                     .get(&a.conversation_id)
                     .and_then(|c| c.policy().and_then(|p| p.authority.clone()))
-                    .unwrap_or(Authority {
-                        reader: String::new(),
-                        admin: false,
-                        trusted: false,
-                    });
+                    .unwrap_or_default();
                 Identity::declared(a.agent_id.clone(), a.conversation_id.clone(), authority)
             };
             let client: Arc<dyn agent_sdk::AgentClient> =
@@ -210,95 +207,6 @@ impl Orchestrator {
         }
     }
 
-    /// The conversation, if `who` may read it.
-    fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvShared>> {
-        let conv = self.hub.get(id).ok_or_else(|| {
-            refuse(
-                ErrorCode::ConversationNotFound,
-                format!("no conversation {id}"),
-            )
-        })?;
-        let may = match &who.scope {
-            None => who.admin || self.takes_part_above(&who.agent_id, &conv),
-            // An agent a scenario declares reads its own conversation and those below it, and
-            // elsewhere only what its authority may read.
-            Some(s) => {
-                self.within(&conv, &s.home)
-                    || s.authority.admin
-                    || (!s.authority.reader.is_empty()
-                        && self.takes_part_above(&s.authority.reader, &conv))
-            }
-        };
-        if may {
-            Ok(conv)
-        } else {
-            Err(refuse(
-                ErrorCode::Forbidden,
-                format!("{} does not take part in conversation {id}", who.agent_id),
-            ))
-        }
-    }
-
-    /// Whether `conv` is `home` or a conversation below it in its tree.
-    fn within(&self, conv: &ConvShared, home: &str) -> bool {
-        if conv.id == home {
-            return true;
-        }
-        let mut parent = conv.parent().map(str::to_string);
-        for _ in 0..64 {
-            let Some(p) = parent else { return false };
-            if p == home {
-                return true;
-            }
-            parent = self
-                .hub
-                .get(&p)
-                .and_then(|c| c.parent().map(str::to_string));
-        }
-        false
-    }
-
-    /// Refuses a write by an agent a scenario declares outside its own conversation and those
-    /// below it: it speaks under its id nowhere else.
-    fn check_writable(&self, who: &Identity, conversation: &str) -> Result<()> {
-        let Some(s) = &who.scope else { return Ok(()) };
-        let inside = self
-            .hub
-            .get(conversation)
-            .is_some_and(|c| self.within(&c, &s.home));
-        if inside {
-            Ok(())
-        } else {
-            Err(refuse(
-                ErrorCode::Forbidden,
-                format!(
-                    "{} is declared by conversation {}'s scenario and writes only there and below it",
-                    who.agent_id, s.home
-                ),
-            ))
-        }
-    }
-
-    /// Whether `agent` takes part in `conv` or in a conversation above it in its tree: whoever
-    /// opens a sub-conversation may follow it.
-    fn takes_part_above(&self, agent: &str, conv: &ConvShared) -> bool {
-        if conv.is_participant(agent) {
-            return true;
-        }
-        let mut parent = conv.parent().map(str::to_string);
-        // A tree is at most a few levels deep; the bound only guards against a bad log.
-        for _ in 0..64 {
-            let Some(p) = parent.and_then(|id| self.hub.get(&id)) else {
-                return false;
-            };
-            if p.is_participant(agent) {
-                return true;
-            }
-            parent = p.parent().map(str::to_string);
-        }
-        false
-    }
-
     /// `createConversation`: admins create any conversation; any agent may open a
     /// sub-conversation of one it takes part in. Only an admin's scenario or the server's
     /// library may declare participants that run code, and no participant the server runs may
@@ -378,7 +286,7 @@ impl Orchestrator {
                     Self::check_kinds(v)?;
                 }
                 let mut s = self.check_scenario(v.clone()).await?;
-                self.check_declared(&s, &authority).await?;
+                self.check_declared(&s).await?;
                 if let Some(policy) = &mut s.policy {
                     policy.authority = Some(authority);
                 }
@@ -467,86 +375,6 @@ impl Orchestrator {
         Ok(CreateConversationResult {
             conversation_id: id,
         })
-    }
-
-    /// Checks a scenario off the async threads: compiling a `function`'s source, building
-    /// HTTP clients, reading a long scenario take time that no other request should wait for.
-    async fn check_scenario(&self, v: serde_json::Value) -> Result<Scenario> {
-        let sandbox = self.limits.sandbox.clone();
-        tokio::task::spawn_blocking(move || Scenario::parse(&v, &sandbox))
-            .await
-            .map_err(|e| Error::Corrupt(format!("the scenario check failed: {e}")))?
-            .map_err(Error::Rpc)
-    }
-
-    /// Refuses a scenario that declares a participant of a kind that runs code: for a
-    /// scenario whose authority is not trusted (a participant's inline scenario).
-    fn check_kinds(v: &serde_json::Value) -> Result<()> {
-        let participants = v.get("participants").and_then(serde_json::Value::as_array);
-        for (i, p) in participants.into_iter().flatten().enumerate() {
-            let Some(kind) = p.get("kind").and_then(serde_json::Value::as_str) else {
-                continue;
-            };
-            if runs_code(kind) {
-                let path = format!("scenario.participants[{i}].kind");
-                let id = p
-                    .get("id")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("");
-                return Err(Error::Rpc(
-                    RpcError::new(
-                        ErrorCode::Forbidden,
-                        format!(
-                            "{path}: only an admin's scenario or one from the server's library may declare a participant the server runs ({id:?} is of kind {kind}); name a library scenario (scenarioName) or make {id:?} external"
-                        ),
-                    )
-                    .with_data(serde_json::json!({"path": path, "kind": kind, "reason": "only an admin's scenario or the server's library may declare it"})),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// The rules on the participants a scenario asks the server to run: a kind that runs code
-    /// only with a trusted authority (an admin, the library, or an agent acting for one), and
-    /// never under the id of an agent that has a token.
-    async fn check_declared(&self, s: &Scenario, authority: &Authority) -> Result<()> {
-        let declared: Vec<(usize, String, String)> = s
-            .internal()
-            .map(|(i, id, kind)| (i, id.to_string(), kind.to_string()))
-            .collect();
-        if !authority.trusted && declared.iter().any(|(_, _, k)| runs_code(k)) {
-            // Checked before the scenario was; kept here so the rule holds on its own.
-            Self::check_kinds(&serde_json::to_value(&s.spec).unwrap_or_default())?;
-        }
-        if declared.is_empty() {
-            return Ok(());
-        }
-        let store = self.store.clone();
-        let ids: Vec<(usize, String)> = declared.into_iter().map(|(i, id, _)| (i, id)).collect();
-        let holder = tokio::task::spawn_blocking(move || -> Result<Option<(usize, String)>> {
-            for (i, id) in ids {
-                if store.agent_has_token(&id)? {
-                    return Ok(Some((i, id)));
-                }
-            }
-            Ok(None)
-        })
-        .await
-        .map_err(|e| Error::Corrupt(e.to_string()))??;
-        if let Some((i, id)) = holder {
-            let path = format!("scenario.participants[{i}].id");
-            return Err(Error::Rpc(
-                RpcError::new(
-                    ErrorCode::InvalidParams,
-                    format!(
-                        "{path}: {id:?} is an agent with a token; a participant the server runs needs an id of its own (an agent id names one principal)"
-                    ),
-                )
-                .with_data(serde_json::json!({"path": path, "reason": "the id of an agent with a token"})),
-            ));
-        }
-        Ok(())
     }
 
     /// The identity of `GET /me`.

@@ -18,9 +18,9 @@
 //! an interrupt that stops the code at its time limit (wall time on a thread of its own, so it
 //! bounds CPU time too), on a blocking thread, never on the server's async threads, and only
 //! when one of the [`Sandbox`]'s run slots is free. Checking a scenario only compiles the
-//! source (in the same sandbox, with a limit of [`COMPILE_LIMIT`]): none of it runs then. A breach, an exception or a
-//! value that is not a reply is the turn's error (logged as a trace by the executor), and
-//! nothing else in the server is affected. (Out of memory, the engine often cannot make an error
+//! source (in the same sandbox, with a limit of [`COMPILE_LIMIT`]): none of it runs then.
+//! A breach, an exception or a value that is not a reply is the turn's error (logged as a
+//! trace by the executor), and nothing else in the server is affected. (Out of memory, the engine often cannot make an error
 //! object and throws no value; such an exception is reported as out of memory, so a handler that
 //! throws `null` itself is reported that way too.)
 
@@ -250,7 +250,7 @@ mod tests {
     fn f(source: &str) -> Function {
         Function::from_spec(
             &json!({"kind": "function", "source": source, "timeout": "300ms", "memoryMb": 8}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .expect("valid")
     }
@@ -271,7 +271,7 @@ mod tests {
     fn bad_sources_are_refused_at_load() {
         let e = Function::from_spec(
             &json!({"source": "function nope() {}"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(
@@ -280,13 +280,13 @@ mod tests {
         );
         let e = Function::from_spec(
             &json!({"source": "function handler( {"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.contains("SyntaxError"), "{e}");
         let e = Function::from_spec(
             &json!({"source": "function handler() {}", "timeout": "soon"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("timeout:"), "{e}");

@@ -414,42 +414,42 @@ mod tests {
     fn settings_are_checked_with_the_field_named() {
         let ok = Http::from_spec(
             &json!({"kind": "http", "endpoint": "http://127.0.0.1:1/x", "body": {"a": "{{$.last.text}}"}, "timeout": "5s"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         );
         assert!(ok.is_ok());
         let e = Http::from_spec(
             &json!({"endpoint": "ftp://x"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("endpoint:"), "{e}");
         let e = Http::from_spec(
             &json!({"endpoint": "http://x", "method": "BREW"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("method:"), "{e}");
         let e = Http::from_spec(
             &json!({"endpoint": "http://x", "timeout": "soon"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("timeout:"), "{e}");
         let e = Http::from_spec(
             &json!({"endpoint": "http://x", "body": {"a": "{{last}}"}}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("body:"), "{e}");
         let e = Http::from_spec(
             &json!({"endpoint": "http://x", "verb": "GET"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("verb:"), "{e}");
         let e = Http::from_spec(
             &json!({"method": "GET"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("endpoint:"), "{e}");

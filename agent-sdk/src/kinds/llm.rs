@@ -512,26 +512,26 @@ mod tests {
     fn settings_are_checked_with_the_field_named() {
         assert!(Llm::from_spec(
             &json!({"kind": "llm", "baseUrl": "http://127.0.0.1:1/v1", "model": "m"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)
+            &crate::kinds::sandbox::loopback()
         )
         .is_ok());
         let e = Llm::from_spec(
             &json!({"baseUrl": "nope", "model": "m"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("baseUrl:"), "{e}");
         let e = Llm::from_spec(
             &json!({"baseUrl": "http://x/v1"}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("model:"), "{e}");
-        let e = Llm::from_spec(&json!({"baseUrl": "http://x/v1", "model": "m", "tools": [{"name": "a", "participant": "b"}]}), &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)).unwrap_err();
+        let e = Llm::from_spec(&json!({"baseUrl": "http://x/v1", "model": "m", "tools": [{"name": "a", "participant": "b"}]}), &crate::kinds::sandbox::loopback()).unwrap_err();
         assert!(e.starts_with("tools:"), "{e}");
         let e = Llm::from_spec(
             &json!({"baseUrl": "http://x/v1", "model": "m", "temprature": 1}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback),
+            &crate::kinds::sandbox::loopback(),
         )
         .unwrap_err();
         assert!(e.starts_with("temprature:"), "{e}");

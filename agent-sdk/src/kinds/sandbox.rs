@@ -481,6 +481,12 @@ macro_rules! resolver {
 resolver!(Guard, reqwest);
 resolver!(GuardMcp, reqwest_mcp);
 
+/// The default sandbox that also reaches loopback, where unit tests' stand-ins listen.
+#[cfg(test)]
+pub(crate) fn loopback() -> Sandbox {
+    Sandbox::default().allowing(NetRule::Loopback)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -407,15 +407,14 @@ mod tests {
         assert!(calculator(&json!({"expression": "2 +"})).is_err());
         assert!(Tool::from_spec(
             &json!({"builtins": ["nope"]}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)
+            &crate::kinds::sandbox::loopback()
         )
         .unwrap_err()
         .starts_with("builtins[0]"));
-        assert!(Tool::from_spec(
-            &json!({}),
-            &crate::kinds::Sandbox::default().allowing(crate::kinds::NetRule::Loopback)
-        )
-        .unwrap_err()
-        .starts_with("builtins"));
+        assert!(
+            Tool::from_spec(&json!({}), &crate::kinds::sandbox::loopback())
+                .unwrap_err()
+                .starts_with("builtins")
+        );
     }
 }

@@ -67,7 +67,7 @@ pub struct TurnPolicy {
 /// conversations only with the rights of `reader`, the principal that created the
 /// conversation (or of the principal that one acted for), and may themselves open
 /// sub-conversations whose scenarios run code only when `trusted`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Authority {
     /// The principal whose read rights the agents have.
