@@ -8,7 +8,7 @@
 //!   the allow-list lets them ([`NetRule`]: by default every public address; loopback, private
 //!   and link-local addresses only when allowed). Names are checked at each connection, on the
 //!   addresses they resolve to, so a name that resolves to a refused address is refused; a
-//!   redirect is checked like the first request.
+//!   redirect is checked like the first request. No proxy from the environment is used.
 //! - **Execution.** `function` and `process` runs share a cap on how many run at once; each
 //!   process runs in a process group of its own (killed whole when its turn ends), with limits
 //!   on CPU time and memory, optionally as another user.
@@ -350,7 +350,9 @@ impl Sandbox {
         Ok(allowed)
     }
 
-    /// An HTTP client that connects only where this sandbox allows, redirects included.
+    /// An HTTP client that connects only where this sandbox allows, redirects included. It
+    /// uses no proxy from the environment (`HTTP_PROXY`…): a proxy would resolve names itself,
+    /// past the allow-list.
     pub fn http_client(&self, builder: reqwest::ClientBuilder) -> reqwest::Result<reqwest::Client> {
         let me = self.clone();
         let redirect = reqwest::redirect::Policy::custom(move |attempt| {
@@ -363,6 +365,7 @@ impl Sandbox {
             }
         });
         builder
+            .no_proxy()
             .dns_resolver(Arc::new(Guard(self.clone())))
             .redirect(redirect)
             .build()
@@ -383,6 +386,7 @@ impl Sandbox {
             }
         });
         reqwest_mcp::Client::builder()
+            .no_proxy()
             .dns_resolver(GuardMcp(self.clone()))
             .redirect(redirect)
             .build()
