@@ -32,7 +32,6 @@
 pub mod agent;
 pub mod client;
 pub mod host;
-pub mod kinds;
 pub mod sub;
 pub mod ws;
 

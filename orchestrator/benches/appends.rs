@@ -32,11 +32,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use jsonrpsee::core::client::ClientT;
 use jsonrpsee::core::traits::ToRpcParams;
 use jsonrpsee::ws_client::WsClientBuilder;
-use orchestrator::auth::{create_token, Identity};
-use orchestrator::config::Limits;
-use orchestrator::server;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::auth::{create_token, Identity};
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::transport::server;
 use proto_spec::{CreateConversationParams, Finality, MessagePayload, SendMessageParams};
 use serde_json::{json, Value};
 
@@ -68,7 +68,11 @@ impl ToRpcParams for P {
 fn raw_ceiling(dir: &std::path::Path, db: &str, secs: f64, indexed: bool) -> anyhow::Result<f64> {
     let conn = rusqlite::Connection::open(dir.join(db))?;
     // The same page size as the log's, so that the ratio compares like with like.
-    conn.pragma_update(None, "page_size", orchestrator::store::sqlite::PAGE_SIZE)?;
+    conn.pragma_update(
+        None,
+        "page_size",
+        orchestrator::engine::store::sqlite::PAGE_SIZE,
+    )?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(

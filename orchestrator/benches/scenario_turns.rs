@@ -20,10 +20,9 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orchestrator::auth::Identity;
-use orchestrator::config::Limits;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use proto_spec::CreateConversationParams;
 use serde_json::{json, Value};
 
@@ -139,7 +138,7 @@ async fn turn_loop(
         dir.path().join("turns.db"),
         Synchronous::Full,
     )?);
-    let orch = Orchestrator::open(store, Limits::default())?;
+    let orch = orchestrator::host::Options::default().start(store)?;
     if warm_up > 0 {
         run_conversations(&orch, "warm-up", 1, warm_up, traces).await?;
     }

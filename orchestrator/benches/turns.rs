@@ -14,7 +14,6 @@
 //! cargo bench --workspace --bench turns      # BENCH_TURNS (default 400), BENCH_SYNC=full|normal
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,13 +21,10 @@ use agent_sdk::proto::*;
 use agent_sdk::{
     async_trait, Agent, AgentContext, AgentError, TurnOutcome, WsConfig, WsJsonRpcClient,
 };
-use executors::{ExecPolicy, ExecutorCore, ExternalExecutor};
-use orchestrator::auth::{create_token, Identity};
-use orchestrator::config::Limits;
-use orchestrator::server;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
-use orchestrator::turns::TurnConfig;
+use executors::{ExecutorCore, ExternalExecutor};
+use orchestrator::engine::auth::{create_token, Identity};
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::transport::server;
 use serde_json::json;
 
 /// The allocator the server binary uses.
@@ -62,12 +58,11 @@ async fn measure(mode: Mode, turns: usize, sync: Synchronous) -> anyhow::Result<
     let dir = tempfile::tempdir()?;
     let store = Arc::new(SqliteStore::open(dir.path().join("turns.db"), sync)?);
     let bob_token = create_token(store.as_ref(), "bob", false)?;
-    let orch = Orchestrator::open_with(store, Limits::default(), TurnConfig::default())?;
+    let mut options = orchestrator::host::Options::default();
     if mode == Mode::InProcess {
-        let mut agents: HashMap<String, Arc<dyn Agent>> = HashMap::new();
-        agents.insert("bob".into(), Arc::new(Reply));
-        orch.start_agents(agents, ExecPolicy::default());
+        options.agents.insert("bob".into(), Arc::new(Reply));
     }
+    let orch = options.start(store)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let running = server::start(orch.clone(), listener).await?;
     let mut task = None;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use orchestrator::config::Limits;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
-use orchestrator::turns::TurnConfig;
-use orchestrator::{auth, server};
+use orchestrator::engine::auth;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::host;
+use orchestrator::transport::server;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -138,8 +138,8 @@ struct SandboxOpts {
 }
 
 impl SandboxOpts {
-    fn sandbox(&self) -> anyhow::Result<agent_sdk::kinds::Sandbox> {
-        use agent_sdk::kinds::{NetRule, ProcessUser, Sandbox};
+    fn sandbox(&self) -> anyhow::Result<agent_kinds::Sandbox> {
+        use agent_kinds::{NetRule, ProcessUser, Sandbox};
         for name in &self.agent_env {
             anyhow::ensure!(
                 !name.is_empty() && !name.contains('='),
@@ -279,20 +279,17 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(run(v, opts))
         }
         Command::Demo { opts } => {
-            let v = scenario_value(orchestrator::runner::DEMO, &opts.sandbox.sandbox()?)?;
+            let v = scenario_value(orchestrator::host::runner::DEMO, &opts.sandbox.sandbox()?)?;
             tokio::runtime::Runtime::new()?.block_on(run(v, opts))
         }
     }
 }
 
 /// Reads a scenario (YAML or JSON) and checks it.
-fn scenario_value(
-    text: &str,
-    sandbox: &agent_sdk::kinds::Sandbox,
-) -> anyhow::Result<serde_json::Value> {
+fn scenario_value(text: &str, sandbox: &agent_kinds::Sandbox) -> anyhow::Result<serde_json::Value> {
     let v: serde_json::Value =
         serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("not valid YAML: {e}"))?;
-    orchestrator::scenario::Scenario::parse(&v, sandbox)
+    orchestrator::engine::scenario::Scenario::parse(&v, sandbox)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     Ok(v)
 }
@@ -300,7 +297,7 @@ fn scenario_value(
 /// Every scenario file of a folder, by name (its `name:`, else the file's stem).
 fn load_scenarios(
     dir: &std::path::Path,
-    sandbox: &agent_sdk::kinds::Sandbox,
+    sandbox: &agent_kinds::Sandbox,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let mut out = Vec::new();
     let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
@@ -325,7 +322,7 @@ fn load_scenarios(
 
 async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let limit = orchestrator::scenario::parse_duration(&serde_json::json!(opts.timeout))
+    let limit = orchestrator::engine::scenario::parse_duration(&serde_json::json!(opts.timeout))
         .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?;
     let color = match opts.color.as_str() {
         "always" => true,
@@ -339,7 +336,7 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
             .with_context(|| format!("opening {}", db.display()))?,
     );
     let sandbox = opts.sandbox.sandbox()?;
-    let spec = orchestrator::scenario::Scenario::parse(&scenario, &sandbox)
+    let spec = orchestrator::engine::scenario::Scenario::parse(&scenario, &sandbox)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let externals: Vec<String> = spec
         .participants
@@ -359,7 +356,7 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
         sandbox,
         ..Limits::default()
     };
-    let orch = Orchestrator::open(store, limits)?;
+    let orch = host::Options::with_limits(limits).start(store)?;
     let mut running = None;
     if !externals.is_empty() {
         let listener = server::bind(opts.listen)?;
@@ -375,10 +372,10 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
     }
     let mut out = std::io::stdout();
     let result = tokio::select! {
-        r = orchestrator::runner::run(orch.clone(), scenario, &mut out, color, limit) => r,
+        r = orchestrator::host::runner::run(orch.clone(), scenario, &mut out, color, limit) => r,
         _ = agent_sdk::host::shutdown_signal() => {
             eprintln!("orchestrator: interrupted");
-            Err(orchestrator::error::Error::Corrupt("interrupted".into()))
+            Err(orchestrator::engine::error::Error::Interrupted)
         }
     };
     match running {
@@ -400,7 +397,12 @@ async fn serve(
     );
     // The scenario library is in place before the first turn runs: turns taken again from the
     // log at start may open sub-conversations by scenario name.
-    let orch = Orchestrator::open_serving(store, limits, TurnConfig::default(), scenarios)
+    let options = host::Options {
+        scenarios,
+        ..host::Options::with_limits(limits)
+    };
+    let orch = options
+        .start(store)
         .map_err(|e| anyhow::anyhow!("{}", e.to_rpc().message))?;
     let names = orch.scenario_names();
     if !names.is_empty() {

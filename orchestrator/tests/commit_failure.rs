@@ -5,12 +5,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use orchestrator::auth::Identity;
-use orchestrator::config::Limits;
-use orchestrator::error::{Error, Result};
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
-use orchestrator::store::{
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::error::{Error, Result};
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::store::{
     ConversationRecord, Durability, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
     TokenRecord,
 };
@@ -321,7 +321,7 @@ async fn appends_past_a_full_queue_wait_for_room_and_all_commit() {
     }
     // ...while more appends are made than the queue holds: those past it are not refused;
     // they wait for room once awaited.
-    let n = orchestrator::writer::QUEUE + 100;
+    let n = orchestrator::engine::writer::QUEUE + 100;
     let pending: Vec<_> = (1..=n)
         .map(|i| orch.send_message(&alice, note(i)))
         .collect();

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use orchestrator::auth::{create_token, Identity};
-use orchestrator::config::Limits;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::auth::{create_token, Identity};
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use proto_spec::CreateConversationParams;
 use serde_json::json;
 

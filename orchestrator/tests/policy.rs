@@ -2,8 +2,8 @@
 //! approvals, stops and turn timeouts. Decisions come back from the same `apply` as the message
 //! that closes the turn (one transaction), and refolding the log rebuilds the same state.
 
-use orchestrator::scenario::Scenario;
-use orchestrator::state::{AppendRequest, Applied, ConvState, Draft};
+use orchestrator::engine::scenario::Scenario;
+use orchestrator::engine::state::{AppendRequest, Applied, ConvState, Draft};
 use proto_spec::{ErrorCode, EventKind, Finality, ORCHESTRATOR_AUTHOR};
 use serde_json::{json, Value};
 

@@ -6,11 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orchestrator::auth::Identity;
-use orchestrator::config::Limits;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
-use orchestrator::turns::TurnConfig;
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use proto_spec::{CreateConversationParams, EventKind, TailParams};
 use serde_json::{json, Value};
 
@@ -37,8 +35,11 @@ fn library() -> Vec<(String, Value)> {
 
 fn open(db: &std::path::Path, scenarios: Vec<(String, Value)>) -> Arc<Orchestrator> {
     let store = Arc::new(SqliteStore::open(db, Synchronous::Full).expect("store"));
-    Orchestrator::open_serving(store, Limits::default(), TurnConfig::default(), scenarios)
-        .expect("open")
+    let options = orchestrator::host::Options {
+        scenarios,
+        ..Default::default()
+    };
+    options.start(store).expect("open")
 }
 
 /// The tree's log, once `ready` holds for it.

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use orchestrator::state::{AppendRequest, Applied, ConvState, Draft};
+use orchestrator::engine::state::{AppendRequest, Applied, ConvState, Draft};
 use proptest::prelude::*;
 use proto_spec::{ErrorCode, EventKind, Finality, ORCHESTRATOR_AUTHOR};
 use serde_json::json;

@@ -1,9 +1,9 @@
 //! The SQLite store writes every field of every row, whether a batch inserts it in a chunk of
 //! rows or alone, and reads it back the same after a sync and after a reopen.
 
-use orchestrator::state::Draft;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
-use orchestrator::store::{NewConversation, NewRow, Store};
+use orchestrator::engine::state::Draft;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::store::{NewConversation, NewRow, Store};
 use proto_spec::{EventKind, Finality};
 use serde_json::value::RawValue;
 
@@ -95,7 +95,7 @@ fn every_field_of_every_row_reads_back_the_same() {
             );
             assert_eq!(
                 e.ts,
-                orchestrator::store::format_ts(1_700_000_000_000 + d.seq as i64)
+                orchestrator::engine::store::format_ts(1_700_000_000_000 + d.seq as i64)
             );
         }
     }

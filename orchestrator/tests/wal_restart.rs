@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orchestrator::auth::Identity;
-use orchestrator::config::Limits;
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous, PAGE_SIZE};
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous, PAGE_SIZE};
 use proto_spec::{
     ConversationParams, CreateConversationParams, Finality, MessagePayload, SendMessageParams,
     TailParams,

@@ -19,16 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::{Agent, WsConfig, WsJsonRpcClient};
-use executors::ExecPolicy;
 use futures::{SinkExt, StreamExt};
 use jsonrpsee::core::client::ClientT;
 use jsonrpsee::core::traits::ToRpcParams;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
-use orchestrator::config::Limits;
-use orchestrator::server::{self, RunningServer};
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
-use orchestrator::turns::TurnConfig;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::turns::TurnConfig;
+use orchestrator::transport::server::{self, RunningServer};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -87,8 +85,8 @@ pub const TEST_ENV: &[&str] = &[
 /// LLM endpoints, HTTP APIs and A2A agents listen) and to read [`TEST_ENV`].
 pub fn test_limits() -> Limits {
     Limits {
-        sandbox: agent_sdk::kinds::Sandbox::default()
-            .allowing(agent_sdk::kinds::NetRule::Loopback)
+        sandbox: agent_kinds::Sandbox::default()
+            .allowing(agent_kinds::NetRule::Loopback)
             .with_env(TEST_ENV.iter().map(|s| s.to_string())),
         ..Limits::default()
     }
@@ -121,7 +119,7 @@ impl TestServer {
             ("bob", false),
             ("carol", false),
         ] {
-            let t = orchestrator::auth::create_token(&store, agent, admin).expect("token");
+            let t = orchestrator::engine::auth::create_token(&store, agent, admin).expect("token");
             tokens.insert(agent.to_string(), t);
         }
         let mut ts = TestServer {
@@ -139,11 +137,13 @@ impl TestServer {
 
     async fn boot(&mut self) {
         let store = Arc::new(SqliteStore::open(&self.db, Synchronous::Normal).expect("open store"));
-        let orch = Orchestrator::open_with(store, self.limits.clone(), self.turn_config.clone())
-            .expect("open orchestrator");
-        if !self.agents.0.is_empty() {
-            orch.start_agents(self.agents.0.clone(), ExecPolicy::default());
-        }
+        let options = orchestrator::host::Options {
+            limits: self.limits.clone(),
+            turn_config: self.turn_config.clone(),
+            agents: self.agents.0.clone(),
+            ..Default::default()
+        };
+        let orch = options.start(store).expect("open orchestrator");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

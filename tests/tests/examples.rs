@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, WsJsonRpcClient};
-use orchestrator::scenario::Scenario;
+use orchestrator::engine::scenario::Scenario;
 use serde_json::Value;
 use tests::{full_log, wait_for, TestServer, WAIT};
 

@@ -11,7 +11,7 @@ use agent_sdk::{
     async_trait, Agent, AgentClient, AgentContext, AgentError, TurnOutcome, WsJsonRpcClient,
 };
 use executors::{ExecutorCore, ExternalExecutor};
-use orchestrator::turns::TurnConfig;
+use orchestrator::engine::turns::TurnConfig;
 use rand::Rng;
 use serde_json::{json, Value};
 use tests::proxy::Proxy;

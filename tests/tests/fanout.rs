@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use orchestrator::auth::Identity;
-use orchestrator::config::Limits;
-use orchestrator::hub::{GLOBAL_BUFFER, RECENT_EVENTS};
-use orchestrator::service::Orchestrator;
-use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::hub::{GLOBAL_BUFFER, RECENT_EVENTS};
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use proto_spec::{
     CreateConversationParams, Finality, MessagePayload, SendMessageParams, SubscribeParams,
 };

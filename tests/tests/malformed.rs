@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use jsonrpsee::core::client::ClientT;
-use orchestrator::config::Limits;
+use orchestrator::engine::config::Limits;
 use proto_spec::codes;
 use serde_json::{json, Value};
 use tests::{TestServer, P};

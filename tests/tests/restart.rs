@@ -115,15 +115,15 @@ async fn everything_acknowledged_survives_a_restart() {
 
 #[tokio::test]
 async fn a_second_server_on_the_same_database_refuses_to_start() {
-    use orchestrator::config::Limits;
-    use orchestrator::service::Orchestrator;
-    use orchestrator::store::sqlite::{SqliteStore, Synchronous};
+    use orchestrator::engine::config::Limits;
+    use orchestrator::engine::service::Orchestrator;
+    use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
     let mut ts = TestServer::start().await;
     let store = SqliteStore::open(&ts.db, Synchronous::Full).unwrap();
     let second = Orchestrator::open(std::sync::Arc::new(store), Limits::default());
     let err = second.expect_err("a second writer on the same database");
     assert!(
-        matches!(err, orchestrator::error::Error::Locked(_)),
+        matches!(err, orchestrator::engine::error::Error::Locked(_)),
         "{err}"
     );
     assert!(

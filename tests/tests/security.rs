@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use agent_sdk::kinds::{NetRule, Sandbox};
+use agent_kinds::{NetRule, Sandbox};
 use agent_sdk::proto::*;
 use agent_sdk::AgentClient;
 use jsonrpsee::core::client::ClientT;
-use orchestrator::config::Limits;
+use orchestrator::engine::config::Limits;
 use serde_json::{json, Value};
 use tests::{full_log, wait_for, TestServer, P, WAIT};
 
@@ -372,12 +372,12 @@ async fn an_agent_id_names_one_principal() {
         .unwrap()
         .contains("the private plan"));
     // No token can be made for an id a scenario declared.
-    let store = orchestrator::store::sqlite::SqliteStore::open(
+    let store = orchestrator::engine::store::sqlite::SqliteStore::open(
         &server.db,
-        orchestrator::store::sqlite::Synchronous::Normal,
+        orchestrator::engine::store::sqlite::Synchronous::Normal,
     )
     .unwrap();
-    let e = orchestrator::auth::create_token(&store, "reader", false).unwrap_err();
+    let e = orchestrator::engine::auth::create_token(&store, "reader", false).unwrap_err();
     assert!(e.to_rpc().message.contains("one principal"), "{e}");
 }
 
@@ -498,7 +498,7 @@ async fn a_process_is_killed_with_its_children_at_the_deadline() {
 async fn processes_run_with_limits_a_minimal_environment_and_the_chosen_user() {
     std::env::set_var("SECURITY_TEST_HIDDEN", "x");
     let root = nix::unistd::Uid::effective().is_root();
-    let user = root.then(|| agent_sdk::kinds::ProcessUser::lookup("nobody").expect("nobody"));
+    let user = root.then(|| agent_kinds::ProcessUser::lookup("nobody").expect("nobody"));
     let limits = Limits {
         sandbox: Sandbox::default()
             .with_exec_limits(2, 7, 300)

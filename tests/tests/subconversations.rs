@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, ClientError};
-use orchestrator::config::Limits;
+use orchestrator::engine::config::Limits;
 use serde_json::{json, Value};
 use tests::{create_scenario, full_log, wait_for, TestServer};
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use orchestrator::auth::Identity;
+use orchestrator::engine::auth::Identity;
 use proto_spec::{Finality, MessagePayload, SendMessageParams};
 use serde_json::{json, Value};
 use tests::{TestServer, WAIT};

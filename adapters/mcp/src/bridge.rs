@@ -151,7 +151,7 @@ fn tool_error(e: ClientError) -> CallToolResult {
 
 /// A message event as the tools show it: as agents' context shows it, with its finality.
 fn message_view(e: &Event) -> Value {
-    let mut v = agent_sdk::kinds::context::view(e);
+    let mut v = agent_kinds::context::view(e);
     v["finality"] = json!(e.finality);
     v
 }

@@ -1,0 +1,98 @@
+//! Built-in agent kinds, each a plain [`agent_sdk::Agent`], so that a partner can run any of them in
+//! its own process too. Scenarios name them with `kind:`.
+
+pub mod a2a;
+pub mod context;
+pub mod function;
+pub mod http;
+pub mod llm;
+pub mod orchestrate;
+pub mod pipeline;
+pub mod process;
+pub mod sandbox;
+mod scripted;
+pub mod tool;
+
+pub use a2a::A2a;
+pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
+pub use function::Function;
+pub use http::Http;
+pub use llm::Llm;
+pub use orchestrate::Orchestrate;
+pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
+pub use process::Process;
+pub use sandbox::{NetRule, ProcessUser, Sandbox};
+pub use scripted::Scripted;
+pub use tool::Tool;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use agent_sdk::Agent;
+
+/// Builds the agent a scenario describes (`{"kind": …, settings…}`), held to `sandbox`;
+/// `None` for a kind this build does not have or settings the sandbox refuses.
+pub fn from_spec(spec: &Value, sandbox: &Sandbox) -> Option<Arc<dyn Agent>> {
+    build(spec, sandbox).ok()
+}
+
+/// Builds the agent a scenario describes, held to `sandbox` (the environment variables and
+/// addresses it may use, how processes and functions run), or says which setting is wrong and
+/// why: `path: reason`. Nothing the spec holds runs here.
+pub fn build(spec: &Value, sandbox: &Sandbox) -> Result<Arc<dyn Agent>, String> {
+    let kind = spec
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("kind: required")?;
+    let mut context = match spec.get("context") {
+        Some(c) => ContextSpec::from_value(c)?,
+        None => ContextSpec::default(),
+    };
+    // A model's own tokenizer counts its budget, where it is known.
+    if let (Some(b), Some(model)) = (
+        &mut context.budget,
+        spec.get("model").and_then(Value::as_str),
+    ) {
+        b.tokenizer
+            .get_or_insert(context::Tokenizer::for_model(model));
+    }
+    match kind {
+        "scripted" => Scripted::from_spec(spec)
+            .map(|s| Arc::new(s) as Arc<dyn Agent>)
+            .ok_or_else(|| "replies: a non-empty list of texts".to_string()),
+        "process" => {
+            let step = Process::from_spec(spec, sandbox)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "http" => {
+            let step = Http::from_spec(spec, sandbox)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "tool" => {
+            let step = Tool::from_spec(spec, sandbox)?;
+            let context = match spec.get("context") {
+                Some(_) => context,
+                None => Tool::default_context(),
+            };
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "llm" => {
+            let step = Llm::from_spec(spec, sandbox)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "a2a" => {
+            let step = A2a::from_spec(spec, sandbox)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "function" => {
+            let step = Function::from_spec(spec, sandbox)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        "orchestrate" => {
+            let step = Orchestrate::from_spec(spec)?;
+            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+        }
+        other => Err(format!("kind: {other:?} is not a built-in kind")),
+    }
+}

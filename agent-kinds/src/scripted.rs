@@ -1,0 +1,63 @@
+//! `scripted`: fixed replies, in order, for tests and demos.
+
+use async_trait::async_trait;
+use proto_spec::Finality;
+use serde_json::Value;
+
+use agent_sdk::{Agent, AgentContext, AgentError, TurnOutcome};
+
+/// Answers its n-th turn with its n-th reply. It counts its own messages in the log on its
+/// first turn (so it picks up where it was after a restart), then keeps count itself: one
+/// value serves one conversation. With its replies used up it yields.
+#[derive(Debug)]
+pub struct Scripted {
+    replies: Vec<String>,
+    said: std::sync::Mutex<Option<usize>>,
+}
+
+impl Scripted {
+    /// An agent with these replies.
+    pub fn new(replies: Vec<String>) -> Self {
+        Scripted {
+            replies,
+            said: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// From a scenario's participant: `{"kind": "scripted", "replies": [...]}`.
+    pub fn from_spec(spec: &Value) -> Option<Self> {
+        let replies = spec
+            .get("replies")?
+            .as_array()?
+            .iter()
+            .map(|r| r.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Scripted::new(replies))
+    }
+}
+
+#[async_trait]
+impl Agent for Scripted {
+    async fn handle_turn(&self, ctx: &AgentContext) -> Result<TurnOutcome, AgentError> {
+        let known = self.said.lock().ok().and_then(|s| *s);
+        let mine = match known {
+            Some(n) => n,
+            None => ctx
+                .history()
+                .await?
+                .iter()
+                .filter(|m| m.author == ctx.agent_id && m.finality != Some(Finality::None))
+                .count(),
+        };
+        let Some(reply) = self.replies.get(mine) else {
+            return Ok(TurnOutcome::Yield);
+        };
+        let posted = ctx.say(reply.clone(), Finality::Turn).await;
+        if let Ok(mut s) = self.said.lock() {
+            // After a failed post the log is the judge again.
+            *s = posted.is_ok().then_some(mine + 1);
+        }
+        posted?;
+        Ok(TurnOutcome::Posted)
+    }
+}

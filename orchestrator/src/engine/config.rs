@@ -1,0 +1,56 @@
+//! Limits and settings, with the defaults a careful deployment starts from.
+
+use std::time::Duration;
+
+/// Every limit the server enforces, each answered with its own error.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest WebSocket frame or HTTP body (`FrameTooLarge`, -32007).
+    pub max_frame_bytes: u32,
+    /// Largest message or trace payload, serialized (`PayloadTooLarge`, -32030).
+    pub max_payload_bytes: usize,
+    /// Open connections at once (HTTP 429 at the handshake).
+    pub max_connections: u32,
+    /// Calls in flight on one connection (`RateLimited`, -32029).
+    pub max_in_flight_per_connection: usize,
+    /// Subscriptions open on one connection.
+    pub max_subscriptions_per_connection: u32,
+    /// Open SSE streams and parked long-polls at once (`RateLimited`, HTTP 429).
+    pub max_streams: usize,
+    /// The longest wait a long-poll may ask for; longer timeouts are capped.
+    pub max_wait: Duration,
+    /// The most events one `tail` returns.
+    pub max_tail: usize,
+    /// The most participants a conversation may have.
+    pub max_participants: usize,
+    /// How often each WebSocket is pinged; one silent for three intervals is closed.
+    pub ping_interval: Duration,
+    /// How deep sub-conversations may nest (`SubconversationLimit`, -32031).
+    pub max_depth: u32,
+    /// How many sub-conversations one conversation may have open at once
+    /// (`SubconversationLimit`, -32031).
+    pub max_children: u32,
+    /// What the agents the server runs for scenarios may reach: environment variables,
+    /// addresses, how processes and functions run (`serve --agent-env`, `--agent-net`, …).
+    pub sandbox: agent_kinds::Sandbox,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frame_bytes: 1024 * 1024,
+            max_payload_bytes: 256 * 1024,
+            max_connections: 1024,
+            max_in_flight_per_connection: 256,
+            max_subscriptions_per_connection: 64,
+            max_streams: 16_384,
+            max_wait: Duration::from_secs(60),
+            max_tail: 1000,
+            max_participants: 256,
+            ping_interval: Duration::from_secs(20),
+            max_depth: 3,
+            max_children: 16,
+            sandbox: agent_kinds::Sandbox::default(),
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! The orchestrator's errors, and the one mapping from them to protocol errors.
+
+use proto_spec::{ErrorCode, RpcError};
+
+/// Everything that can go wrong inside the orchestrator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A protocol error for the caller (a refused request).
+    #[error("{0}")]
+    Rpc(#[from] RpcError),
+    /// The storage failed; the caller sees `Internal`, the details go to the log.
+    #[error("storage: {0}")]
+    Store(#[from] rusqlite::Error),
+    /// An I/O failure (files, sockets).
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// Stored data that cannot be read back (the log is damaged; the server refuses to serve
+    /// it rather than guess).
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    /// The database was written by a newer build.
+    #[error("the database has schema version {found}, newer than this build's {supported}; run a newer build")]
+    SchemaTooNew {
+        /// The database's schema version.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The orchestrator was opened outside a tokio runtime.
+    #[error("the orchestrator needs a tokio runtime (open it from inside one)")]
+    NoRuntime,
+    /// A task the request waited on ended without an answer (it panicked or was cancelled).
+    #[error("a background task ended without an answer: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A value could not be turned into JSON.
+    #[error("could not encode JSON: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// A lock was poisoned by a thread that panicked while holding it.
+    #[error("{0} is unusable: a thread panicked while holding it")]
+    Poisoned(&'static str),
+    /// The server could not be put together (a method registered twice, say).
+    #[error("setting up the server: {0}")]
+    Setup(String),
+    /// Writing the live transcript of a run failed (its output closed).
+    #[error("writing the transcript: {0}")]
+    Transcript(#[source] std::io::Error),
+    /// A run was interrupted (Ctrl-C, SIGTERM) before it ended.
+    #[error("interrupted")]
+    Interrupted,
+    /// Another process holds the database's writer lock.
+    #[error("{0}")]
+    Locked(String),
+    /// The writer thread is gone (the server is stopping).
+    #[error("the log writer has stopped")]
+    WriterGone,
+}
+
+/// The orchestrator's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The one mapping to a protocol error: refusals pass through; internal failures are
+    /// logged here and reach the caller as a bare `Internal`.
+    pub fn to_rpc(&self) -> RpcError {
+        match self {
+            Error::Rpc(e) => e.clone(),
+            Error::WriterGone => RpcError::new(ErrorCode::Internal, "the server is shutting down"),
+            other => {
+                tracing::error!(error = %other, "internal error");
+                RpcError::new(ErrorCode::Internal, "internal error")
+            }
+        }
+    }
+}
+
+/// Shorthand for a protocol refusal.
+pub fn refuse(code: ErrorCode, message: impl Into<String>) -> Error {
+    Error::Rpc(RpcError::new(code, message))
+}

@@ -1,0 +1,145 @@
+//! The seam through which the publisher writes committed events to live subscribers that a
+//! transport owns (today the WebSocket `subscribe`).
+//!
+//! The publisher writes each event to every live subscriber of the conversation as part of
+//! publishing, never waiting: one call per subscriber, no task woken per event (the measured
+//! reason for this design is in BENCHMARKS.md). What the hub owns is the ordering: a
+//! subscriber joins a conversation's [`LiveSet`] only when its cursor has reached what the set
+//! was last given (under the set's lock), so no event is skipped or sent twice; a subscriber
+//! that cannot take an event is let go and told how far it got, and goes back to reading the
+//! log by cursor. What the transport owns is the writing ([`LiveSubscriber`]).
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use proto_spec::Event;
+
+use super::NewEvents;
+
+/// A subscriber the publisher writes to without waiting (implemented by a transport).
+pub trait LiveSubscriber: Send + Sync + std::fmt::Debug {
+    /// Takes one committed event at once, or answers false when it cannot (its buffer is full,
+    /// its connection is gone); the publisher then lets it go.
+    fn offer(&self, event: &LiveEvent<'_>) -> bool;
+
+    /// The publisher let this subscriber go; `reached` is the last seq it took. Called once,
+    /// from the publisher, after which nothing more is offered.
+    fn let_go(&self, reached: u64);
+}
+
+/// One committed event as the publisher offers it, with an encoding shared by every
+/// subscriber it is offered to: the first that needs it makes it, the others reuse it. Every
+/// live subscriber of this process encodes an event the same way (one transport writes to
+/// them), so the bytes are made once per event however many subscribers there are.
+#[derive(Debug)]
+pub struct LiveEvent<'a> {
+    /// The conversation the event belongs to.
+    pub conversation_id: &'a str,
+    /// The event.
+    pub event: &'a Event,
+    encoded: OnceLock<Vec<u8>>,
+}
+
+impl<'a> LiveEvent<'a> {
+    /// An event of `conversation_id`, not yet encoded.
+    pub fn new(conversation_id: &'a str, event: &'a Event) -> Self {
+        LiveEvent {
+            conversation_id,
+            event,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// The event's bytes, made by `encode` on first use.
+    pub fn encoded(&self, encode: impl FnOnce(&str, &Event) -> Vec<u8>) -> &[u8] {
+        self.encoded
+            .get_or_init(|| encode(self.conversation_id, self.event))
+    }
+}
+
+/// One conversation's live subscribers, written to by the publisher.
+#[derive(Debug)]
+pub struct LiveSet {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The last seq published (every publish moves it, with or without subscribers).
+    pushed: u64,
+    /// Each subscriber with the next seq it expects.
+    subs: Vec<(Arc<dyn LiveSubscriber>, u64)>,
+}
+
+impl LiveSet {
+    /// A set for a conversation whose latest seq is `head`.
+    pub fn after(head: u64) -> LiveSet {
+        LiveSet {
+            inner: Mutex::new(Inner {
+                pushed: head,
+                subs: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Offers committed events (in seq order, the conversation's latest, up to `head`) to
+    /// every subscriber (publisher only, after the conversation's head has moved). The events
+    /// are made only if someone subscribes.
+    pub fn deliver(&self, conversation_id: &str, head: u64, events: &mut NewEvents<'_>) {
+        let mut set = self.lock();
+        if head <= set.pushed {
+            return;
+        }
+        set.pushed = head;
+        if set.subs.is_empty() {
+            return;
+        }
+        let offered: Vec<LiveEvent<'_>> = events
+            .get(conversation_id)
+            .iter()
+            .map(|e| LiveEvent::new(conversation_id, e))
+            .collect();
+        set.subs.retain_mut(|(sub, next)| {
+            for e in &offered {
+                if e.event.seq < *next {
+                    continue;
+                }
+                if !sub.offer(e) {
+                    sub.let_go(*next - 1);
+                    return false;
+                }
+                *next = e.event.seq + 1;
+            }
+            true
+        });
+    }
+
+    /// Adds `sub` if `cursor` has reached what the set was last given; otherwise there is
+    /// more to read from the log first, and it is not added.
+    pub fn join(&self, sub: &Arc<dyn LiveSubscriber>, cursor: u64) -> bool {
+        let mut set = self.lock();
+        if cursor < set.pushed {
+            return false;
+        }
+        set.subs.push((sub.clone(), cursor + 1));
+        true
+    }
+
+    /// Removes `sub`; nothing is offered to it after this returns.
+    pub fn leave(&self, sub: &Arc<dyn LiveSubscriber>) {
+        self.lock().subs.retain(|(s, _)| !Arc::ptr_eq(s, sub));
+    }
+
+    /// How many subscribers the publisher writes to.
+    pub fn len(&self) -> usize {
+        self.lock().subs.len()
+    }
+
+    /// Whether the publisher writes to none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,525 @@
+//! Hot state in memory and the fanout of committed events.
+//!
+//! Only the log publisher thread changes anything here, and only after a commit: it appends
+//! the committed events to the conversation's ring of recent events (when someone reads the
+//! conversation), updates the conversation's [`Core`], moves its head (a `watch`, which wakes
+//! long-polls and subscriptions) and sends every event on one global broadcast (for
+//! subscriptions that follow all of an agent's conversations). Readers never block the writer:
+//! a reader that falls behind the ring reads the log from the store by cursor (see
+//! [`crate::engine::fanout`]).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
+
+use dashmap::DashMap;
+use proto_spec::{ConversationStatus, Event, Snapshot};
+use tokio::sync::{broadcast, watch};
+
+use crate::engine::state::{guidance_for, Core};
+
+pub mod live;
+
+/// How many recent events each conversation keeps in memory at least.
+pub const RECENT_EVENTS: usize = 64;
+/// Beyond [`RECENT_EVENTS`], a conversation also keeps the events of the last
+/// [`RECENT_WINDOW`], up to [`RECENT_MAX`]: a subscriber that is a moment behind a busy
+/// conversation reads from memory instead of each one reading the same rows from the store.
+/// Memory follows the recent event rate, not the number of conversations.
+pub const RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+/// The most events a conversation keeps in memory.
+pub const RECENT_MAX: usize = 4096;
+/// A conversation keeps recent events in memory while someone reads it: a waiter or
+/// subscriber is registered on it, a subscription follows all conversations, or a reader
+/// asked for recent events within this long. Nobody reading, it keeps none (a reader that
+/// comes reads the store once, and the ring from then on).
+pub const READ_RECENTLY: std::time::Duration = std::time::Duration::from_secs(5);
+/// The global broadcast's buffer (in commits per conversation); a subscriber further behind is
+/// resumed from the log.
+pub const GLOBAL_BUFFER: usize = 4096;
+
+/// Events of one conversation committed together, in seq order.
+pub type EventBatch = Arc<Vec<Arc<Event>>>;
+
+/// The events one commit appends to a conversation, for [`Hub::publish`]: made into [`Event`]s
+/// only when something takes them (the ring of a conversation being read, a subscriber, a
+/// subscription to all conversations). Most commits to a conversation nobody reads need none.
+#[derive(Debug)]
+pub struct NewEvents<'a> {
+    drafts: Vec<crate::engine::state::Draft>,
+    /// The commit's timestamp, for events made from `drafts`.
+    ts: &'a str,
+    events: Vec<Arc<Event>>,
+}
+
+impl<'a> NewEvents<'a> {
+    /// Committed drafts with their commit's timestamp (RFC 3339).
+    pub fn drafts(drafts: Vec<crate::engine::state::Draft>, ts: &'a str) -> Self {
+        NewEvents {
+            drafts,
+            ts,
+            events: Vec::new(),
+        }
+    }
+
+    /// The events of `conversation_id`, made on first use.
+    pub fn get(&mut self, conversation_id: &str) -> &[Arc<Event>] {
+        if !self.drafts.is_empty() {
+            let ts = self.ts;
+            self.events.extend(
+                self.drafts
+                    .drain(..)
+                    .map(|d| Arc::new(crate::engine::store::to_event(conversation_id, d, ts))),
+            );
+        }
+        &self.events
+    }
+}
+
+/// A conversation's recent events, and when it was last read.
+#[derive(Debug, Default)]
+struct Recent {
+    events: VecDeque<(std::time::Instant, Arc<Event>)>,
+    /// When someone last read or waited on the conversation (as the publisher or a reader of
+    /// the ring saw it).
+    read_at: Option<std::time::Instant>,
+}
+
+/// One conversation's shared, read-mostly state.
+#[derive(Debug)]
+pub struct ConvShared {
+    /// The conversation id.
+    pub id: String,
+    /// The agents that take part.
+    pub participants: Vec<String>,
+    members: std::collections::HashSet<String, ahash::RandomState>,
+    core: RwLock<Core>,
+    head: watch::Sender<u64>,
+    recent: Mutex<Recent>,
+    /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
+    turn_started_ms: std::sync::atomic::AtomicI64,
+    /// When the conversation was created, and when its last event by a participant (not the
+    /// orchestrator) was committed (ms).
+    created_ms: std::sync::atomic::AtomicI64,
+    last_event_ms: std::sync::atomic::AtomicI64,
+    /// The conversation's policy (set once, at creation or recovery; it never changes).
+    policy: std::sync::OnceLock<crate::engine::state::TurnPolicy>,
+    /// For a sub-conversation: the conversation that opened it (set once).
+    parent: std::sync::OnceLock<String>,
+    /// Live subscribers the publisher writes to itself (see [`live`]).
+    pub live: live::LiveSet,
+}
+
+impl ConvShared {
+    /// Whether `agent` takes part.
+    pub fn is_participant(&self, agent: &str) -> bool {
+        self.members.contains(agent)
+    }
+
+    /// Head, turn, speaker, status as of the last commit.
+    pub fn core(&self) -> Core {
+        self.core
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Records when the current speaker was named (publisher and recovery only).
+    pub fn set_turn_started(&self, ts_ms: i64) {
+        self.turn_started_ms
+            .store(ts_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records the creation time (when not 0) and the time of the last commit (publisher and
+    /// recovery only).
+    pub fn set_clock(&self, created_ms: i64, last_event_ms: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if created_ms != 0 {
+            self.created_ms.store(created_ms, Relaxed);
+        }
+        self.last_event_ms.store(last_event_ms, Relaxed);
+    }
+
+    /// Records the conversation's policy (once, at creation or recovery).
+    pub fn set_policy(&self, policy: crate::engine::state::TurnPolicy) {
+        let _ = self.policy.set(policy);
+    }
+
+    /// Records the conversation that opened this one (once, at creation or recovery).
+    pub fn set_parent(&self, parent: String) {
+        let _ = self.parent.set(parent);
+    }
+
+    /// For a sub-conversation: the conversation that opened it.
+    pub fn parent(&self) -> Option<&str> {
+        self.parent.get().map(String::as_str)
+    }
+
+    /// The conversation's policy, if it has one.
+    pub fn policy(&self) -> Option<&crate::engine::state::TurnPolicy> {
+        self.policy.get()
+    }
+
+    /// Whether internal executors trace each turn (the scenario's `turn.traces`; default on).
+    pub fn traces(&self) -> bool {
+        self.policy().is_none_or(|p| p.traces)
+    }
+
+    /// The scenario's description of an internal participant (`{"kind": …}`).
+    pub fn agent_spec(&self, agent: &str) -> Option<&serde_json::Value> {
+        self.policy()?.agents.get(agent)
+    }
+
+    /// When the conversation closes for idleness, and for its maximum duration (ms since the
+    /// epoch), from logged times.
+    pub fn stop_deadlines(&self) -> (Option<i64>, Option<i64>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(p) = self.policy() else {
+            return (None, None);
+        };
+        (
+            p.idle_timeout_ms
+                .map(|idle| self.last_event_ms.load(Relaxed) + idle as i64),
+            p.max_duration_ms
+                .map(|max| self.created_ms.load(Relaxed) + max as i64),
+        )
+    }
+
+    /// When the current turn must be answered (ms since the epoch), from the logged time of its
+    /// `next_speaker` event and the policy's timeout; `None` without a timeout.
+    pub fn turn_deadline_ms(&self, core: &Core) -> Option<i64> {
+        let timeout = core.turn_timeout_ms?;
+        core.speaker.as_ref()?;
+        let started = self
+            .turn_started_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Some(started + timeout as i64)
+    }
+
+    /// The latest committed seq.
+    pub fn head(&self) -> u64 {
+        *self.head.borrow()
+    }
+
+    /// A receiver woken whenever the head moves. Take it before reading the head, so that no
+    /// wake-up is lost.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.head.subscribe()
+    }
+
+    /// Events with seq > `after` from the ring, if the ring covers them.
+    pub fn recent_after(&self, after: u64, limit: usize) -> Option<Vec<Arc<Event>>> {
+        let mut recent = self.recent.lock().ok()?;
+        // A reader: the publisher keeps the ring from now on.
+        recent.read_at = Some(std::time::Instant::now());
+        let ring = &recent.events;
+        let first = ring.front().map(|(_, e)| e.seq);
+        match first {
+            Some(f) if f <= after + 1 => {
+                let skip = (after + 1 - f) as usize;
+                Some(
+                    ring.iter()
+                        .skip(skip)
+                        .take(limit)
+                        .map(|(_, e)| e.clone())
+                        .collect(),
+                )
+            }
+            None if after >= self.head() => Some(Vec::new()),
+            _ => None,
+        }
+    }
+
+    /// The snapshot as `agent` sees it.
+    pub fn snapshot(&self, agent: &str) -> Snapshot {
+        let core = self.core();
+        let status = if core.closed {
+            ConversationStatus::Closed
+        } else if core.paused {
+            ConversationStatus::Paused
+        } else {
+            ConversationStatus::Active
+        };
+        let mut guidance = guidance_for(&self.participants, &core, agent);
+        guidance.deadline = self
+            .turn_deadline_ms(&core)
+            .map(crate::engine::store::format_ts);
+        Snapshot {
+            conversation_id: self.id.clone(),
+            status,
+            latest_seq: core.head,
+            turn: core.turn,
+            speaker: core.speaker.clone(),
+            participants: self.participants.clone(),
+            guidance,
+            parent_conversation_id: self.parent().map(str::to_string),
+        }
+    }
+}
+
+/// All conversations' shared state, and the global event broadcast.
+#[derive(Debug)]
+pub struct Hub {
+    convs: DashMap<String, Arc<ConvShared>, ahash::RandomState>,
+    global: broadcast::Sender<EventBatch>,
+    closing: watch::Sender<bool>,
+    turn_sink: std::sync::OnceLock<TurnSink>,
+}
+
+/// A callback on a conversation.
+pub type ConvCallback = Box<dyn Fn(&Arc<ConvShared>) + Send + Sync>;
+
+/// What the publisher calls when a conversation's speaker may have changed.
+pub struct TurnSink(pub ConvCallback);
+
+impl std::fmt::Debug for TurnSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TurnSink")
+    }
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            convs: DashMap::default(),
+            global: broadcast::channel(GLOBAL_BUFFER).0,
+            closing: watch::channel(false).0,
+            turn_sink: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl Hub {
+    /// Makes the shared state of a conversation, not yet visible to readers.
+    pub fn make(id: &str, participants: Vec<String>, core: Core) -> Arc<ConvShared> {
+        Arc::new(ConvShared {
+            id: id.to_string(),
+            members: participants.iter().cloned().collect(),
+            participants,
+            head: watch::channel(core.head).0,
+            live: live::LiveSet::after(core.head),
+            core: RwLock::new(core),
+            recent: Mutex::new(Recent::default()),
+            turn_started_ms: std::sync::atomic::AtomicI64::new(0),
+            created_ms: std::sync::atomic::AtomicI64::new(0),
+            last_event_ms: std::sync::atomic::AtomicI64::new(0),
+            policy: std::sync::OnceLock::new(),
+            parent: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Makes a conversation visible to readers.
+    pub fn register(&self, shared: Arc<ConvShared>) {
+        self.convs.insert(shared.id.clone(), shared);
+    }
+
+    /// Makes and registers a conversation (at start, from the log).
+    pub fn insert(&self, id: &str, participants: Vec<String>, core: Core) -> Arc<ConvShared> {
+        let shared = Hub::make(id, participants, core);
+        self.register(shared.clone());
+        shared
+    }
+
+    /// Where conversations whose speaker changed are sent (the turn dispatcher); set once.
+    pub fn set_turn_sink(&self, sink: TurnSink) {
+        let _ = self.turn_sink.set(sink);
+    }
+
+    /// Tells the turn dispatcher that a policy named a speaker (publisher thread, after the
+    /// commit and the publication).
+    pub fn turn_changed(&self, conv: &Arc<ConvShared>) {
+        if let Some(sink) = self.turn_sink.get() {
+            (sink.0)(conv);
+        }
+    }
+
+    /// Every conversation.
+    pub fn all(&self) -> Vec<Arc<ConvShared>> {
+        self.convs.iter().map(|c| c.clone()).collect()
+    }
+
+    /// Forgets a conversation whose creation did not commit.
+    pub fn remove(&self, id: &str) {
+        self.convs.remove(id);
+    }
+
+    /// A conversation's shared state.
+    pub fn get(&self, id: &str) -> Option<Arc<ConvShared>> {
+        self.convs.get(id).map(|c| c.clone())
+    }
+
+    /// Every conversation `agent` takes part in.
+    pub fn conversations_of(&self, agent: &str) -> Vec<Arc<ConvShared>> {
+        self.convs
+            .iter()
+            .filter(|c| c.is_participant(agent))
+            .map(|c| c.clone())
+            .collect()
+    }
+
+    /// How many conversations are known.
+    pub fn len(&self) -> usize {
+        self.convs.len()
+    }
+
+    /// Whether no conversation is known.
+    pub fn is_empty(&self) -> bool {
+        self.convs.is_empty()
+    }
+
+    /// A receiver of every committed event (one item per conversation per commit), for
+    /// subscriptions across conversations.
+    pub fn global(&self) -> broadcast::Receiver<EventBatch> {
+        self.global.subscribe()
+    }
+
+    /// Publishes committed events of one conversation (writer thread only, after the commit).
+    pub fn publish(&self, conv: &ConvShared, core: Core, mut events: NewEvents<'_>) {
+        let global = self.global.receiver_count() > 0;
+        let waited_on = conv.head.receiver_count() > 0 || global;
+        if let Ok(mut recent) = conv.recent.lock() {
+            let now = std::time::Instant::now();
+            if waited_on {
+                recent.read_at = Some(now);
+            }
+            if recent
+                .read_at
+                .is_some_and(|t| now.duration_since(t) <= READ_RECENTLY)
+            {
+                for e in events.get(&conv.id) {
+                    recent.events.push_back((now, e.clone()));
+                }
+                trim(&mut recent.events, now);
+            } else {
+                // Nobody reads it: keeping (and later dropping) every event would be work for
+                // nothing. The ring must stay gapless, so it starts over when a reader comes.
+                recent.events.clear();
+            }
+        }
+        let head = core.head;
+        if let Ok(mut c) = conv.core.write() {
+            *c = core;
+        }
+        conv.head.send_replace(head);
+        conv.live.deliver(&conv.id, head, &mut events);
+        if global {
+            let _ = self.global.send(Arc::new(events.get(&conv.id).to_vec()));
+        }
+    }
+
+    /// Drops events older than [`RECENT_WINDOW`] from every conversation's ring (keeping
+    /// [`RECENT_EVENTS`]), so a burst followed by silence does not stay in memory.
+    pub fn trim_recent(&self) {
+        let now = std::time::Instant::now();
+        for conv in self.all() {
+            if let Ok(mut recent) = conv.recent.lock() {
+                trim(&mut recent.events, now);
+            }
+        }
+    }
+
+    /// Tells every waiter and subscription that the server is stopping.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// A receiver that turns true when the server is stopping.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+}
+
+fn trim(ring: &mut VecDeque<(std::time::Instant, Arc<Event>)>, now: std::time::Instant) {
+    while ring.len() > RECENT_EVENTS
+        && (ring.len() > RECENT_MAX
+            || ring
+                .front()
+                .is_some_and(|(at, _)| now.duration_since(*at) > RECENT_WINDOW))
+    {
+        ring.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::state::{ConvState, Draft};
+
+    fn publish_to(hub: &Hub, conv: &ConvShared, seqs: std::ops::RangeInclusive<u64>) {
+        let mut core = conv.core();
+        let drafts = seqs
+            .map(|seq| {
+                core.head = seq;
+                draft(seq)
+            })
+            .collect();
+        // As the publisher does: events are made only if something takes them.
+        hub.publish(conv, core, NewEvents::drafts(drafts, "t"));
+    }
+
+    fn draft(seq: u64) -> Draft {
+        Draft {
+            seq,
+            kind: proto_spec::EventKind::Trace,
+            author: "alice".into(),
+            turn: 1,
+            finality: None,
+            payload: serde_json::value::RawValue::from_string(format!("{{\"n\":{seq}}}")).unwrap(),
+            client_request_id: None,
+            hash: None,
+        }
+    }
+
+    #[test]
+    fn new_events_are_made_once_from_their_drafts() {
+        let mut new = NewEvents::drafts(vec![draft(7), draft(8)], "2026-01-01T00:00:00.000Z");
+        let made: Vec<Arc<Event>> = new.get("c").to_vec();
+        assert_eq!(made.iter().map(|e| e.seq).collect::<Vec<_>>(), [7, 8]);
+        assert!(made.iter().all(|e| e.conversation_id == "c"
+            && e.ts == "2026-01-01T00:00:00.000Z"
+            && e.author == "alice"));
+        assert_eq!(made[1].payload.get(), r#"{"n":8}"#);
+        // The same events (not made again) on every later use.
+        let again = new.get("c");
+        assert!(made.iter().zip(again).all(|(a, b)| Arc::ptr_eq(a, b)));
+    }
+
+    fn one_conversation() -> (Hub, Arc<ConvShared>) {
+        let hub = Hub::default();
+        let core = ConvState::new("c", vec!["alice".into()]).core;
+        let conv = hub.insert("c", vec!["alice".into()], core);
+        (hub, conv)
+    }
+
+    fn seqs(events: Option<Vec<Arc<Event>>>) -> Option<Vec<u64>> {
+        events.map(|evs| evs.iter().map(|e| e.seq).collect())
+    }
+
+    #[test]
+    fn a_conversation_nobody_reads_keeps_no_events_in_memory() {
+        let (hub, conv) = one_conversation();
+        publish_to(&hub, &conv, 1..=3);
+        assert_eq!(conv.head(), 3);
+        assert!(conv.recent.lock().unwrap().events.is_empty());
+        // The first reader is sent to the store; from then on the ring is kept, gapless.
+        assert_eq!(seqs(conv.recent_after(0, 10)), None);
+        assert_eq!(seqs(conv.recent_after(3, 10)), Some(vec![]));
+        publish_to(&hub, &conv, 4..=5);
+        assert_eq!(seqs(conv.recent_after(3, 10)), Some(vec![4, 5]));
+        assert_eq!(
+            seqs(conv.recent_after(0, 10)),
+            None,
+            "older ones are in the store"
+        );
+    }
+
+    #[test]
+    fn a_waiter_keeps_the_ring() {
+        let (hub, conv) = one_conversation();
+        let waiter = conv.watch();
+        publish_to(&hub, &conv, 1..=2);
+        drop(waiter);
+        // The waiter is gone, but it read a moment ago: the ring goes on.
+        publish_to(&hub, &conv, 3..=3);
+        assert_eq!(seqs(conv.recent_after(0, 10)), Some(vec![1, 2, 3]));
+    }
+}

@@ -1,0 +1,594 @@
+//! Scenarios: reading and checking [`ScenarioSpec`]s (inline in `createConversation`, or from
+//! YAML files), and compiling them into the [`TurnPolicy`] the state machine follows.
+//!
+//! A scenario is checked completely before anything is created; a bad one is refused with
+//! `-32602`, the path of the offending field and the reason (in the message and in
+//! `error.data`).
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use agent_kinds::Sandbox;
+use proto_spec::scenario::{valid_path, MatchOp, OnTimeout, Order, ParticipantSpec, ScenarioSpec};
+use proto_spec::{ErrorCode, RpcError};
+use serde_json::{json, Map, Value};
+
+use crate::engine::state::TurnPolicy;
+
+/// A checked scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The scenario as given (kept in the `created` event).
+    pub spec: ScenarioSpec,
+    /// The agents that take part, in order.
+    pub participants: Vec<String>,
+    /// The policy (`None`: no order and no stop condition).
+    pub policy: Option<TurnPolicy>,
+}
+
+fn bad(path: &str, why: impl Into<String>) -> RpcError {
+    let why = why.into();
+    RpcError::new(ErrorCode::InvalidParams, format!("scenario{path}: {why}"))
+        .with_data(json!({"path": format!("scenario{path}"), "reason": why}))
+}
+
+/// The range of `turn.timeout`, in milliseconds (10 ms to 24 h).
+pub const TURN_TIMEOUT_MS: RangeInclusive<u64> = 10..=86_400_000;
+/// The range of `stop.idleTimeout`, in milliseconds (100 ms to 30 days).
+pub const IDLE_TIMEOUT_MS: RangeInclusive<u64> = 100..=2_592_000_000;
+/// The range of `stop.maxDuration`, in milliseconds (100 ms to 365 days).
+pub const MAX_DURATION_MS: RangeInclusive<u64> = 100..=31_536_000_000;
+
+/// The kinds a participant may have whose agent runs code, reads the environment or reaches
+/// the network on the server's behalf: only an admin's scenario or the server's library may
+/// declare them (docs/security.md). `scripted` only posts its fixed replies.
+pub fn runs_code(kind: &str) -> bool {
+    kind != "scripted"
+}
+
+/// Reads a duration: milliseconds as a number, or text such as `500ms`, `30s`, `5m`, `1h`.
+/// A value too large to represent is an error.
+pub fn parse_duration(v: &Value) -> Result<Duration, String> {
+    if let Some(ms) = v.as_u64() {
+        return Ok(Duration::from_millis(ms));
+    }
+    let s = v
+        .as_str()
+        .ok_or("a duration is a number of milliseconds or text such as \"30s\"")?
+        .trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as \"30s\""))?;
+    let ms = match unit.trim() {
+        "ms" => Some(n),
+        "s" | "" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        other => return Err(format!("unknown unit {other:?} (ms, s, m, h)")),
+    };
+    ms.map(Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// Reads the duration at `path`, which must lie in `range` (milliseconds).
+fn duration_ms(
+    v: &Option<Value>,
+    path: &str,
+    range: RangeInclusive<u64>,
+) -> Result<Option<u64>, RpcError> {
+    match v {
+        None => Ok(None),
+        Some(v) => {
+            let d = parse_duration(v).map_err(|e| bad(path, e))?;
+            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            if !range.contains(&ms) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "{v} is out of range ({} to {})",
+                        agent_kinds::http::show_ms(*range.start()),
+                        agent_kinds::http::show_ms(*range.end())
+                    ),
+                ));
+            }
+            Ok(Some(ms))
+        }
+    }
+}
+
+/// The internal kinds this server runs, and the settings each takes.
+const KINDS: &[(&str, &[&str])] = &[
+    ("scripted", &["replies"]),
+    ("process", &["command", "context"]),
+    (
+        "http",
+        &[
+            "endpoint", "method", "headers", "body", "response", "timeout", "retries", "context",
+        ],
+    ),
+    ("tool", &["builtins", "mcp", "context"]),
+    (
+        "llm",
+        &[
+            "baseUrl",
+            "model",
+            "apiKeyEnv",
+            "system",
+            "stream",
+            "structured",
+            "tools",
+            "temperature",
+            "maxTokens",
+            "timeout",
+            "retries",
+            "context",
+        ],
+    ),
+    ("orchestrate", &["steps", "reply", "close", "context"]),
+    ("function", &["source", "timeout", "memoryMb", "context"]),
+    ("a2a", &["url", "stream", "timeout", "context"]),
+];
+
+/// Checks the inline scenarios of an `orchestrate` participant's steps, so that a bad child
+/// is refused with the parent, naming its path.
+fn check_inline_children(
+    i: usize,
+    config: &Map<String, Value>,
+    sandbox: &Sandbox,
+) -> Result<(), RpcError> {
+    let Some(steps) = config.get("steps").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let mut inline = Vec::new();
+    for (s, step) in steps.iter().enumerate() {
+        if let Some(v) = step.get("scenario") {
+            inline.push((format!(".participants[{i}].steps[{s}].scenario"), v));
+        }
+        for (j, call) in step
+            .get("parallel")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(v) = call.get("scenario") {
+                inline.push((
+                    format!(".participants[{i}].steps[{s}].parallel[{j}].scenario"),
+                    v,
+                ));
+            }
+        }
+    }
+    for (path, v) in inline {
+        if let Err(e) = Scenario::parse(v, sandbox) {
+            let inner = e
+                .data
+                .as_ref()
+                .and_then(|d| d.get("path"))
+                .and_then(Value::as_str)
+                .unwrap_or("scenario")
+                .trim_start_matches("scenario")
+                .to_string();
+            let reason = e
+                .data
+                .as_ref()
+                .and_then(|d| d.get("reason"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or(e.message);
+            return Err(bad(&format!("{path}{inner}"), reason));
+        }
+    }
+    Ok(())
+}
+
+fn check_participant(
+    i: usize,
+    kind: Option<&str>,
+    external: bool,
+    config: &Map<String, Value>,
+    sandbox: &Sandbox,
+) -> Result<(), RpcError> {
+    let at = |f: &str| format!(".participants[{i}]{f}");
+    match (kind, external) {
+        (Some(_), true) => {
+            return Err(bad(
+                &at(".external"),
+                "a participant is either external or of an internal kind",
+            ))
+        }
+        (None, _) => {
+            if let Some(k) = config.keys().next() {
+                return Err(bad(
+                    &at(&format!(".{k}")),
+                    "an external participant takes no settings",
+                ));
+            }
+            return Ok(());
+        }
+        (Some(_), false) => {}
+    }
+    let kind = kind.unwrap_or_default();
+    let Some((_, fields)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+        let known: Vec<&str> = KINDS.iter().map(|(k, _)| *k).collect();
+        return Err(bad(
+            &at(".kind"),
+            format!(
+                "{kind:?} is not a kind this server runs ({})",
+                known.join(", ")
+            ),
+        ));
+    };
+    for k in config.keys() {
+        if !fields.contains(&k.as_str()) {
+            return Err(bad(
+                &at(&format!(".{k}")),
+                format!("unknown setting for kind {kind} ({})", fields.join(", ")),
+            ));
+        }
+    }
+    if kind != "scripted" {
+        // The kind checks its own settings; its message starts with the setting's path.
+        let mut spec = config.clone();
+        spec.insert("kind".into(), json!(kind));
+        if let Err(msg) = agent_kinds::build(&Value::Object(spec), sandbox) {
+            let (field, why) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
+            let path = if field.is_empty() {
+                String::new()
+            } else {
+                format!(".{field}")
+            };
+            return Err(bad(&at(&path), why.to_string()));
+        }
+    }
+    if kind == "orchestrate" {
+        check_inline_children(i, config, sandbox)?;
+    }
+    if kind == "scripted" {
+        let replies = config.get("replies").and_then(Value::as_array);
+        match replies {
+            Some(r) if !r.is_empty() && r.iter().all(Value::is_string) => {}
+            _ => {
+                return Err(bad(
+                    &at(".replies"),
+                    "a scripted participant needs a non-empty list of texts",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Scenario {
+    /// Parses and checks a scenario given as JSON (inline, or read from YAML), its participants
+    /// held to `sandbox` (the environment variables and addresses they may use). Nothing the
+    /// scenario holds runs here; a `function`'s source is compiled, within a short time limit,
+    /// so call this off the async threads when the scenario may hold one.
+    pub fn parse(v: &Value, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+        let spec: ScenarioSpec =
+            serde_json::from_value(v.clone()).map_err(|e| bad("", e.to_string()))?;
+        Scenario::check(spec, sandbox)
+    }
+
+    /// Parses and checks a scenario file's text (YAML, which includes JSON).
+    pub fn from_yaml(text: &str, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+        let v: Value =
+            serde_norway::from_str(text).map_err(|e| bad("", format!("not valid YAML: {e}")))?;
+        Scenario::parse(&v, sandbox)
+    }
+
+    /// The participants the server runs (`kind` set), with their index and kind.
+    pub fn internal(&self) -> impl Iterator<Item = (usize, &str, &str)> {
+        self.spec
+            .participants
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.id(), p.kind()?)))
+    }
+
+    /// Checks a parsed scenario.
+    pub fn check(spec: ScenarioSpec, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+        if spec.participants.is_empty() {
+            return Err(bad(".participants", "at least one participant is needed"));
+        }
+        let mut participants: Vec<String> = Vec::new();
+        for (i, p) in spec.participants.iter().enumerate() {
+            let id = p.id().to_string();
+            if !crate::engine::auth::valid_id(&id) || id == proto_spec::ORCHESTRATOR_AUTHOR {
+                return Err(bad(
+                    &format!(".participants[{i}].id"),
+                    format!("{id:?} is not a usable agent id"),
+                ));
+            }
+            if participants.contains(&id) {
+                return Err(bad(
+                    &format!(".participants[{i}].id"),
+                    format!("{id:?} is listed twice"),
+                ));
+            }
+            if let ParticipantSpec::Full(f) = p {
+                check_participant(i, f.kind.as_deref(), f.external, &f.config, sandbox)?;
+            }
+            participants.push(id);
+        }
+        let known = |id: &str| participants.iter().any(|p| p == id);
+        let turn = spec.turn.clone().unwrap_or_default();
+        let stop = spec.stop.clone().unwrap_or_default();
+        let timeout_ms = duration_ms(&turn.timeout, ".turn.timeout", TURN_TIMEOUT_MS)?;
+        if turn.on_timeout.is_some() && timeout_ms.is_none() {
+            return Err(bad(".turn.onTimeout", "needs turn.timeout"));
+        }
+        let idle_timeout_ms =
+            duration_ms(&stop.idle_timeout, ".stop.idleTimeout", IDLE_TIMEOUT_MS)?;
+        let max_duration_ms =
+            duration_ms(&stop.max_duration, ".stop.maxDuration", MAX_DURATION_MS)?;
+        if stop.max_turns == Some(0) {
+            return Err(bad(".stop.maxTurns", "must be at least 1"));
+        }
+        if stop.on_text.as_deref() == Some("") {
+            return Err(bad(".stop.onText", "must not be empty"));
+        }
+        let mut policy = TurnPolicy {
+            order: None,
+            speakers: participants.clone(),
+            sequence: Vec::new(),
+            first: participants[0].clone(),
+            rules: Vec::new(),
+            approvals: Vec::new(),
+            timeout_ms,
+            on_timeout: turn.on_timeout.unwrap_or(OnTimeout::Skip),
+            max_turns: stop.max_turns,
+            on_text: stop.on_text.clone(),
+            idle_timeout_ms,
+            max_duration_ms,
+            agents: Default::default(),
+            traces: turn.traces.unwrap_or(true),
+            authority: None,
+        };
+        for p in &spec.participants {
+            if let ParticipantSpec::Full(f) = p {
+                if let Some(kind) = &f.kind {
+                    let mut v = Value::Object(f.config.clone());
+                    v["kind"] = json!(kind);
+                    policy.agents.insert(f.id.clone(), v);
+                }
+            }
+        }
+        match &spec.policy {
+            None => {
+                if timeout_ms.is_some() {
+                    return Err(bad(
+                        ".turn.timeout",
+                        "a turn timeout needs a speaker policy",
+                    ));
+                }
+            }
+            Some(p) => {
+                policy.order = Some(p.order);
+                for (i, s) in p.sequence.iter().enumerate() {
+                    if !known(s) {
+                        return Err(bad(
+                            &format!(".policy.sequence[{i}]"),
+                            format!("{s:?} is not a participant"),
+                        ));
+                    }
+                }
+                match (p.order, p.sequence.is_empty()) {
+                    (Order::Sequence, true) => {
+                        return Err(bad(
+                            ".policy.sequence",
+                            "a sequence order needs the list of speakers",
+                        ))
+                    }
+                    (Order::Sequence, false) => policy.first = p.sequence[0].clone(),
+                    (_, false) => {
+                        return Err(bad(
+                            ".policy.sequence",
+                            "only a sequence order takes a sequence",
+                        ))
+                    }
+                    _ => {}
+                }
+                if let Some(first) = &p.first {
+                    if !known(first) {
+                        return Err(bad(
+                            ".policy.first",
+                            format!("{first:?} is not a participant"),
+                        ));
+                    }
+                    if p.order == Order::Sequence && *first != p.sequence[0] {
+                        return Err(bad(
+                            ".policy.first",
+                            "a sequence starts with its first speaker",
+                        ));
+                    }
+                    policy.first = first.clone();
+                }
+                if p.order == Order::Rules && p.rules.is_empty() {
+                    return Err(bad(
+                        ".policy.rules",
+                        "a rules order needs at least one rule",
+                    ));
+                }
+                for (i, r) in p.rules.iter().enumerate() {
+                    if !known(&r.next) {
+                        return Err(bad(
+                            &format!(".policy.rules[{i}].next"),
+                            format!("{:?} is not a participant", r.next),
+                        ));
+                    }
+                    if let Some(a) = &r.when.author {
+                        if !known(a) {
+                            return Err(bad(
+                                &format!(".policy.rules[{i}].when.author"),
+                                format!("{a:?} is not a participant"),
+                            ));
+                        }
+                    }
+                    for (j, m) in r.when.matches.iter().enumerate() {
+                        let at = format!(".policy.rules[{i}].when.match[{j}]");
+                        if !valid_path(&m.path) {
+                            return Err(bad(
+                                &format!("{at}.path"),
+                                format!("{:?} is not a path such as $.data.tool", m.path),
+                            ));
+                        }
+                        match (m.op, &m.value) {
+                            (MatchOp::Exists, Some(_)) => {
+                                return Err(bad(&format!("{at}.value"), "exists takes no value"))
+                            }
+                            (MatchOp::Exists, None) => {}
+                            (MatchOp::ContainsAny, Some(Value::Array(_))) => {}
+                            (MatchOp::ContainsAny, _) => {
+                                return Err(bad(
+                                    &format!("{at}.value"),
+                                    "contains_any takes a list",
+                                ))
+                            }
+                            (_, None) => {
+                                return Err(bad(
+                                    &format!("{at}.value"),
+                                    "this operator needs a value",
+                                ))
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                for (i, a) in p.approvals.iter().enumerate() {
+                    for (field, id) in [("before", &a.before), ("approver", &a.approver)] {
+                        if !known(id) {
+                            return Err(bad(
+                                &format!(".policy.approvals[{i}].{field}"),
+                                format!("{id:?} is not a participant"),
+                            ));
+                        }
+                    }
+                    if a.before == a.approver {
+                        return Err(bad(
+                            &format!(".policy.approvals[{i}].approver"),
+                            "a participant cannot approve itself",
+                        ));
+                    }
+                }
+                policy.sequence = p.sequence.clone();
+                policy.rules = p.rules.clone();
+                policy.approvals = p.approvals.clone();
+            }
+        }
+        let has_policy = policy.order.is_some()
+            || policy.max_turns.is_some()
+            || policy.on_text.is_some()
+            || policy.idle_timeout_ms.is_some()
+            || policy.max_duration_ms.is_some()
+            || !policy.agents.is_empty();
+        Ok(Scenario {
+            spec,
+            participants,
+            policy: has_policy.then_some(policy),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &Value) -> Result<Scenario, RpcError> {
+        Scenario::parse(v, &Sandbox::default())
+    }
+
+    fn path_of(v: Value) -> String {
+        let e = parse(&v).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidParams);
+        e.data.unwrap()["path"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn parses_a_full_scenario() {
+        let s = parse(&json!({
+            "name": "review",
+            "participants": [{"id": "writer", "kind": "scripted", "replies": ["v1"]}, "critic", {"id": "alice", "external": true}],
+            "policy": {"order": "round_robin", "first": "critic",
+                       "rules": [{"when": {"schema": "tool.request.v1", "match": [{"path": "$.data.tool", "op": "eq", "value": "calc"}]}, "next": "writer"}],
+                       "approvals": [{"before": "critic", "approver": "alice"}]},
+            "stop": {"maxTurns": 20, "idleTimeout": "5m", "maxDuration": "1h", "onText": "TERMINATE"},
+            "turn": {"timeout": "2s", "onTimeout": "retry"}
+        }))
+        .unwrap();
+        assert_eq!(s.participants, vec!["writer", "critic", "alice"]);
+        let p = s.policy.unwrap();
+        assert_eq!(p.first, "critic");
+        assert_eq!(p.timeout_ms, Some(2000));
+        assert_eq!(p.on_timeout, OnTimeout::Retry);
+        assert_eq!(p.idle_timeout_ms, Some(300_000));
+        assert_eq!(p.max_duration_ms, Some(3_600_000));
+    }
+
+    #[test]
+    fn names_the_bad_field() {
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a"], "policy": {"order": "round_robin", "first": "z"}})
+            ),
+            "scenario.policy.first"
+        );
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a"], "policy": {"order": "round_robin"}, "turn": {"timeout": "2 weeks"}})
+            ),
+            "scenario.turn.timeout"
+        );
+        assert_eq!(
+            path_of(json!({"participants": ["a", "a"]})),
+            "scenario.participants[1].id"
+        );
+        assert_eq!(
+            path_of(json!({"participants": [{"id": "a", "kind": "wizard"}]})),
+            "scenario.participants[0].kind"
+        );
+        assert_eq!(
+            path_of(json!({"participants": [{"id": "a", "kind": "scripted", "replies": []}]})),
+            "scenario.participants[0].replies"
+        );
+        assert_eq!(
+            path_of(json!({"participants": ["a"], "policy": {"order": "sequence"}})),
+            "scenario.policy.sequence"
+        );
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a"], "policy": {"order": "rules", "rules": [{"when": {"match": [{"path": "data", "op": "eq", "value": 1}]}, "next": "a"}]}})
+            ),
+            "scenario.policy.rules[0].when.match[0].path"
+        );
+        assert_eq!(
+            path_of(
+                json!({"participants": ["a", "b"], "policy": {"order": "round_robin", "approvals": [{"before": "a", "approver": "c"}]}})
+            ),
+            "scenario.policy.approvals[0].approver"
+        );
+        assert_eq!(
+            path_of(json!({"participants": ["a"], "stop": {"maxTurns": 0}})),
+            "scenario.stop.maxTurns"
+        );
+        let e = parse(&json!({"participants": ["a"], "surprise": 1})).unwrap_err();
+        assert!(e.message.contains("surprise"), "{}", e.message);
+        assert_eq!(
+            path_of(json!({"participants": ["a"], "policy": {"order": "loudest"}})),
+            "scenario"
+        );
+    }
+
+    #[test]
+    fn reads_yaml() {
+        let s = Scenario::from_yaml(
+            "participants: [a, b]\npolicy:\n  order: round_robin\nstop:\n  maxTurns: 4\n",
+            &Sandbox::default(),
+        )
+        .unwrap();
+        assert_eq!(s.policy.unwrap().max_turns, Some(4));
+        assert!(Scenario::from_yaml("participants: [a\n", &Sandbox::default()).is_err());
+    }
+}

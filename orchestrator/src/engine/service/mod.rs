@@ -1,0 +1,708 @@
+//! The method core: every protocol method as a plain async function of (identity, params).
+//!
+//! WebSocket JSON-RPC, the HTTP routes and the in-process client of agents that run inside the
+//! server all call these functions; none of them re-implements a rule. Appends go through the writer (and so
+//! through the state machine); reads come from the hub's memory or the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_spec::*;
+use tokio::time::Instant;
+
+use crate::engine::auth::{hash_token, valid_id, Identity};
+use crate::engine::config::Limits;
+use crate::engine::error::{refuse, Error, Result};
+use crate::engine::fanout::{read_after, Feed, PAGE};
+use crate::engine::hub::{ConvShared, Hub};
+use crate::engine::scenario::Scenario;
+use crate::engine::state::AppendRequest;
+use crate::engine::store::Store;
+use crate::engine::turns::{TurnConfig, Turns};
+use crate::engine::writer::{Appending, WriterHandle};
+
+mod access;
+
+/// The long-poll's wait when the caller names none, in milliseconds.
+pub const DEFAULT_WAIT_MS: u64 = 30_000;
+
+/// The orchestrator: the store, the hot state, the writer, the turn dispatcher and the limits.
+#[derive(Debug)]
+pub struct Orchestrator {
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    writer: WriterHandle,
+    turns: Arc<Turns>,
+    limits: Limits,
+    scenarios: std::sync::RwLock<std::collections::HashMap<String, serde_json::Value>>,
+}
+
+impl Orchestrator {
+    /// Rebuilds the state from the log, starts the writer and (inside a tokio runtime) the turn
+    /// dispatcher, which hands out every pending turn again. No agent runs inside the server
+    /// until the host wires some ([`crate::engine::turns::Turns::set_internal`]); the host
+    /// module does that for scenario participants and the operator's agents.
+    pub fn open(store: Arc<dyn Store>, limits: Limits) -> Result<Arc<Orchestrator>> {
+        Orchestrator::open_with(store, limits, TurnConfig::default(), Vec::new())
+    }
+
+    /// [`Orchestrator::open`] with a turn configuration and a library of named scenarios (see
+    /// [`Orchestrator::set_scenarios`]), in place before any turn runs: a turn taken again from
+    /// the log at start may open a sub-conversation by scenario name at once. Every scenario is
+    /// checked before anything is opened.
+    pub fn open_with(
+        store: Arc<dyn Store>,
+        limits: Limits,
+        turn_config: TurnConfig,
+        scenarios: Vec<(String, serde_json::Value)>,
+    ) -> Result<Arc<Orchestrator>> {
+        let library = scenario_library(scenarios, &limits.sandbox)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        crate::engine::telemetry::install();
+        let hub = Arc::new(Hub::default());
+        let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
+        let turns = Turns::new(hub.clone(), turn_config, runtime);
+        turns.attach(&hub);
+        crate::engine::timers::spawn(hub.clone(), writer.clone());
+        Ok(Arc::new(Orchestrator {
+            store,
+            hub,
+            writer,
+            turns,
+            limits,
+            scenarios: std::sync::RwLock::new(library),
+        }))
+    }
+
+    /// Makes scenarios available to `createConversation` by name. Each is checked first; the
+    /// first bad one is refused with its name.
+    pub fn set_scenarios(&self, named: Vec<(String, serde_json::Value)>) -> Result<()> {
+        let map = scenario_library(named, &self.limits.sandbox)?;
+        if let Ok(mut s) = self.scenarios.write() {
+            *s = map;
+        }
+        Ok(())
+    }
+
+    /// The names of the scenarios available by name.
+    pub fn scenario_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .scenarios
+            .read()
+            .map(|s| s.keys().cloned().collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// The turn dispatcher.
+    pub fn turns(&self) -> &Arc<Turns> {
+        &self.turns
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The hot state and fanout.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The writer (its counters are in `writer().stats`).
+    pub fn writer(&self) -> &WriterHandle {
+        &self.writer
+    }
+
+    /// Ends waits and feeds, finishes queued appends and stops the writer. Every acknowledged
+    /// event is durable before this returns.
+    pub async fn shutdown(&self) {
+        self.hub.close();
+        self.writer.stop().await;
+    }
+
+    /// Checks a token; the identity it speaks as.
+    pub async fn authenticate(&self, token: &str) -> Result<Identity> {
+        let store = self.store.clone();
+        let hash = hash_token(token);
+        let found = tokio::task::spawn_blocking(move || store.find_token(&hash)).await??;
+        match found {
+            Some(t) => Ok(Identity::new(t.agent_id, t.admin)),
+            None => Err(refuse(ErrorCode::Unauthenticated, "unknown token")),
+        }
+    }
+
+    /// `createConversation`: admins create any conversation; any agent may open a
+    /// sub-conversation of one it takes part in. Only an admin's scenario or the server's
+    /// library may declare participants that run code, and no participant the server runs may
+    /// have the id of an agent with a token (docs/security.md).
+    pub async fn create_conversation(
+        &self,
+        who: &Identity,
+        p: CreateConversationParams,
+    ) -> Result<CreateConversationResult> {
+        match &p.parent_conversation_id {
+            Some(parent) => {
+                self.check_writable(who, parent)?;
+                let conv = self.readable(who, parent)?;
+                if !who.admin && !conv.is_participant(&who.agent_id) {
+                    return Err(refuse(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "{} does not take part in conversation {parent}",
+                            who.agent_id
+                        ),
+                    ));
+                }
+            }
+            None if !who.admin => {
+                return Err(refuse(
+                    ErrorCode::Forbidden,
+                    "only admins create conversations; an agent may open a sub-conversation (parentConversationId) of one it takes part in",
+                ));
+            }
+            None => {}
+        }
+        if p.input.is_some() && p.parent_conversation_id.is_none() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "input: only a sub-conversation (with parentConversationId) takes an input",
+            ));
+        }
+        let named = match &p.scenario_name {
+            Some(name) => {
+                if p.scenario.is_some() {
+                    return Err(refuse(
+                        ErrorCode::InvalidParams,
+                        "scenarioName: give a scenario by name or inline, not both",
+                    ));
+                }
+                let found = self
+                    .scenarios
+                    .read()
+                    .ok()
+                    .and_then(|s| s.get(name).cloned());
+                match found {
+                    Some(v) => Some(v),
+                    None => {
+                        return Err(Error::Rpc(
+                            RpcError::new(
+                                ErrorCode::InvalidParams,
+                                format!("scenarioName: no scenario named {name:?} on this server"),
+                            )
+                            .with_data(serde_json::json!({"known": self.scenario_names()})),
+                        ))
+                    }
+                }
+            }
+            None => None,
+        };
+        let scenario = match named.as_ref().or(p.scenario.as_ref()) {
+            Some(v) => {
+                if p.participants.is_some() {
+                    return Err(refuse(
+                        ErrorCode::InvalidParams,
+                        "participants: give them in the scenario or as participants, not both",
+                    ));
+                }
+                let authority = who.authority(named.is_some());
+                // Who may declare what is decided first, before any setting is looked at.
+                if !authority.trusted {
+                    Self::check_kinds(v)?;
+                }
+                let mut s = self.check_scenario(v.clone()).await?;
+                self.check_declared(&s).await?;
+                if let Some(policy) = &mut s.policy {
+                    policy.authority = Some(authority);
+                }
+                Some(s)
+            }
+            None => None,
+        };
+        let id = match p.conversation_id {
+            Some(id) if valid_id(&id) => id,
+            Some(id) => {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
+                    ),
+                ))
+            }
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let (participants, policy) = match scenario {
+            Some(s) => (s.participants, s.policy),
+            None => (p.participants.unwrap_or_default(), None),
+        };
+        if participants.is_empty() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "participants: at least one agent id is needed",
+            ));
+        }
+        if participants.len() > self.limits.max_participants {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                format!(
+                    "participants: at most {} agents",
+                    self.limits.max_participants
+                ),
+            ));
+        }
+        for (i, a) in participants.iter().enumerate() {
+            if !valid_id(a) || a == ORCHESTRATOR_AUTHOR {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!("participants[{i}]: {a:?} is not a usable agent id"),
+                ));
+            }
+            if participants[..i].contains(a) {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!("participants[{i}]: {a:?} is listed twice"),
+                ));
+            }
+        }
+        if let Some(m) = &p.metadata {
+            if m.to_string().len() > self.limits.max_payload_bytes {
+                return Err(refuse(
+                    ErrorCode::PayloadTooLarge,
+                    "metadata is over the payload limit",
+                ));
+            }
+        }
+        let child_of = match p.parent_conversation_id {
+            Some(parent) => {
+                let input = p.input.map(|i| serde_json::to_value(i).unwrap_or_default());
+                if let Some(i) = &input {
+                    self.check_payload(&i.to_string())?;
+                }
+                Some(crate::engine::writer::ChildOf {
+                    parent,
+                    input,
+                    max_depth: self.limits.max_depth,
+                    max_children: self.limits.max_children,
+                })
+            }
+            None => None,
+        };
+        self.writer
+            .create(
+                id.clone(),
+                participants,
+                p.metadata,
+                who.agent_id.clone(),
+                policy,
+                child_of,
+            )
+            .await?;
+        Ok(CreateConversationResult {
+            conversation_id: id,
+        })
+    }
+
+    /// The identity of `GET /me`.
+    pub fn who_am_i(&self, who: &Identity) -> WhoAmI {
+        WhoAmI {
+            agent_id: who.agent_id.clone(),
+            admin: who.admin,
+        }
+    }
+
+    /// `getConversation`.
+    pub fn get_conversation(&self, who: &Identity, p: ConversationParams) -> Result<Snapshot> {
+        Ok(self
+            .readable(who, &p.conversation_id)?
+            .snapshot(&who.agent_id))
+    }
+
+    /// `listConversations`: the caller's conversations (every one, for an admin).
+    pub fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
+        let mut convs = if who.admin {
+            self.hub.all()
+        } else {
+            self.hub.conversations_of(&who.agent_id)
+        };
+        if let Some(s) = &who.scope {
+            convs.retain(|c| self.within(c, &s.home));
+        }
+        let mut conversations: Vec<Snapshot> =
+            convs.iter().map(|c| c.snapshot(&who.agent_id)).collect();
+        conversations.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        ListConversationsResult { conversations }
+    }
+
+    /// `claimTurn`.
+    pub fn claim_turn(&self, who: &Identity, p: ClaimTurnParams) -> Result<ClaimTurnResult> {
+        self.turns.claim(&who.agent_id, &p).map_err(Error::Rpc)
+    }
+
+    /// `forkConversation` (admins): a new conversation that starts with the events of another
+    /// up to `atSeq`, then a `forked_from` event; the original is untouched.
+    pub async fn fork_conversation(
+        &self,
+        who: &Identity,
+        p: ForkConversationParams,
+    ) -> Result<CreateConversationResult> {
+        if !who.admin {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only admins fork conversations",
+            ));
+        }
+        let conv = self.readable(who, &p.conversation_id)?;
+        let head = conv.head();
+        if p.at_seq == 0 || p.at_seq > head {
+            return Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::InvalidParams,
+                    format!("atSeq: {} is not in 1..={head}", p.at_seq),
+                )
+                .with_data(serde_json::json!({"latestSeq": head})),
+            ));
+        }
+        let id = match p.new_conversation_id {
+            Some(id) if valid_id(&id) => id,
+            Some(id) => {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!(
+                    "newConversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
+                ),
+                ))
+            }
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let mut events = Vec::with_capacity(p.at_seq as usize);
+        let mut cursor = 0;
+        while cursor < p.at_seq {
+            let page = read_after(&self.store, &conv, cursor, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            cursor = last.seq;
+            events.extend(
+                page.into_iter()
+                    .filter(|e| e.seq <= p.at_seq)
+                    .map(|e| (*e).clone()),
+            );
+        }
+        let fork = crate::engine::writer::ForkFrom {
+            from: p.conversation_id.clone(),
+            events,
+        };
+        self.writer
+            .fork(
+                id.clone(),
+                conv.participants.clone(),
+                who.agent_id.clone(),
+                fork,
+            )
+            .await?;
+        Ok(CreateConversationResult {
+            conversation_id: id,
+        })
+    }
+
+    /// `pauseConversation` (admins): messages are refused until it resumes. Pausing a paused
+    /// conversation changes nothing and answers the latest seq.
+    pub async fn pause_conversation(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+    ) -> Result<SeqResult> {
+        self.set_paused(who, p, true).await
+    }
+
+    /// `resumeConversation` (admins).
+    pub async fn resume_conversation(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+    ) -> Result<SeqResult> {
+        self.set_paused(who, p, false).await
+    }
+
+    async fn set_paused(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+        pause: bool,
+    ) -> Result<SeqResult> {
+        if !who.admin {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only admins pause and resume conversations",
+            ));
+        }
+        let conv = self.readable(who, &p.conversation_id)?;
+        let core = conv.core();
+        if core.closed {
+            return Err(refuse(
+                ErrorCode::ConversationClosed,
+                format!("conversation {} is closed", p.conversation_id),
+            ));
+        }
+        if core.paused == pause {
+            return Ok(SeqResult { seq: core.head });
+        }
+        let kind = if pause { "paused" } else { "resumed" };
+        let req = AppendRequest::system(serde_json::json!({"type": kind, "by": who.agent_id}));
+        let r = self.writer.append(p.conversation_id, req).await?;
+        Ok(SeqResult { seq: r.seq })
+    }
+
+    /// `tail`.
+    pub async fn tail(&self, who: &Identity, p: TailParams) -> Result<TailResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        let latest_seq = conv.head();
+        let limit = p
+            .limit
+            .map(|l| l as usize)
+            .unwrap_or(self.limits.max_tail)
+            .min(self.limits.max_tail);
+        let events = read_after(&self.store, &conv, p.since_seq, limit).await?;
+        Ok(TailResult {
+            events: events.iter().map(|e| (**e).clone()).collect(),
+            latest_seq,
+        })
+    }
+
+    fn capped(&self, timeout_ms: u64) -> Duration {
+        Duration::from_millis(timeout_ms).min(self.limits.max_wait)
+    }
+
+    /// Waits until the head of `conv` passes `since` or the deadline; true if it did.
+    async fn wait_past(&self, conv: &ConvShared, since: u64, deadline: Instant) -> bool {
+        let mut head = conv.watch();
+        let mut closing = self.hub.closing();
+        if *head.borrow_and_update() > since {
+            return true;
+        }
+        let wait = head.wait_for(|h| *h > since);
+        tokio::select! {
+            r = wait => r.is_ok(),
+            _ = tokio::time::sleep_until(deadline) => false,
+            _ = closing.wait_for(|c| *c) => conv.head() > since,
+        }
+    }
+
+    /// `waitForChange`: the waiter is registered before the head is read, so no wake-up is lost.
+    pub async fn wait_for_change(
+        &self,
+        who: &Identity,
+        p: WaitForChangeParams,
+    ) -> Result<WaitForChangeResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        let deadline = Instant::now() + self.capped(p.timeout_ms);
+        let changed = self.wait_past(&conv, p.since_seq, deadline).await;
+        Ok(WaitForChangeResult {
+            latest_seq: conv.head(),
+            timed_out: !changed,
+        })
+    }
+
+    /// The long-poll of `GET /conversations/{id}/wait`: events after `since_seq`, as soon as
+    /// there are any or when the (capped) timeout ends. The waiter is registered before the
+    /// head is read, so no wake-up is lost.
+    pub async fn wait_events(
+        &self,
+        who: &Identity,
+        conversation_id: &str,
+        q: WaitQuery,
+    ) -> Result<crate::engine::fanout::WaitEvents> {
+        let conv = self.readable(who, conversation_id)?;
+        let timeout = self.capped(q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS));
+        let deadline = Instant::now() + timeout;
+        let changed = self.wait_past(&conv, q.since_seq, deadline).await;
+        let events = if changed {
+            read_after(&self.store, &conv, q.since_seq, self.limits.max_tail).await?
+        } else {
+            Vec::new()
+        };
+        Ok(crate::engine::fanout::WaitEvents {
+            latest_seq: conv.head(),
+            timed_out: !changed,
+            events,
+        })
+    }
+
+    /// `getUpdatesOrGuidance`: new messages and guidance; when there are no new messages and a
+    /// timeout is given, waits for some first.
+    pub async fn get_updates(
+        &self,
+        who: &Identity,
+        p: GetUpdatesParams,
+    ) -> Result<GetUpdatesResult> {
+        let conv = self.readable(who, &p.conversation_id)?;
+        let limit = p
+            .limit
+            .map(|l| l as usize)
+            .unwrap_or(self.limits.max_tail)
+            .clamp(1, self.limits.max_tail);
+        let deadline = Instant::now() + self.capped(p.timeout_ms.unwrap_or(0));
+        let mut cursor = p.since_seq.unwrap_or(0);
+        let mut messages = Vec::new();
+        let mut timed_out = false;
+        loop {
+            let head = conv.head();
+            while cursor < head && messages.len() < limit {
+                let evs = read_after(&self.store, &conv, cursor, PAGE).await?;
+                let Some(last) = evs.last() else { break };
+                let last_seq = last.seq;
+                for e in evs {
+                    cursor = e.seq;
+                    if e.kind == EventKind::Message {
+                        messages.push((*e).clone());
+                        if messages.len() == limit {
+                            break;
+                        }
+                    }
+                }
+                if cursor < last_seq {
+                    break;
+                }
+            }
+            let closed = conv.core().closed;
+            if !messages.is_empty() || closed || Instant::now() >= deadline {
+                break;
+            }
+            if !self.wait_past(&conv, cursor, deadline).await {
+                timed_out = true;
+                break;
+            }
+        }
+        let snapshot = conv.snapshot(&who.agent_id);
+        Ok(GetUpdatesResult {
+            messages,
+            guidance: snapshot.guidance,
+            latest_seq: cursor,
+            status: snapshot.status,
+            timed_out,
+        })
+    }
+
+    fn check_payload(&self, json: &str) -> Result<()> {
+        if json.len() > self.limits.max_payload_bytes {
+            return Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "payload is {} bytes; the limit is {}",
+                        json.len(),
+                        self.limits.max_payload_bytes
+                    ),
+                )
+                .with_data(
+                    serde_json::json!({"limit": self.limits.max_payload_bytes, "size": json.len()}),
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_key(key: &Option<String>) -> Result<()> {
+        match key {
+            Some(k) if k.is_empty() || k.len() > 256 => Err(refuse(
+                ErrorCode::InvalidParams,
+                "clientRequestId: 1-256 characters",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `sendMessage`: acknowledged once durable. Existence and participation are checked by the
+    /// writer's state machine, like every other rule of an append.
+    ///
+    /// The message is checked and queued for the writer when this is called; the future only
+    /// waits for the answer (see [`crate::engine::writer::WriterHandle::append`]).
+    pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
+        match self.message_request(who, p) {
+            Ok((conversation, req)) => self.writer.append(conversation, req),
+            Err(e) => Appending::refused(e),
+        }
+    }
+
+    /// A `sendMessage`'s conversation and request, checked (key and payload size).
+    fn message_request(
+        &self,
+        who: &Identity,
+        p: SendMessageParams,
+    ) -> Result<(String, AppendRequest)> {
+        Self::check_key(&p.client_request_id)?;
+        self.check_writable(who, &p.conversation_id)?;
+        let payload = serde_json::value::to_raw_value(&p.payload)?;
+        let req = AppendRequest::from_raw(
+            who.agent_id.clone(),
+            EventKind::Message,
+            Some(p.finality),
+            payload,
+        )
+        .with_turn_hint(p.turn_hint.map(|h| h.turn))
+        .with_client_request_id(p.client_request_id);
+        self.check_payload(req.payload.get())?;
+        Ok((p.conversation_id, req))
+    }
+
+    /// `sendTrace`: acknowledged once durable.
+    pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
+        if p.finality.is_some() {
+            return Err(refuse(
+                ErrorCode::InvalidFinality,
+                "only messages carry finality; a trace cannot",
+            ));
+        }
+        Self::check_key(&p.client_request_id)?;
+        self.check_writable(who, &p.conversation_id)?;
+        let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
+            .with_turn(p.turn)
+            .with_client_request_id(p.client_request_id);
+        self.check_payload(req.payload.get())?;
+        self.writer.append(p.conversation_id, req).await
+    }
+
+    /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
+    pub fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
+        match p.conversation_id {
+            Some(id) => {
+                let conv = self.readable(who, &id)?;
+                let since = p.since_seq.unwrap_or_else(|| conv.head());
+                Ok(Feed::one(self.store.clone(), self.hub.clone(), conv, since))
+            }
+            None if who.scope.is_some() => Err(refuse(
+                ErrorCode::Forbidden,
+                "an agent a scenario declares subscribes to one conversation at a time",
+            )),
+            None => Ok(Feed::all(
+                self.store.clone(),
+                self.hub.clone(),
+                &who.agent_id,
+                p.since_seq,
+                p.cursors.unwrap_or_default(),
+            )),
+        }
+    }
+}
+
+/// Scenarios by name, each checked.
+fn scenario_library(
+    named: Vec<(String, serde_json::Value)>,
+    sandbox: &agent_kinds::Sandbox,
+) -> Result<std::collections::HashMap<String, serde_json::Value>> {
+    let mut map = std::collections::HashMap::new();
+    for (name, v) in named {
+        Scenario::parse(&v, sandbox).map_err(|e| {
+            Error::Rpc(RpcError::new(
+                e.code,
+                format!("scenario {name}: {}", e.message),
+            ))
+        })?;
+        map.insert(name, v);
+    }
+    Ok(map)
+}

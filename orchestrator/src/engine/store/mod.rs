@@ -1,0 +1,160 @@
+//! Storage behind a trait: the durable log, conversations and tokens.
+//!
+//! The writer thread owns one [`LogWriter`] and commits whole batches through it; everything
+//! else reads through the shared [`Store`]. The SQLite backend is [`sqlite::SqliteStore`]; a
+//! second backend implements the same two traits without touching the state machine.
+
+pub mod migrations;
+pub mod sqlite;
+
+use proto_spec::{Event, EventKind, Finality};
+use serde_json::Value;
+
+use crate::engine::error::Result;
+use crate::engine::state::{BodyHash, Draft};
+
+/// A conversation as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationRecord {
+    /// Its id.
+    pub id: String,
+    /// The storage's own number for it.
+    pub num: i64,
+    /// Participants.
+    pub participants: Vec<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// Free metadata.
+    pub metadata: Option<Value>,
+}
+
+/// A new conversation to insert in a batch.
+#[derive(Debug, Clone)]
+pub struct NewConversation {
+    /// Its id.
+    pub id: String,
+    /// The number the writer assigned.
+    pub num: i64,
+    /// Participants.
+    pub participants: Vec<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// Free metadata.
+    pub metadata: Option<Value>,
+    /// The ids of the participants the server runs for it (no token may be made for them).
+    pub declared: Vec<String>,
+}
+
+/// One event row to insert in a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRow<'a> {
+    /// The conversation's number.
+    pub conv: i64,
+    /// The decided event.
+    pub draft: &'a Draft,
+    /// Commit time, milliseconds since the epoch.
+    pub ts_ms: i64,
+}
+
+/// An event read back for recovery: what the state machine needs to observe it.
+#[derive(Debug, Clone)]
+pub struct RecoveredEvent {
+    /// Everything but the timestamp; the payload is kept for system events only.
+    pub draft: Draft,
+    /// When it was committed (ms since the epoch).
+    pub ts_ms: i64,
+}
+
+/// A token as stored (only its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// The agent it speaks as.
+    pub agent_id: String,
+    /// Whether it may administer.
+    pub admin: bool,
+}
+
+/// The writer side: owned by the writer thread.
+pub trait LogWriter: Send {
+    /// Commits new conversations and events in one transaction. The commit is in the log when
+    /// this returns, but durable (and readable through [`Store::read_events`]) only once a
+    /// [`Durability::sync`] that starts after it has returned: nothing may be acknowledged
+    /// before that.
+    fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()>;
+    /// The largest conversation number in use (numbers are assigned by the writer).
+    fn max_conversation_num(&mut self) -> Result<i64>;
+    /// What makes this writer's commits durable, for the thread that answers callers (taken
+    /// once, before the first commit).
+    fn durability(&mut self) -> Result<Box<dyn Durability>>;
+}
+
+/// Makes a writer's commits durable, on a thread of its own, so that the writer's next
+/// transaction overlaps the sync of the one before.
+pub trait Durability: Send {
+    /// Makes every commit that has returned so far durable, then readable through
+    /// [`Store::read_events`]. After an error nothing committed since the last successful sync
+    /// may be acknowledged (a failed sync may have dropped written pages: the writer stops).
+    fn sync(&mut self) -> Result<()>;
+}
+
+/// The shared side: reads, recovery and tokens.
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Opens the writer (once, for the writer thread).
+    fn writer(&self) -> Result<Box<dyn LogWriter>>;
+    /// Every conversation with its events, in seq order, for rebuilding state at start.
+    fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()>;
+    /// Events of one conversation with seq > `after`, at most `limit`, in seq order.
+    fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>>;
+    /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario
+    /// declared as a participant the server runs.
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()>;
+    /// Whether some token speaks as `agent_id`.
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
+    /// Finds a token by its hash.
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
+}
+
+/// Formats milliseconds since the epoch as RFC 3339 UTC with milliseconds.
+pub fn format_ts(ts_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ts_ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Turns a committed draft into the wire event (`ts` formatted once per commit).
+pub fn to_event(conversation_id: &str, d: Draft, ts: &str) -> Event {
+    Event {
+        conversation_id: conversation_id.to_string(),
+        seq: d.seq,
+        kind: d.kind,
+        author: d.author,
+        turn: d.turn,
+        finality: d.finality,
+        payload: d.payload,
+        client_request_id: d.client_request_id,
+        ts: ts.to_string(),
+        json: Default::default(),
+    }
+}
+
+pub(crate) fn kind_from(s: &str) -> Result<EventKind> {
+    EventKind::parse(s)
+        .ok_or_else(|| crate::engine::error::Error::Corrupt(format!("event kind {s:?}")))
+}
+
+pub(crate) fn finality_from(s: Option<String>) -> Result<Option<Finality>> {
+    s.map(|s| {
+        Finality::parse(&s)
+            .ok_or_else(|| crate::engine::error::Error::Corrupt(format!("finality {s:?}")))
+    })
+    .transpose()
+}
+
+pub(crate) fn hash_from(b: Option<Vec<u8>>) -> Option<BodyHash> {
+    b.and_then(|v| v.try_into().ok())
+}

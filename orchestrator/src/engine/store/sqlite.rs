@@ -1,0 +1,790 @@
+//! The embedded default backend: SQLite through rusqlite, WAL, `synchronous=FULL` unless told.
+//!
+//! The log is one table ordered by `pos` (the global commit order), so every commit appends at
+//! the end of one B-tree. Where each conversation's events are (seq → pos) lives in memory, in
+//! a [`SeqIndex`] that is extended after each commit is synced and that [`Store::recover`]
+//! rebuilds from one scan of the table at start (8 bytes per event).
+//!
+//! At `synchronous=FULL` the writer's own connection does not sync: its commits write the WAL,
+//! and a [`WalSync`] on another thread then syncs the WAL file (`fdatasync`) before anything in
+//! it is acknowledged or readable, so the writer's next transaction overlaps the sync of the
+//! one before. One sync covers every commit written before it started. Checkpoints run on
+//! connections that do sync (the WAL before copying it, the database file after), so the WAL
+//! is never started over on top of frames that are not in a synced database file.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use dashmap::DashMap;
+use proto_spec::Event;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::migrations::{latest, MIGRATIONS};
+use super::{
+    finality_from, format_ts, hash_from, kind_from, ConversationRecord, Durability, LogWriter,
+    NewConversation, NewRow, RecoveredEvent, Store, TokenRecord,
+};
+use crate::engine::error::{Error, Result};
+use crate::engine::state::Draft;
+
+/// How hard SQLite syncs a commit to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// fsync on every commit: an acknowledged event survives power loss (the default).
+    #[default]
+    Full,
+    /// fsync at checkpoints only: survives a crash of the process, not of the machine.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+
+    /// The writer connection's own setting: at FULL its commits are synced by a [`WalSync`]
+    /// instead of inside the commit.
+    fn writer_pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "OFF",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Where each conversation's events are in the log: `positions[seq - 1]`.
+///
+/// The writer only notes the runs of positions each commit wrote ([`SeqIndex::note`]); the
+/// thread that syncs them extends the lists ([`SeqIndex::index_noted`]) and then moves the
+/// durable mark, so the writer's thread does no per-conversation work here.
+#[derive(Debug)]
+pub struct SeqIndex {
+    /// Each conversation's number, by id.
+    nums: DashMap<String, i64, ahash::RandomState>,
+    /// Each conversation's positions, by number.
+    lists: DashMap<i64, Arc<RwLock<Vec<i64>>>, ahash::RandomState>,
+    /// The last position known durable: readers see nothing after it.
+    durable: AtomicI64,
+    /// Runs written and not yet in the lists.
+    noted: Mutex<Vec<Run>>,
+}
+
+/// `count` events of conversation `conv` from `first_seq` on, at `first_pos` onwards.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    conv: i64,
+    first_seq: u64,
+    first_pos: i64,
+    count: usize,
+}
+
+impl Default for SeqIndex {
+    fn default() -> Self {
+        SeqIndex {
+            nums: DashMap::default(),
+            lists: DashMap::default(),
+            durable: AtomicI64::new(i64::MAX),
+            noted: Mutex::default(),
+        }
+    }
+}
+
+impl SeqIndex {
+    fn positions(&self, conversation: &str, after: u64, limit: usize) -> Vec<i64> {
+        let Some(num) = self.nums.get(conversation).map(|n| *n) else {
+            return Vec::new();
+        };
+        let Some(list) = self.lists.get(&num).map(|l| l.clone()) else {
+            return Vec::new();
+        };
+        let durable = self.durable.load(Ordering::Acquire);
+        let list = list.read().unwrap_or_else(|p| p.into_inner());
+        let start = (after as usize).min(list.len());
+        let end = start.saturating_add(limit).min(list.len());
+        // Positions grow with seq: the durable ones are a prefix.
+        let durable_end = start + list[start..end].partition_point(|&pos| pos <= durable);
+        list[start..durable_end].to_vec()
+    }
+
+    /// Records the number of conversation `id`.
+    fn name(&self, id: &str, num: i64) {
+        self.nums.insert(id.to_string(), num);
+    }
+
+    /// Records that a conversation's events from `run.first_seq` on are at `run.first_pos`
+    /// onwards.
+    fn push_run(&self, run: Run) -> Result<()> {
+        let existing = self.lists.get(&run.conv).map(|l| l.clone());
+        let list = existing.unwrap_or_else(|| self.lists.entry(run.conv).or_default().clone());
+        let mut list = list.write().unwrap_or_else(|p| p.into_inner());
+        if list.len() as u64 + 1 != run.first_seq {
+            return Err(Error::Corrupt(format!(
+                "conversation number {}: seq {} follows seq {} in the log",
+                run.conv,
+                run.first_seq,
+                list.len()
+            )));
+        }
+        list.extend((0..run.count as i64).map(|i| run.first_pos + i));
+        Ok(())
+    }
+
+    /// Notes the runs of a commit's rows (grouped by conversation, in seq order) that start at
+    /// `first_pos`, for [`SeqIndex::index_noted`].
+    fn note(&self, rows: &[NewRow<'_>], first_pos: i64) {
+        let mut noted = self.noted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut start = 0;
+        while start < rows.len() {
+            let conv = rows[start].conv;
+            let end = rows[start..]
+                .iter()
+                .position(|r| r.conv != conv)
+                .map_or(rows.len(), |n| start + n);
+            noted.push(Run {
+                conv,
+                first_seq: rows[start].draft.seq,
+                first_pos: first_pos + start as i64,
+                count: end - start,
+            });
+            start = end;
+        }
+    }
+
+    /// Puts every noted run in the lists.
+    fn index_noted(&self) {
+        let runs = std::mem::take(&mut *self.noted.lock().unwrap_or_else(|p| p.into_inner()));
+        for run in runs {
+            if let Err(e) = self.push_run(run) {
+                tracing::error!(error = %e, "seq index out of step with the log");
+            }
+        }
+    }
+}
+
+/// The SQLite store: a path, the sync mode, a pool of read connections and the seq index.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    sync: Synchronous,
+    readers: Mutex<Vec<Connection>>,
+    index: Arc<SeqIndex>,
+}
+
+const READERS_KEPT: usize = 8;
+
+/// The page size of a new database.
+pub const PAGE_SIZE: i64 = 16_384;
+
+fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connection> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    if !read_only {
+        // Only takes effect when the file is new (before WAL mode writes its header): 16 KiB
+        // pages make appends ~20% cheaper than the default 4 KiB (BENCHMARKS.md).
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+    }
+    conn.pragma_update(None, "synchronous", sync.pragma())?;
+    conn.pragma_update(None, "cache_size", -16_384)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it to the latest schema.
+    pub fn open(path: impl AsRef<Path>, sync: Synchronous) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = open_conn(&path, sync, false)?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore {
+            path,
+            sync,
+            readers: Mutex::new(Vec::new()),
+            index: Arc::default(),
+        })
+    }
+
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self
+            .readers
+            .lock()
+            .map_err(|_| Error::Poisoned("the reader pool"))?
+            .pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => open_conn(&self.path, self.sync, true)?,
+        };
+        let out = f(&conn);
+        if let Ok(mut pool) = self.readers.lock() {
+            if pool.len() < READERS_KEPT {
+                pool.push(conn);
+            }
+        }
+        out
+    }
+}
+
+/// Takes the exclusive lock that makes this process the database's only log writer. Seq is
+/// assigned by the single writer, so a second server on the same file must not start.
+fn writer_lock(path: &Path) -> Result<std::fs::File> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(format!(
+            "{} is in use by another orchestrator (lock {}); one server per database",
+            path.display(),
+            std::path::Path::new(&name).display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::Io(e)),
+    }
+}
+
+/// Runs every pending migration in one transaction.
+pub fn migrate(conn: &mut Connection) -> Result<()> {
+    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if current > latest() {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            supported: latest(),
+        });
+    }
+    if current == latest() {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.execute_batch(step)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The writer's connection.
+#[derive(Debug)]
+pub struct SqliteWriter {
+    conn: Connection,
+    sync: Synchronous,
+    /// The WAL file, at `synchronous=FULL`: what [`WalSync`] syncs.
+    wal: Option<std::fs::File>,
+    index: Arc<SeqIndex>,
+    next_pos: i64,
+    /// The last position committed (written to the WAL; durable once a [`WalSync`] says so).
+    written: Arc<AtomicI64>,
+    /// Set by the checkpointer when the WAL is long and all but the newest frames are copied.
+    restart_due: Arc<AtomicBool>,
+    _checkpointer: Option<Checkpointer>,
+    /// Held while this writer lives: one writer per database, across processes.
+    _lock: std::fs::File,
+}
+
+/// Copies the WAL back into the database file on its own thread, so that the writer's commits
+/// only append to the WAL and sync it. (SQLite would otherwise checkpoint inside a commit.)
+///
+/// A background checkpoint never catches up with a busy writer: by the time it has copied the
+/// frames it saw, the writer has committed more, and SQLite only starts the WAL over (writes
+/// from its first frame again) when a write transaction begins with every frame copied. Left
+/// alone, the WAL of a busy server grows without bound, and every commit extends the file, so
+/// its sync also has to write the file's new size. So when the WAL is past [`RESTART_FRAMES`]
+/// and a background checkpoint has copied all it saw, the checkpointer asks the writer (through
+/// `restart_due`) to copy the few frames committed since, between two of its commits; the
+/// writer's next transaction then starts the WAL over, and from then on commits overwrite a
+/// file of a steady size.
+#[derive(Debug)]
+struct Checkpointer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How often the checkpointer runs.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A WAL this long (in frames, one page each: 16 MiB at 16 KiB pages) is started over.
+const RESTART_FRAMES: i64 = 1_024;
+
+/// The writer's part of a restart syncs the database file, which can take milliseconds on a
+/// busy disk: at most four a second keeps that out of all but a few commits' latency. (The WAL
+/// file then settles at what a quarter of a second of commits writes, and is overwritten.)
+const RESTART_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The restart is asked for once a checkpoint pass has found at most this many new frames.
+const WRITER_COPIES: i64 = 16;
+
+/// The WAL file is cut back to this size when it starts over after growing past it (a burst,
+/// or a long read that held a restart off).
+const WAL_SIZE_LIMIT: i64 = 256 << 20;
+
+/// Runs a checkpoint; answers the frames in the WAL and how many of them are copied.
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64, i64)> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        Ok((r.get(1)?, r.get(2)?))
+    })
+}
+
+impl Checkpointer {
+    fn start(
+        path: &Path,
+        sync: Synchronous,
+        restart_due: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Checkpointer> {
+        let conn = open_conn(path, sync, false)?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("wal-checkpoint".into())
+            .spawn(move || {
+                let mut asked: Option<std::time::Instant> = None;
+                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(CHECKPOINT_EVERY);
+                    // Passes again while the last one left many new frames behind, so that
+                    // what the writer copies itself between two commits is little.
+                    let mut seen = 0;
+                    for _ in 0..8 {
+                        match checkpoint(&conn, "PASSIVE") {
+                            Ok((frames, copied)) => {
+                                if frames < RESTART_FRAMES
+                                    || copied < frames
+                                    || asked.is_some_and(|t| t.elapsed() < RESTART_AT_MOST_EVERY)
+                                {
+                                    break;
+                                }
+                                if frames - seen <= WRITER_COPIES {
+                                    restart_due.store(true, std::sync::atomic::Ordering::Relaxed);
+                                    asked = Some(std::time::Instant::now());
+                                    break;
+                                }
+                                seen = frames;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = checkpoint(&conn, "TRUNCATE");
+            })?;
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl LogWriter for SqliteWriter {
+    fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut ins_conv = tx.prepare_cached(
+                "INSERT INTO conversations (num, id, created_by, participants, metadata) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut ins_declared =
+                tx.prepare_cached("INSERT OR IGNORE INTO declared_agents (agent_id) VALUES (?1)")?;
+            for c in convs {
+                let participants = serde_json::to_string(&c.participants).unwrap_or_default();
+                let metadata = c.metadata.as_ref().map(Value::to_string);
+                ins_conv.execute(params![c.num, c.id, c.created_by, participants, metadata])?;
+                for a in &c.declared {
+                    ins_declared.execute([a])?;
+                }
+            }
+            // Whole chunks of rows go in one statement each: one cursor on the log table for
+            // all of them, one step instead of one per row. SQLite numbers the rows itself
+            // (the last `pos` + 1: the log is never deleted from), which finds the end of the
+            // table at the cursor instead of by a seek from the root for each row; the numbers
+            // are checked against the writer's below.
+            let mut chunks = rows.chunks_exact(ROWS_PER_INSERT);
+            if chunks.len() > 0 {
+                let mut ins = tx.prepare_cached(&insert_events_sql(ROWS_PER_INSERT))?;
+                for chunk in chunks.by_ref() {
+                    for (i, r) in chunk.iter().enumerate() {
+                        bind_event(&mut ins, i * EVENT_COLUMNS, r)?;
+                    }
+                    ins.raw_execute()?;
+                }
+            }
+            let rest = chunks.remainder();
+            if !rest.is_empty() {
+                let mut ins = tx.prepare_cached(&insert_events_sql(1))?;
+                for r in rest {
+                    bind_event(&mut ins, 0, r)?;
+                    ins.raw_execute()?;
+                }
+            }
+            let last = self.next_pos + rows.len() as i64 - 1;
+            if !rows.is_empty() && tx.last_insert_rowid() != last {
+                return Err(Error::Corrupt(format!(
+                    "the log numbered its last row {}, the writer {last}",
+                    tx.last_insert_rowid()
+                )));
+            }
+        }
+        tx.commit()?;
+        // Committed: from here on nothing may report failure, or the writer would roll back
+        // state that is already durable.
+        if self
+            .restart_due
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Copies what was committed since the checkpointer's last pass (a busy reader may
+            // hold the copy or the restart off: the checkpointer asks again). It runs at the
+            // store's sync mode, so that the WAL is synced before it is copied and the database
+            // file after, as the checkpointer's own passes are.
+            if let Err(e) = self.checkpoint_synced() {
+                tracing::warn!(error = %e, "WAL checkpoint before a restart failed; will retry");
+            }
+        }
+        // Noted before `written` moves: a sync that covers these rows indexes them.
+        for c in convs {
+            self.index.name(&c.id, c.num);
+        }
+        self.index.note(rows, self.next_pos);
+        self.next_pos += rows.len() as i64;
+        self.written.store(self.next_pos - 1, Ordering::Release);
+        Ok(())
+    }
+
+    fn durability(&mut self) -> Result<Box<dyn Durability>> {
+        Ok(Box::new(WalSync {
+            wal: self
+                .wal
+                .as_ref()
+                .map(std::fs::File::try_clone)
+                .transpose()?,
+            written: self.written.clone(),
+            index: self.index.clone(),
+        }))
+    }
+
+    fn max_conversation_num(&mut self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(num), 0) FROM conversations", [], |r| {
+                r.get(0)
+            })?)
+    }
+}
+
+/// Rows a batch inserts with one statement (the rest one by one).
+const ROWS_PER_INSERT: usize = 16;
+/// Columns of an event row that are bound (`pos` is numbered by SQLite).
+const EVENT_COLUMNS: usize = 10;
+
+/// `INSERT INTO events` of `rows` rows. A row that breaks a constraint (none should) fails
+/// the whole transaction (`OR ROLLBACK`), as the batch fails as a whole anyway; so SQLite
+/// keeps no statement journal to undo a statement of many rows alone.
+fn insert_events_sql(rows: usize) -> String {
+    let one = format!(
+        "({})",
+        (0..EVENT_COLUMNS)
+            .map(|_| "?")
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    format!(
+        "INSERT OR ROLLBACK INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) VALUES {}",
+        vec![one; rows].join(", ")
+    )
+}
+
+/// Binds one event row at parameters `at + 1 ..= at + EVENT_COLUMNS`.
+fn bind_event(st: &mut rusqlite::Statement<'_>, at: usize, r: &NewRow<'_>) -> Result<()> {
+    let d = r.draft;
+    st.raw_bind_parameter(at + 1, r.conv)?;
+    st.raw_bind_parameter(at + 2, d.seq as i64)?;
+    st.raw_bind_parameter(at + 3, d.kind.as_str())?;
+    st.raw_bind_parameter(at + 4, &d.author)?;
+    st.raw_bind_parameter(at + 5, d.turn as i64)?;
+    st.raw_bind_parameter(at + 6, d.finality.map(|f| f.as_str()))?;
+    st.raw_bind_parameter(at + 7, d.payload.get())?;
+    st.raw_bind_parameter(at + 8, &d.client_request_id)?;
+    st.raw_bind_parameter(at + 9, d.hash.as_ref().map(|h| &h[..]))?;
+    st.raw_bind_parameter(at + 10, r.ts_ms)?;
+    Ok(())
+}
+
+impl SqliteWriter {
+    /// A PASSIVE checkpoint on the writer's connection at the store's sync mode.
+    fn checkpoint_synced(&self) -> rusqlite::Result<(i64, i64)> {
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.pragma())?;
+        let done = checkpoint(&self.conn, "PASSIVE");
+        self.conn
+            .pragma_update(None, "synchronous", self.sync.writer_pragma())?;
+        done
+    }
+}
+
+impl Drop for SqliteWriter {
+    fn drop(&mut self) {
+        // A connection that closes last checkpoints the WAL and removes it: at the store's
+        // sync mode, so that the database file is synced first.
+        let _ = self
+            .conn
+            .pragma_update(None, "synchronous", self.sync.pragma());
+    }
+}
+
+/// Syncs the WAL that a [`SqliteWriter`] writes without syncing, then lets readers see what it
+/// covers.
+#[derive(Debug)]
+struct WalSync {
+    /// `None` at `synchronous=NORMAL` (commits are not synced, as SQLite does at NORMAL).
+    wal: Option<std::fs::File>,
+    written: Arc<AtomicI64>,
+    index: Arc<SeqIndex>,
+}
+
+impl Durability for WalSync {
+    fn sync(&mut self) -> Result<()> {
+        // Read before the sync starts: everything committed up to here is covered by it.
+        let upto = self.written.load(Ordering::Acquire);
+        if let Some(wal) = &self.wal {
+            wal.sync_data()?;
+        }
+        self.index.index_noted();
+        self.index.durable.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+impl Store for SqliteStore {
+    fn writer(&self) -> Result<Box<dyn LogWriter>> {
+        let lock = writer_lock(&self.path)?;
+        let conn = open_conn(&self.path, self.sync, false)?;
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let next_pos: i64 =
+            conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
+                r.get(0)
+            })?;
+        // Everything in the log at start is durable (a WAL found at open is synced, below).
+        self.index.durable.store(next_pos - 1, Ordering::Release);
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+        let wal = match self.sync {
+            Synchronous::Full => {
+                // The WAL file exists once the connection has read the database in WAL mode
+                // (above); an fdatasync of any handle on it syncs what the writer's connection
+                // writes. What a crash left in it may never have been synced: that is synced
+                // before anything in it is served, then the writer's commits go unsynced (see
+                // [`WalSync`]).
+                let path = wal_path(&self.path);
+                let wal = std::fs::File::open(&path).map_err(|e| {
+                    Error::Io(std::io::Error::new(
+                        e.kind(),
+                        format!("opening {} to sync it: {e}", path.display()),
+                    ))
+                })?;
+                wal.sync_data()?;
+                conn.pragma_update(None, "synchronous", Synchronous::Full.writer_pragma())?;
+                Some(wal)
+            }
+            Synchronous::Normal => None,
+        };
+        let restart_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checkpointer = Some(Checkpointer::start(
+            &self.path,
+            self.sync,
+            restart_due.clone(),
+        )?);
+        Ok(Box::new(SqliteWriter {
+            conn,
+            sync: self.sync,
+            wal,
+            index: self.index.clone(),
+            next_pos,
+            written: Arc::new(AtomicI64::new(next_pos - 1)),
+            restart_due,
+            _checkpointer: checkpointer,
+            _lock: lock,
+        }))
+    }
+
+    fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
+        self.with_reader(|conn| {
+            let mut records: HashMap<i64, (ConversationRecord, Vec<RecoveredEvent>)> = HashMap::new();
+            let mut order = Vec::new();
+            let mut convs = conn.prepare("SELECT num, id, created_by, participants, metadata FROM conversations ORDER BY num")?;
+            let mut rows = convs.query([])?;
+            while let Some(row) = rows.next()? {
+                let num: i64 = row.get(0)?;
+                let participants: String = row.get(3)?;
+                let metadata: Option<String> = row.get(4)?;
+                let record = ConversationRecord {
+                    num,
+                    id: row.get(1)?,
+                    created_by: row.get(2)?,
+                    participants: serde_json::from_str(&participants).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
+                };
+                order.push(num);
+                self.index.name(&record.id, num);
+                records.insert(num, (record, Vec::new()));
+            }
+            let mut evs = conn.prepare(
+                "SELECT pos, conv, seq, kind, author, turn, finality,
+                        CASE WHEN kind = 'system' THEN payload END,
+                        client_request_id, request_hash, ts_ms
+                 FROM events ORDER BY pos",
+            )?;
+            let mut er = evs.query([])?;
+            while let Some(e) = er.next()? {
+                let pos: i64 = e.get(0)?;
+                let conv: i64 = e.get(1)?;
+                let Some((_, events)) = records.get_mut(&conv) else {
+                    return Err(Error::Corrupt(format!("event at {pos} names unknown conversation {conv}")));
+                };
+                let payload_json: Option<String> = e.get(7)?;
+                let payload = match payload_json {
+                    Some(p) => RawValue::from_string(p).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    None => RawValue::NULL.to_owned(),
+                };
+                let seq = e.get::<_, i64>(2)? as u64;
+                self.index.push_run(Run { conv, first_seq: seq, first_pos: pos, count: 1 })?;
+                events.push(RecoveredEvent {
+                    draft: Draft {
+                        seq,
+                        kind: kind_from(&e.get::<_, String>(3)?)?,
+                        author: e.get(4)?,
+                        turn: e.get::<_, i64>(5)? as u64,
+                        finality: finality_from(e.get(6)?)?,
+                        payload,
+                        client_request_id: e.get(8)?,
+                        hash: hash_from(e.get(9)?),
+                    },
+                    ts_ms: e.get(10)?,
+                });
+            }
+            for num in order {
+                if let Some((record, events)) = records.remove(&num) {
+                    each(record, events);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let positions = self.index.positions(conversation, after, limit);
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT seq, kind, author, turn, finality, payload, client_request_id, ts_ms FROM events WHERE pos = ?1",
+            )?;
+            let mut out = Vec::with_capacity(positions.len());
+            for pos in positions {
+                let event = st.query_row([pos], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, String>(5)?,
+                        r.get::<_, Option<String>>(6)?,
+                        r.get::<_, i64>(7)?,
+                    ))
+                })?;
+                let (seq, kind, author, turn, finality, payload, client_request_id, ts_ms) = event;
+                out.push(Event {
+                    conversation_id: conversation.to_string(),
+                    seq: seq as u64,
+                    kind: kind_from(&kind)?,
+                    author,
+                    turn: turn as u64,
+                    finality: finality_from(finality)?,
+                    payload: RawValue::from_string(payload).map_err(|e| Error::Corrupt(e.to_string()))?,
+                    client_request_id,
+                    ts: format_ts(ts_ms),
+                    json: Default::default(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+        let mut conn = open_conn(&self.path, self.sync, false)?;
+        // The check and the insert in one write transaction: a conversation declaring the id
+        // commits either before (and the token is refused) or after (and it is refused).
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let declared: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = ?1)",
+            [&record.agent_id],
+            |r| r.get(0),
+        )?;
+        if declared {
+            return Err(crate::engine::error::refuse(
+                proto_spec::ErrorCode::Forbidden,
+                format!(
+                    "{:?} is a participant a scenario declared for the server to run; an agent id names one principal, so it cannot also have a token",
+                    record.agent_id
+                ),
+            ));
+        }
+        tx.execute(
+            "INSERT INTO tokens (hash, agent_id, admin, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![hash, record.agent_id, record.admin, super::now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+        self.with_reader(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = ?1)")?
+                .query_row([agent_id], |r| r.get(0))?)
+        })
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.with_reader(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT agent_id, admin FROM tokens WHERE hash = ?1")?
+                .query_row([hash], |r| {
+                    Ok(TokenRecord {
+                        agent_id: r.get(0)?,
+                        admin: r.get(1)?,
+                    })
+                })
+                .optional()?)
+        })
+    }
+}

@@ -1,0 +1,188 @@
+//! [`InProcessClient`]: the [`AgentClient`] of agents that run inside the server.
+//!
+//! It calls the same method core ([`Orchestrator`]) that serves `/rpc`, with a fixed identity,
+//! so an internal agent is held to exactly the rules an external one is. No rule is
+//! implemented here.
+
+use std::sync::{Arc, Weak};
+
+use agent_sdk::{
+    async_trait, new_request_id, AgentClient, Cancel, ClientError, ClientResult, EventStream,
+    TurnRequests,
+};
+use proto_spec::*;
+
+use crate::engine::auth::Identity;
+use crate::engine::error::Error;
+use crate::engine::service::Orchestrator;
+
+/// An agent's client inside the server.
+#[derive(Debug, Clone)]
+pub struct InProcessClient {
+    orch: Weak<Orchestrator>,
+    _keep: Option<Arc<Orchestrator>>,
+    who: Identity,
+}
+
+fn rpc(e: Error) -> ClientError {
+    ClientError::Rpc(e.to_rpc())
+}
+
+impl InProcessClient {
+    /// A client speaking as `who`.
+    pub fn new(orch: Arc<Orchestrator>, who: Identity) -> Self {
+        InProcessClient {
+            orch: Arc::downgrade(&orch),
+            _keep: Some(orch),
+            who,
+        }
+    }
+
+    /// A client for an internal agent, speaking as `who`, that does not keep the orchestrator
+    /// alive.
+    pub fn from_weak(orch: Weak<Orchestrator>, who: Identity) -> Self {
+        InProcessClient {
+            orch,
+            _keep: None,
+            who,
+        }
+    }
+
+    fn o(&self) -> ClientResult<Arc<Orchestrator>> {
+        self.orch.upgrade().ok_or(ClientError::Closed)
+    }
+}
+
+#[async_trait]
+impl AgentClient for InProcessClient {
+    fn agent_id(&self) -> &str {
+        &self.who.agent_id
+    }
+
+    async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult> {
+        let who = self.o()?.authenticate(token).await.map_err(rpc)?;
+        Ok(AuthenticateResult {
+            ok: true,
+            agent_id: who.agent_id,
+        })
+    }
+
+    async fn create_conversation(
+        &self,
+        p: CreateConversationParams,
+    ) -> ClientResult<CreateConversationResult> {
+        self.o()?
+            .create_conversation(&self.who, p)
+            .await
+            .map_err(rpc)
+    }
+
+    async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot> {
+        self.o()?
+            .get_conversation(
+                &self.who,
+                ConversationParams {
+                    conversation_id: conversation_id.to_string(),
+                },
+            )
+            .map_err(rpc)
+    }
+
+    async fn list_conversations(&self) -> ClientResult<ListConversationsResult> {
+        Ok(self.o()?.list_conversations(&self.who))
+    }
+
+    async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
+        self.o()?.tail(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn wait_for_change(&self, p: WaitForChangeParams) -> ClientResult<WaitForChangeResult> {
+        self.o()?.wait_for_change(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn get_updates(&self, p: GetUpdatesParams) -> ClientResult<GetUpdatesResult> {
+        self.o()?.get_updates(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
+        p.client_request_id.get_or_insert_with(new_request_id);
+        self.o()?.send_message(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn send_trace(&self, mut p: SendTraceParams) -> ClientResult<AppendResult> {
+        p.client_request_id.get_or_insert_with(new_request_id);
+        self.o()?.send_trace(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn subscribe(&self, p: SubscribeParams) -> ClientResult<EventStream> {
+        let mut feed = self.o()?.subscribe(&self.who, p).map_err(rpc)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    _ = tx.closed() => return,
+                    n = feed.next() => n,
+                };
+                match next {
+                    Ok(Some(e)) => {
+                        let n = EventNotification {
+                            conversation_id: e.conversation_id.clone(),
+                            event: (*e).clone(),
+                        };
+                        if tx.send(n).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::error!(error = %e, "in-process subscription ended");
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(EventStream::new(rx, None))
+    }
+
+    async fn register_executor(&self, _p: RegisterExecutorParams) -> ClientResult<TurnRequests> {
+        let o = self.o()?;
+        let turns = o.turns().clone();
+        let (id, rx) = turns.register(&self.who.agent_id);
+        let agent = self.who.agent_id.clone();
+        Ok(TurnRequests::new(
+            rx,
+            Some(Cancel::new(move || turns.unregister(&agent, id))),
+        ))
+    }
+
+    async fn claim_turn(&self, p: ClaimTurnParams) -> ClientResult<ClaimTurnResult> {
+        self.o()?.claim_turn(&self.who, p).map_err(rpc)
+    }
+
+    async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
+        let p = ConversationParams {
+            conversation_id: conversation_id.to_string(),
+        };
+        self.o()?
+            .pause_conversation(&self.who, p)
+            .await
+            .map_err(rpc)
+    }
+
+    async fn resume_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
+        let p = ConversationParams {
+            conversation_id: conversation_id.to_string(),
+        };
+        self.o()?
+            .resume_conversation(&self.who, p)
+            .await
+            .map_err(rpc)
+    }
+
+    async fn fork_conversation(
+        &self,
+        p: ForkConversationParams,
+    ) -> ClientResult<CreateConversationResult> {
+        self.o()?.fork_conversation(&self.who, p).await.map_err(rpc)
+    }
+}

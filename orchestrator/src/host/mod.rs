@@ -1,0 +1,132 @@
+//! The composition root: opens the orchestrator on a store and wires the agents that run inside
+//! the server (the operator's, and every participant a scenario describes by `kind`) to the
+//! method core through the in-process client. Nothing in the engine starts an agent; this is
+//! the one place that does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agent_sdk::Agent;
+
+use crate::engine::auth::Identity;
+use crate::engine::config::Limits;
+use crate::engine::error::Result;
+use crate::engine::service::Orchestrator;
+use crate::engine::store::Store;
+use crate::engine::turns::TurnConfig;
+
+pub mod client;
+pub mod runner;
+
+/// What a server starts with besides its store.
+#[derive(Default)]
+pub struct Options {
+    /// The limits in force (the sandbox of server-run agents among them).
+    pub limits: Limits,
+    /// How turns are offered and claimed.
+    pub turn_config: TurnConfig,
+    /// Scenarios available by name, in place before the first turn runs.
+    pub scenarios: Vec<(String, serde_json::Value)>,
+    /// Agents the operator runs inside the server, by id (each speaks as itself).
+    pub agents: HashMap<String, Arc<dyn Agent>>,
+    /// Deadlines and retries of the internal executor.
+    pub exec_policy: executors::ExecPolicy,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut agents: Vec<&String> = self.agents.keys().collect();
+        agents.sort();
+        f.debug_struct("Options")
+            .field("limits", &self.limits)
+            .field("turn_config", &self.turn_config)
+            .field("scenarios", &self.scenarios.len())
+            .field("agents", &agents)
+            .field("exec_policy", &self.exec_policy)
+            .finish()
+    }
+}
+
+impl Options {
+    /// Options with these limits, the rest default.
+    pub fn with_limits(limits: Limits) -> Self {
+        Options {
+            limits,
+            ..Options::default()
+        }
+    }
+
+    /// Opens the orchestrator on `store` (rebuilding its state from the log) and starts the
+    /// agents that run inside it: every pending turn of theirs is run again.
+    pub fn start(self, store: Arc<dyn Store>) -> Result<Arc<Orchestrator>> {
+        let orch = Orchestrator::open_with(store, self.limits, self.turn_config, self.scenarios)?;
+        start_agents(&orch, self.agents, self.exec_policy);
+        Ok(orch)
+    }
+}
+
+/// Runs agents inside the server: each turn the policy gives one of `agents`, or a participant
+/// a scenario describes by `kind`, is run by an [`executors::InternalExecutor`] through an
+/// [`client::InProcessClient`].
+fn start_agents(
+    orch: &Arc<Orchestrator>,
+    agents: HashMap<String, Arc<dyn Agent>>,
+    policy: executors::ExecPolicy,
+) {
+    let ids: std::collections::HashSet<String> = agents.keys().cloned().collect();
+    let factory = client_factory(orch, ids.clone());
+    let core = Arc::new(executors::ExecutorCore::new(policy));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    executors::InternalExecutor::new(core, agents, factory)
+        .with_resolver(scenario_agents(orch))
+        .spawn(rx);
+    orch.turns().set_internal(ids, tx);
+}
+
+/// The client each assignment runs with. An agent the operator gave the server speaks as
+/// itself; one a scenario declares speaks as itself only within that scenario's conversation,
+/// on the authority recorded when it was created (docs/security.md).
+fn client_factory(
+    orch: &Arc<Orchestrator>,
+    operators: std::collections::HashSet<String>,
+) -> executors::ClientFactory {
+    let weak = Arc::downgrade(orch);
+    let hub = orch.hub().clone();
+    Arc::new(move |a: &executors::Assignment| {
+        let who = if operators.contains(&a.agent_id) {
+            Identity::new(a.agent_id.clone(), false)
+        } else {
+            // None recorded (an older log): no reach beyond its own conversation.
+            let authority = hub
+                .get(&a.conversation_id)
+                .and_then(|c| c.policy().and_then(|p| p.authority.clone()))
+                .unwrap_or_default();
+            Identity::declared(a.agent_id.clone(), a.conversation_id.clone(), authority)
+        };
+        let client: Arc<dyn agent_sdk::AgentClient> =
+            Arc::new(client::InProcessClient::from_weak(weak.clone(), who));
+        client
+    })
+}
+
+/// Builds the participants a scenario describes (`kind: scripted`, …) from the conversation's
+/// logged policy: one value per (conversation, participant), kept while the conversation is
+/// open.
+fn scenario_agents(orch: &Arc<Orchestrator>) -> executors::internal::AgentResolver {
+    let hub = orch.hub().clone();
+    let sandbox = orch.limits().sandbox.clone();
+    let made: dashmap::DashMap<(String, String), Arc<dyn Agent>> = dashmap::DashMap::new();
+    Arc::new(move |a| {
+        let conv = hub.get(&a.conversation_id)?;
+        let key = (a.conversation_id.clone(), a.agent_id.clone());
+        if let Some(agent) = made.get(&key) {
+            return Some(agent.clone());
+        }
+        let agent = agent_kinds::from_spec(conv.agent_spec(&a.agent_id)?, &sandbox)?;
+        if made.len() > 10_000 {
+            made.retain(|(c, _), _| hub.get(c).is_some_and(|c| !c.core().closed));
+        }
+        made.insert(key, agent.clone());
+        Some(agent)
+    })
+}

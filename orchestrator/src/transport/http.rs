@@ -1,0 +1,466 @@
+//! The HTTP routes beside `/rpc`: SSE, long-poll, REST, `/me`, `/metrics`, `/openapi.json`
+//! and the viewer page. Each route is a thin shell over the method core in [`crate::engine::service`],
+//! like the JSON-RPC methods.
+//!
+//! Every route that touches a conversation needs `Authorization: Bearer <token>`. Errors are
+//! `{"error": {code, message, data}}` with the protocol's code and the HTTP status of
+//! [`ErrorCode::http_status`]. Bodies and queries are parsed here so that a bad one gets the
+//! protocol's error (`ParseError` for broken JSON, `InvalidParams` for a missing or unknown
+//! field, `PayloadTooLarge` over the body limit), never a bare text rejection.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use proto_spec::http::headers;
+use proto_spec::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::engine::auth::Identity;
+use crate::engine::service::Orchestrator;
+use crate::engine::telemetry::{self, Open};
+
+/// The viewer page, embedded at build time.
+const VIEWER: &str = include_str!("../../assets/viewer.html");
+
+/// How often an idle SSE stream sends a keep-alive comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+static OPENAPI: LazyLock<String> = LazyLock::new(|| spec::to_pretty(&spec::openapi()));
+
+/// What the HTTP handlers share.
+#[derive(Debug)]
+pub struct HttpState {
+    orch: Arc<Orchestrator>,
+    /// Open SSE streams and parked long-polls.
+    streams: AtomicUsize,
+}
+
+type Shared = Arc<HttpState>;
+
+/// The routes, ready to merge into the host's router.
+pub fn router(orch: Arc<Orchestrator>) -> Router {
+    let state = Arc::new(HttpState {
+        orch,
+        streams: AtomicUsize::new(0),
+    });
+    Router::new()
+        .route("/", get(viewer))
+        .route("/me", get(me))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/conversations", get(list).post(create))
+        .route("/conversations/{id}", get(snapshot))
+        .route("/conversations/{id}/messages", post(post_message))
+        .route("/conversations/{id}/events", get(events))
+        .route("/conversations/{id}/wait", get(wait))
+        .route("/conversations/{id}/pause", post(pause))
+        .route("/conversations/{id}/resume", post(resume))
+        .fallback(no_route)
+        .with_state(state)
+}
+
+/// A protocol error as an HTTP response.
+#[derive(Debug)]
+pub struct ApiError(pub RpcError);
+
+impl From<RpcError> for ApiError {
+    fn from(e: RpcError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl From<crate::engine::error::Error> for ApiError {
+    fn from(e: crate::engine::error::Error) -> Self {
+        ApiError(e.to_rpc())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = self.0.code;
+        telemetry::error(code, "http");
+        let status =
+            StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (
+            status,
+            Json(HttpError {
+                error: self.0.to_wire(),
+            }),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn refuse(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError(RpcError::new(code, message))
+}
+
+/// The caller, from `Authorization: Bearer <token>`.
+#[derive(Debug)]
+pub struct Caller(pub Identity);
+
+impl FromRequestParts<Shared> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<Caller> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| {
+                refuse(
+                    ErrorCode::Unauthenticated,
+                    "send Authorization: Bearer <token>",
+                )
+            })?
+            .to_str()
+            .map_err(|_| {
+                refuse(
+                    ErrorCode::Unauthenticated,
+                    "the Authorization header is not text",
+                )
+            })?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                refuse(
+                    ErrorCode::Unauthenticated,
+                    "the Authorization header must be `Bearer <token>`",
+                )
+            })?;
+        Ok(Caller(state.orch.authenticate(token).await?))
+    }
+}
+
+/// Parses a query into `T`, refusing a bad one with `InvalidParams`.
+fn query<T: DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
+    Query::<T>::try_from_uri(uri).map(|q| q.0).map_err(|e| {
+        refuse(
+            ErrorCode::InvalidParams,
+            format!("query: {}", e.body_text()),
+        )
+    })
+}
+
+/// Reads a JSON body of at most the frame limit into `T`.
+async fn body<T: DeserializeOwned>(
+    state: &HttpState,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<T> {
+    let limit = state.orch.limits().max_frame_bytes as usize;
+    let too_large = || {
+        ApiError(
+            RpcError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is over the limit of {limit} bytes"),
+            )
+            .with_data(serde_json::json!({"limit": limit})),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let over_limit =
+            std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |err| {
+                err.source()
+            })
+            .any(|err| err.is::<http_body_util::LengthLimitError>());
+        if over_limit {
+            too_large()
+        } else {
+            refuse(
+                ErrorCode::InvalidRequest,
+                format!("the body could not be read: {e}"),
+            )
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError(
+            RpcError::new(ErrorCode::InvalidParams, format!("invalid body: {e}")).with_data(
+                serde_json::json!({"hint": "the body is one JSON object with camelCase fields; see /openapi.json"}),
+            ),
+        ),
+        _ => refuse(ErrorCode::ParseError, format!("the body is not JSON: {e}")),
+    })
+}
+
+/// Counts an open stream or parked wait; refuses one over the limit.
+#[derive(Debug)]
+struct StreamSlot {
+    state: Shared,
+    _open: Open,
+}
+
+impl StreamSlot {
+    fn take(state: &Shared, transport: &'static str) -> ApiResult<StreamSlot> {
+        let limit = state.orch.limits().max_streams;
+        let before = state.streams.fetch_add(1, Ordering::Relaxed);
+        let slot = StreamSlot {
+            state: state.clone(),
+            _open: Open::subscriber(transport),
+        };
+        if before >= limit {
+            return Err(ApiError(
+                RpcError::new(
+                    ErrorCode::RateLimited,
+                    format!("too many open streams and waits (limit {limit}); try again later"),
+                )
+                .with_data(serde_json::json!({"limit": limit})),
+            ));
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.state.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn ok<T: Serialize>(status: StatusCode, value: T) -> Response {
+    (status, Json(value)).into_response()
+}
+
+async fn viewer() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        Html(VIEWER),
+    )
+        .into_response()
+}
+
+async fn metrics() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        telemetry::render(),
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        OPENAPI.as_str(),
+    )
+        .into_response()
+}
+
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    refuse(
+        ErrorCode::MethodNotFound,
+        format!("no route {method} {}; see /openapi.json", uri.path()),
+    )
+}
+
+async fn me(State(s): State<Shared>, Caller(who): Caller) -> Response {
+    ok(StatusCode::OK, s.orch.who_am_i(&who))
+}
+
+async fn list(State(s): State<Shared>, Caller(who): Caller) -> Response {
+    ok(StatusCode::OK, s.orch.list_conversations(&who))
+}
+
+async fn create(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    headers: HeaderMap,
+    raw: Body,
+) -> ApiResult<Response> {
+    let p: CreateConversationParams = body(&s, &headers, raw).await?;
+    let r = s.orch.create_conversation(&who, p).await?;
+    Ok(ok(StatusCode::CREATED, r))
+}
+
+async fn snapshot(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let snap = s.orch.get_conversation(
+        &who,
+        ConversationParams {
+            conversation_id: id,
+        },
+    )?;
+    Ok(ok(StatusCode::OK, snap))
+}
+
+async fn post_message(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    raw: Body,
+) -> ApiResult<Response> {
+    let b: PostMessageBody = body(&s, &headers, raw).await?;
+    let header_key = headers
+        .get(headers::IDEMPOTENCY_KEY)
+        .map(|v| {
+            v.to_str()
+                .map(str::to_string)
+                .map_err(|_| refuse(ErrorCode::InvalidParams, "Idempotency-Key: not text"))
+        })
+        .transpose()?;
+    let client_request_id = match (header_key, b.client_request_id) {
+        (Some(h), Some(k)) if h != k => {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "Idempotency-Key and clientRequestId differ; give one, or the same value",
+            ))
+        }
+        (h, k) => h.or(k),
+    };
+    let r = s
+        .orch
+        .send_message(
+            &who,
+            SendMessageParams {
+                conversation_id: id,
+                payload: b.payload,
+                finality: b.finality,
+                turn_hint: b.turn_hint,
+                client_request_id,
+            },
+        )
+        .await?;
+    let status = if r.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(ok(status, r))
+}
+
+async fn set_paused(s: Shared, who: Identity, id: String, pause: bool) -> ApiResult<Response> {
+    let p = ConversationParams {
+        conversation_id: id,
+    };
+    let r = if pause {
+        s.orch.pause_conversation(&who, p).await?
+    } else {
+        s.orch.resume_conversation(&who, p).await?
+    };
+    Ok(ok(StatusCode::OK, r))
+}
+
+async fn pause(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    set_paused(s, who, id, true).await
+}
+
+async fn resume(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    set_paused(s, who, id, false).await
+}
+
+async fn wait(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+    uri: Uri,
+) -> ApiResult<Response> {
+    let q: WaitQuery = query(&uri)?;
+    let _slot = StreamSlot::take(&s, "longpoll")?;
+    let r = s.orch.wait_events(&who, &id, q).await?;
+    Ok(ok(StatusCode::OK, r))
+}
+
+/// The SSE stream: the log after the cursor (`Last-Event-ID`, else `sinceSeq`, else 0), then
+/// live events. It reads at its own pace from the conversation's ring or the store, so a slow
+/// reader never holds anyone back and never skips; it ends when the server stops.
+async fn events(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    let q: EventsQuery = query(&uri)?;
+    let resume_after = headers
+        .get(headers::LAST_EVENT_ID)
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    refuse(
+                        ErrorCode::InvalidParams,
+                        "Last-Event-ID: the seq of the last event received (a number)",
+                    )
+                })
+        })
+        .transpose()?;
+    let since = resume_after.or(q.since_seq).unwrap_or(0);
+    let slot = StreamSlot::take(&s, "sse")?;
+    let feed = s.orch.subscribe(
+        &who,
+        SubscribeParams {
+            conversation_id: Some(id),
+            since_seq: Some(since),
+            cursors: None,
+        },
+    )?;
+    let stream = futures::stream::unfold((feed, slot), |(mut feed, slot)| async move {
+        match feed.next().await {
+            Ok(Some(ev)) => {
+                // The event's JSON is made once, however many streams it goes to.
+                let sse = SseEvent::default()
+                    .id(ev.seq.to_string())
+                    .data(ev.to_json().get());
+                Some((Ok::<_, Infallible>(sse), (feed, slot)))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "an SSE stream could not read the log");
+                None
+            }
+        }
+    });
+    let mut resp = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(resp)
+}

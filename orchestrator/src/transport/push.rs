@@ -1,0 +1,336 @@
+//! `subscribe` over WebSocket, written straight into each connection's send buffer.
+//!
+//! A subscription's frames do not go through jsonrpsee's per-connection channel and send task:
+//! the middleware [`Subscriptions`] answers `subscribe` itself, writing the answer frame and
+//! then every `event` notification into the connection's buffer ([`ConnWriter`]), between the
+//! frames jsonrpsee writes. The answer is written before any notification, so a client always
+//! learns the subscription id first.
+//!
+//! A subscription to one conversation reads its backlog after the cursor (from the ring of
+//! recent events, or from the store), then joins the conversation's [`LiveSet`](crate::engine::hub::live::LiveSet) as a
+//! [`LiveSubscriber`], and from
+//! then on the log's publisher writes each committed event to it as part of publishing: one
+//! copy into the connection's buffer, no task woken per event. Joining happens under the set's
+//! lock and only when the subscriber's cursor has reached what the set was last given, so no
+//! event is skipped or sent twice. A subscriber whose connection buffer is full (its client
+//! reads too slowly) is let go by the publisher, which never waits, and goes back to reading
+//! the log by cursor until it has caught up again. A subscription across all of an agent's
+//! conversations runs its [`Feed`] in a task and writes each event the same way.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use jsonrpsee::server::middleware::rpc::{
+    Batch, MethodResponse, Notification, Request, RpcServiceT,
+};
+use proto_spec::method::names;
+use proto_spec::{ErrorCode, Event, RpcError, SubscribeParams};
+
+use crate::engine::fanout::{read_after, Feed, PAGE};
+use crate::engine::hub::live::{LiveEvent, LiveSubscriber};
+use crate::engine::hub::{ConvShared, Hub};
+use crate::engine::service::Orchestrator;
+use crate::engine::store::Store;
+use crate::transport::net::{text_frame, ConnWriter, Offered};
+use crate::transport::session::{parse, session_of, wire, Session, Subscription};
+
+/// A live subscriber to one conversation, written to by the publisher.
+#[derive(Debug)]
+pub struct Pusher {
+    writer: ConnWriter,
+    /// `{"jsonrpc":"2.0","method":"event","params":{"subscription":ID`: what precedes each
+    /// event's [`tail`].
+    prefix: Box<[u8]>,
+    /// The seq the subscriber had reached when the publisher let it go.
+    behind: AtomicU64,
+    /// Told when the publisher lets the subscriber go.
+    let_go: tokio::sync::Notify,
+}
+
+impl LiveSubscriber for Pusher {
+    fn offer(&self, event: &LiveEvent<'_>) -> bool {
+        let tail = event.encoded(tail);
+        matches!(self.writer.try_frame(&self.prefix, tail), Offered::Queued)
+    }
+
+    fn let_go(&self, reached: u64) {
+        self.behind.store(reached, Ordering::Release);
+        self.let_go.notify_one();
+    }
+}
+
+/// `,"result":{"conversationId":…,"event":…}}}`: the part of an event's notification that
+/// every subscriber shares.
+fn tail(conversation_id: &str, e: &Event) -> Vec<u8> {
+    let json = e.to_json().get();
+    let mut t = Vec::with_capacity(json.len() + conversation_id.len() + 48);
+    t.extend_from_slice(br#","result":{"conversationId":"#);
+    // A string always serializes.
+    let _ = serde_json::to_writer(&mut t, conversation_id);
+    t.extend_from_slice(br#","event":"#);
+    t.extend_from_slice(json.as_bytes());
+    t.extend_from_slice(b"}}}");
+    t
+}
+
+fn prefix(id: u64) -> Box<[u8]> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"subscription":{id}"#,
+        names::EVENT
+    )
+    .into_bytes()
+    .into_boxed_slice()
+}
+
+/// The jsonrpsee middleware that answers `subscribe` itself (see the module's docs); every
+/// other call goes on to the methods.
+#[derive(Clone, Debug)]
+pub struct Subscriptions<S> {
+    service: S,
+    orch: Arc<Orchestrator>,
+}
+
+impl<S> Subscriptions<S> {
+    /// Wraps `service`.
+    pub fn new(service: S, orch: Arc<Orchestrator>) -> Self {
+        Subscriptions { service, orch }
+    }
+}
+
+/// Puts [`Subscriptions`] in front of the methods.
+#[derive(Clone, Debug)]
+pub struct SubscriptionsLayer(pub Arc<Orchestrator>);
+
+impl<S> tower::Layer<S> for SubscriptionsLayer {
+    type Service = Subscriptions<S>;
+
+    fn layer(&self, service: S) -> Subscriptions<S> {
+        Subscriptions::new(service, self.0.clone())
+    }
+}
+
+impl<S> RpcServiceT for Subscriptions<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let service = self.service.clone();
+        let orch = self.orch.clone();
+        async move {
+            if req.method_name() != names::SUBSCRIBE {
+                return service.call(req).await;
+            }
+            let id = req.id().into_owned();
+            match subscribe(&orch, &req).await {
+                // The answer is already written; jsonrpsee sends nothing for a notification.
+                Ok(()) => MethodResponse::notification(),
+                Err(e) => MethodResponse::error(id, wire(e)),
+            }
+        }
+    }
+
+    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.service.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.service.notification(n)
+    }
+}
+
+async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), RpcError> {
+    let session = session_of(req.extensions())?;
+    let who = session.identity()?;
+    let p: SubscribeParams = parse(&req.params())?;
+    let writer = session
+        .frames()
+        .cloned()
+        .ok_or_else(|| RpcError::new(ErrorCode::Internal, "subscribe needs a WebSocket"))?;
+    let limit = orch.limits().max_subscriptions_per_connection as usize;
+    if session.subscriptions().len() >= limit {
+        return Err(RpcError::new(
+            ErrorCode::TooManySubscriptions,
+            format!("too many subscriptions on this connection (limit {limit})"),
+        )
+        .with_data(serde_json::json!({"limit": limit})));
+    }
+    let feed = orch.subscribe(&who, p).map_err(|e| e.to_rpc())?;
+    // Random, below 2^53 so that JavaScript clients read it exactly, like jsonrpsee's own ids.
+    let sub_id = rand::random::<u64>() & ((1 << 53) - 1);
+    let answer = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0", "id": req.id(), "result": sub_id,
+    }))
+    .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+    let mut frame = Vec::with_capacity(answer.len() + 10);
+    text_frame(&mut frame, &answer, &[]);
+    if writer.write_frames(&frame).await.is_err() {
+        // The connection is gone; there is no one to answer.
+        return Ok(());
+    }
+    let prefix = prefix(sub_id);
+    let hub = orch.hub().clone();
+    let store = orch.store().clone();
+    let registry = session.clone();
+    // Spawned under the registry's lock: a task that ends at once removes its entry only
+    // after the entry is in.
+    let mut subs = session.subscriptions().lock();
+    let open = match feed.into_one() {
+        Ok((conv, cursor)) => {
+            let p = Arc::new(Pusher {
+                writer,
+                prefix,
+                behind: AtomicU64::new(0),
+                let_go: tokio::sync::Notify::new(),
+            });
+            let task = tokio::spawn(follow_one(
+                store,
+                hub,
+                conv.clone(),
+                cursor,
+                p.clone(),
+                registry,
+                sub_id,
+            ));
+            Subscription {
+                task: task.abort_handle(),
+                live: Some((conv, p as Arc<dyn LiveSubscriber>)),
+            }
+        }
+        Err(feed) => {
+            let task = tokio::spawn(follow_feed(*feed, writer, prefix, registry, sub_id));
+            Subscription {
+                task: task.abort_handle(),
+                live: None,
+            }
+        }
+    };
+    subs.insert(sub_id, open);
+    Ok(())
+}
+
+/// Removes a subscription from its connection's registry (and its pusher from the publisher's
+/// set) when its task ends, however it ends.
+struct Ending {
+    session: Arc<Session>,
+    id: u64,
+    live: Option<(Arc<ConvShared>, Arc<dyn LiveSubscriber>)>,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if let Some((conv, p)) = &self.live {
+            conv.live.leave(p);
+        }
+        self.session.subscriptions().lock().remove(&self.id);
+    }
+}
+
+/// One conversation: the backlog by cursor, then live from the publisher, back to the log
+/// whenever the publisher lets go.
+async fn follow_one(
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    conv: Arc<ConvShared>,
+    mut cursor: u64,
+    p: Arc<Pusher>,
+    session: Arc<Session>,
+    id: u64,
+) {
+    let sub: Arc<dyn LiveSubscriber> = p.clone();
+    let _ending = Ending {
+        session,
+        id,
+        live: Some((conv.clone(), sub.clone())),
+    };
+    let _open = crate::engine::telemetry::Open::subscriber("ws");
+    let mut closing = hub.closing();
+    let mut frames = Vec::new();
+    loop {
+        // Catch up from the ring or the store until the publisher's set can be joined.
+        loop {
+            if *closing.borrow() || p.writer.is_closed() {
+                return;
+            }
+            let events = match read_after(&store, &conv, cursor, PAGE).await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, conversation = %conv.id, "subscription ended");
+                    return;
+                }
+            };
+            let Some(last) = events.last() else {
+                if conv.live.join(&sub, cursor) {
+                    break;
+                }
+                continue;
+            };
+            cursor = last.seq;
+            frames.clear();
+            for e in &events {
+                text_frame(&mut frames, &p.prefix, &tail(&conv.id, e));
+            }
+            if p.writer.write_frames(&frames).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = p.let_go.notified() => {
+                cursor = p.behind.load(Ordering::Acquire);
+                crate::engine::telemetry::resumed();
+            }
+            _ = closing.wait_for(|c| *c) => return,
+            _ = p.writer.closed() => return,
+        }
+    }
+}
+
+/// Every conversation of an agent: the feed, written event by event.
+async fn follow_feed(
+    mut feed: Feed,
+    writer: ConnWriter,
+    prefix: Box<[u8]>,
+    session: Arc<Session>,
+    id: u64,
+) {
+    let _ending = Ending {
+        session,
+        id,
+        live: None,
+    };
+    let _open = crate::engine::telemetry::Open::subscriber("ws");
+    let mut frame = Vec::new();
+    loop {
+        let next = tokio::select! {
+            n = feed.next() => n,
+            _ = writer.closed() => return,
+        };
+        let e = match next {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "subscription ended");
+                return;
+            }
+        };
+        frame.clear();
+        text_frame(&mut frame, &prefix, &tail(&e.conversation_id, &e));
+        if writer.write_frames(&frame).await.is_err() {
+            return;
+        }
+    }
+}

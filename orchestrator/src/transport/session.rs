@@ -1,0 +1,170 @@
+//! One connection's state, shared by every call on it: who authenticated, how many calls are
+//! in flight, its open subscriptions, and (on a WebSocket) the writer into its send buffer.
+//! Also the parsing of params and the mapping of errors that every JSON-RPC method uses.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use jsonrpsee::Extensions;
+use proto_spec::{ErrorCode, RpcError};
+use serde::de::DeserializeOwned;
+
+use crate::engine::auth::Identity;
+use crate::engine::error::Result;
+use crate::engine::hub::live::LiveSubscriber;
+use crate::engine::hub::ConvShared;
+
+/// Per-connection state.
+#[derive(Debug, Default)]
+pub struct Session {
+    identity: RwLock<Option<Identity>>,
+    in_flight: AtomicUsize,
+    /// Counts the connection as open while the session lives (WebSocket sessions only).
+    _open: Option<crate::engine::telemetry::Open>,
+    /// Writes frames into the connection's send buffer (WebSocket sessions only).
+    frames: Option<crate::transport::net::ConnWriter>,
+    /// The connection's `subscribe` subscriptions.
+    subscriptions: Registry,
+}
+
+/// Counts one call in flight on a connection while it lives.
+#[derive(Debug)]
+pub struct InFlightGuard(Arc<Session>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Session {
+    /// A session; `open` counts its connection while it lives; `frames` writes into its
+    /// connection (a WebSocket's).
+    pub fn new(
+        open: Option<crate::engine::telemetry::Open>,
+        frames: Option<crate::transport::net::ConnWriter>,
+    ) -> Self {
+        Session {
+            _open: open,
+            frames,
+            ..Default::default()
+        }
+    }
+
+    /// Writes frames into the connection's send buffer, for a WebSocket session.
+    pub fn frames(&self) -> Option<&crate::transport::net::ConnWriter> {
+        self.frames.as_ref()
+    }
+
+    /// The connection's open `subscribe` subscriptions.
+    pub fn subscriptions(&self) -> &Registry {
+        &self.subscriptions
+    }
+
+    /// The authenticated identity, or `Unauthenticated`.
+    pub fn identity(&self) -> Result<Identity, RpcError> {
+        self.identity
+            .read()
+            .ok()
+            .and_then(|i| i.clone())
+            .ok_or_else(|| {
+                RpcError::new(
+                    ErrorCode::Unauthenticated,
+                    "call authenticate with a token first",
+                )
+            })
+    }
+
+    pub(crate) fn set_identity(&self, who: Identity) {
+        if let Ok(mut i) = self.identity.write() {
+            *i = Some(who);
+        }
+    }
+
+    /// Counts a call in flight, or refuses it when the connection is at its limit.
+    pub fn enter(self: &Arc<Self>, limit: usize) -> Result<InFlightGuard, RpcError> {
+        let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let guard = InFlightGuard(self.clone());
+        if before >= limit {
+            return Err(RpcError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "too many calls in flight on this connection (limit {limit}); wait for answers"
+                ),
+            )
+            .with_data(serde_json::json!({"limit": limit})));
+        }
+        Ok(guard)
+    }
+}
+
+/// The one conversion of a protocol error into jsonrpsee's error object.
+pub fn wire(e: RpcError) -> ErrorObjectOwned {
+    crate::engine::telemetry::error(e.code, "rpc");
+    let w = e.to_wire();
+    ErrorObjectOwned::owned(w.code, w.message, w.data)
+}
+
+pub fn session_of(ext: &Extensions) -> Result<Arc<Session>, RpcError> {
+    ext.get::<Arc<Session>>()
+        .cloned()
+        .ok_or_else(|| RpcError::new(ErrorCode::Internal, "connection has no session"))
+}
+
+pub fn parse<P: DeserializeOwned>(params: &Params<'_>) -> Result<P, RpcError> {
+    let raw = params.as_str().unwrap_or("{}");
+    if !raw.trim_start().starts_with('{') {
+        return Err(RpcError::new(
+            ErrorCode::InvalidParams,
+            "params must be one object, by name (positional params are not accepted)",
+        ));
+    }
+    serde_json::from_str(raw).map_err(|e| {
+        RpcError::new(ErrorCode::InvalidParams, format!("invalid params: {e}"))
+            .with_data(serde_json::json!({"hint": "params are one object with camelCase fields; see PROTOCOL.md"}))
+    })
+}
+
+/// The open subscriptions of one connection.
+#[derive(Debug, Default)]
+pub struct Registry {
+    subs: Mutex<HashMap<u64, Subscription>>,
+}
+
+/// One open subscription: its task, and for one conversation, its place in the publisher's set.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub(crate) task: tokio::task::AbortHandle,
+    pub(crate) live: Option<(Arc<ConvShared>, Arc<dyn LiveSubscriber>)>,
+}
+
+impl Registry {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Subscription>> {
+        self.subs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many subscriptions are open.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is open.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Ends subscription `id`; false when there is none by that id.
+    pub fn cancel(&self, id: u64) -> bool {
+        let Some(open) = self.lock().remove(&id) else {
+            return false;
+        };
+        // Out of the publisher's set first, so that nothing is written after the answer.
+        if let Some((conv, p)) = &open.live {
+            conv.live.leave(p);
+        }
+        open.task.abort();
+        true
+    }
+}
