@@ -34,6 +34,17 @@ impl TurnOutcome {
             TurnOutcome::Complete => "complete",
         }
     }
+
+    /// The outcome as the executor's `turn_end` trace records it.
+    pub fn as_trace(self) -> proto_spec::system::TurnEndOutcome {
+        use proto_spec::system::TurnEndOutcome as T;
+        match self {
+            TurnOutcome::Posted => T::Posted,
+            TurnOutcome::Yield => T::Yield,
+            TurnOutcome::NoAction => T::NoAction,
+            TurnOutcome::Complete => T::Complete,
+        }
+    }
 }
 
 /// The error an agent returns; the executor logs it as a trace and may retry.

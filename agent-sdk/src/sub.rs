@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use proto_spec::system::SystemEvent;
 use proto_spec::*;
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::client::{ClientError, ClientResult};
@@ -63,69 +63,9 @@ impl SubConversation {
 }
 
 /// A child's result: the parent's `subconversation_finished` event.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Finished {
-    /// The child conversation.
-    pub child: String,
-    /// `completed` (a participant closed it) or `stopped` (the orchestrator did, see `reason`).
-    pub status: String,
-    /// Why the orchestrator closed it (`max_turns`, `turn_timeout`, `idle_timeout`…).
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// The seq of the child's closing message.
-    #[serde(default)]
-    pub closed_seq: u64,
-    /// The child's last participant message, if any.
-    #[serde(default)]
-    pub result: Option<ChildMessage>,
-}
-
+pub use proto_spec::system::SubconversationFinished as Finished;
 /// A message of a child, as its result.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ChildMessage {
-    /// Its seq in the child.
-    pub seq: u64,
-    /// Who said it.
-    pub author: String,
-    /// What was said.
-    #[serde(default)]
-    pub text: Option<String>,
-    /// Its structured content.
-    #[serde(default)]
-    pub data: Option<Value>,
-    /// Its schema.
-    #[serde(default)]
-    pub schema: Option<String>,
-}
-
-impl Finished {
-    /// The result's text ("" when the child ended without a participant message).
-    pub fn text(&self) -> &str {
-        self.result
-            .as_ref()
-            .and_then(|r| r.text.as_deref())
-            .unwrap_or("")
-    }
-
-    /// Whether the child failed: it timed out, or ended without any participant message.
-    pub fn failed(&self) -> bool {
-        self.result.is_none()
-            || matches!(
-                self.reason.as_deref(),
-                Some("turn_timeout" | "idle_timeout" | "max_duration")
-            )
-    }
-
-    /// How it ended, in words.
-    pub fn describe(&self) -> String {
-        match (&self.reason, &self.result) {
-            (Some(r), _) => format!("it was stopped: {}", r.replace('_', " ")),
-            (None, Some(m)) => format!("{} closed it", m.author),
-            (None, None) => "it closed without an answer".into(),
-        }
-    }
-}
+pub use proto_spec::system::SubconversationResult as ChildMessage;
 
 /// A child's id: the parent's id and a key that is the same each time the same step runs, so a
 /// step run again (after a crash, or by another replica) finds its child instead of opening a
@@ -210,11 +150,9 @@ impl AgentContext {
                 if e.kind != EventKind::System {
                     continue;
                 }
-                let v = e.payload_value();
-                if v.get("type").and_then(Value::as_str) != Some("subconversation_finished") {
-                    continue;
-                }
-                if let Ok(f) = serde_json::from_value::<Finished>(v) {
+                if let Some(SystemEvent::SubconversationFinished(f)) =
+                    SystemEvent::parse(e.payload.get())
+                {
                     if children.contains(&f.child) {
                         found.insert(f.child.clone(), f);
                     }

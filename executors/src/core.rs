@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_sdk::proto::system::{TurnAttempt, TurnEnd, TurnEndOutcome, TurnError};
 use agent_sdk::proto::*;
 use agent_sdk::{Agent, AgentClient, AgentContext, TurnOutcome};
-use serde_json::{json, Value};
 use tokio::time::Instant;
 
 /// A turn handed to an executor.
@@ -25,6 +25,17 @@ pub struct Assignment {
     pub since_seq: u64,
     /// Write `turn_start` and `turn_end` traces (failures are always traced).
     pub traces: bool,
+}
+
+impl Assignment {
+    /// Attempt `attempt` at this turn, as the executor's traces name it.
+    pub fn attempt(&self, attempt: u32) -> TurnAttempt {
+        TurnAttempt {
+            agent: self.agent_id.clone(),
+            turn: self.turn,
+            attempt,
+        }
+    }
 }
 
 /// How the core runs a turn.
@@ -209,7 +220,10 @@ impl ExecutorCore {
                 if attempt == 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
                     return RunReport::NotMine;
                 }
-            } else if let Err(e) = ctx.post_trace(json!({"type": "turn_start", "agent": a.agent_id, "turn": a.turn, "attempt": attempt})).await {
+            } else if let Err(e) = ctx
+                .post_trace(ExecutorTrace::TurnStart(a.attempt(attempt)).to_value())
+                .await
+            {
                 if gone(e.code()) {
                     return RunReport::NotMine;
                 }
@@ -219,12 +233,28 @@ impl ExecutorCore {
             let ran = tokio::time::timeout_at(a.deadline, agent.handle_turn(&ctx)).await;
             match ran {
                 Err(_) => {
-                    self.trace(client.as_ref(), a, attempt, "err", json!({"type": "turn_error", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "error": "deadline exceeded"})).await;
+                    self.trace(
+                        client.as_ref(),
+                        a,
+                        ExecutorTrace::TurnError(TurnError {
+                            attempt: a.attempt(attempt),
+                            error: "deadline exceeded".into(),
+                        }),
+                    )
+                    .await;
                     return RunReport::DeadlineExceeded;
                 }
                 Ok(Err(e)) => {
                     last_error = e.to_string();
-                    self.trace(client.as_ref(), a, attempt, "err", json!({"type": "turn_error", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "error": last_error})).await;
+                    self.trace(
+                        client.as_ref(),
+                        a,
+                        ExecutorTrace::TurnError(TurnError {
+                            attempt: a.attempt(attempt),
+                            error: last_error.clone(),
+                        }),
+                    )
+                    .await;
                     let delay = self.policy.backoff * 2u32.saturating_pow(attempt - 1);
                     if Instant::now() + delay >= a.deadline {
                         return RunReport::Failed(last_error);
@@ -238,12 +268,28 @@ impl ExecutorCore {
                         // Progress only: the turn is still open. Try again while there is time.
                         last_error = "the agent posted progress but did not close its turn".into();
                         if a.traces {
-                            self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": "incomplete"})).await;
+                            self.trace(
+                                client.as_ref(),
+                                a,
+                                ExecutorTrace::TurnEnd(TurnEnd {
+                                    attempt: a.attempt(attempt),
+                                    outcome: TurnEndOutcome::Incomplete,
+                                }),
+                            )
+                            .await;
                         }
                         continue;
                     }
                     if a.traces {
-                        self.trace(client.as_ref(), a, attempt, "end", json!({"type": "turn_end", "agent": a.agent_id, "turn": a.turn, "attempt": attempt, "outcome": outcome.as_str()})).await;
+                        self.trace(
+                            client.as_ref(),
+                            a,
+                            ExecutorTrace::TurnEnd(TurnEnd {
+                                attempt: a.attempt(attempt),
+                                outcome: outcome.as_trace(),
+                            }),
+                        )
+                        .await;
                     }
                     return RunReport::Done(outcome);
                 }
@@ -282,18 +328,16 @@ impl ExecutorCore {
     /// Writes an executor trace. Once the agent closed its turn the trace lands in the current
     /// turn (a closed turn takes no traces); its payload names the turn it reports on. Its key
     /// makes it appear once even if the run is repeated.
-    async fn trace(
-        &self,
-        client: &dyn AgentClient,
-        a: &Assignment,
-        attempt: u32,
-        what: &str,
-        payload: Value,
-    ) {
-        let key = format!("t{}.a{attempt}.{what}", a.turn);
+    async fn trace(&self, client: &dyn AgentClient, a: &Assignment, trace: ExecutorTrace) {
+        let what = match trace {
+            ExecutorTrace::TurnStart(_) => "start",
+            ExecutorTrace::TurnEnd(_) => "end",
+            ExecutorTrace::TurnError(_) => "err",
+        };
+        let key = format!("t{}.a{}.{what}", a.turn, trace.attempt().attempt);
         let mut p = SendTraceParams {
             conversation_id: a.conversation_id.clone(),
-            payload,
+            payload: trace.to_value(),
             turn: Some(a.turn),
             client_request_id: Some(key),
             finality: None,

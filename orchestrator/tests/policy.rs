@@ -4,8 +4,17 @@
 
 use orchestrator::engine::scenario::Scenario;
 use orchestrator::engine::state::{AppendRequest, Applied, ConvState, Draft};
+use proto_spec::system::{SystemEvent, TurnTimeout};
 use proto_spec::{ErrorCode, EventKind, Finality, ORCHESTRATOR_AUTHOR};
 use serde_json::{json, Value};
+
+/// The `turn_timeout` event of `turn`, whose speaker was `speaker`.
+fn timeout(turn: u64, speaker: impl Into<String>) -> SystemEvent {
+    SystemEvent::TurnTimeout(TurnTimeout {
+        turn,
+        speaker: speaker.into(),
+    })
+}
 
 struct Conv {
     state: ConvState,
@@ -50,8 +59,8 @@ impl Conv {
             .unwrap_or_else(|e| panic!("{who}: {e:?}"))
     }
 
-    fn system(&mut self, payload: Value, turn: Option<u64>) -> Result<Vec<Draft>, ErrorCode> {
-        self.apply(AppendRequest::system(payload).with_turn(turn))
+    fn system(&mut self, event: SystemEvent, turn: Option<u64>) -> Result<Vec<Draft>, ErrorCode> {
+        self.apply(AppendRequest::system(&event).with_turn(turn))
     }
 
     fn speaker(&self) -> Option<String> {
@@ -253,14 +262,15 @@ fn stop_conditions_close_with_the_orchestrators_message() {
     assert_eq!(payload(ds.last().unwrap())["data"]["reason"], "max_turns");
     assert!(c.state.core.closed);
 
-    for (kind, reason) in [
-        ("idle_timeout", "idle_timeout"),
-        ("max_duration", "max_duration"),
+    for (event, reason) in [
+        (SystemEvent::IdleTimeout, "idle_timeout"),
+        (SystemEvent::MaxDuration, "max_duration"),
     ] {
+        let kind = event.type_name();
         let mut c = Conv::new(
             json!({"participants": ["a", "b"], "stop": {"idleTimeout": "1s", "maxDuration": "1h"}}),
         );
-        let ds = c.system(json!({"type": kind}), None).unwrap();
+        let ds = c.system(event, None).unwrap();
         assert_eq!(
             types(&ds),
             [kind.to_string(), "orchestrator:conversation".to_string()]
@@ -276,12 +286,7 @@ fn turn_timeouts_skip_end_or_retry() {
     // skip: the turn passes on.
     let mut c = Conv::new(base("skip"));
     assert_eq!(payload(&c.log[1])["timeoutMs"], 1000);
-    let ds = c
-        .system(
-            json!({"type": "turn_timeout", "turn": 1, "speaker": "a"}),
-            Some(1),
-        )
-        .unwrap();
+    let ds = c.system(timeout(1, "a"), Some(1)).unwrap();
     assert_eq!(types(&ds), ["turn_timeout", "next_speaker"]);
     assert_eq!(c.speaker().as_deref(), Some("b"));
     assert_eq!(c.state.core.turn, 2);
@@ -300,22 +305,13 @@ fn turn_timeouts_skip_end_or_retry() {
         Some(ErrorCode::TurnMismatch)
     );
     assert_eq!(
-        c.system(
-            json!({"type": "turn_timeout", "turn": 1, "speaker": "a"}),
-            Some(1)
-        )
-        .err(),
+        c.system(timeout(1, "a"), Some(1)).err(),
         Some(ErrorCode::TurnClosed)
     );
     c.check_refold();
     // end: the conversation closes.
     let mut c = Conv::new(base("end"));
-    let ds = c
-        .system(
-            json!({"type": "turn_timeout", "turn": 1, "speaker": "a"}),
-            Some(1),
-        )
-        .unwrap();
+    let ds = c.system(timeout(1, "a"), Some(1)).unwrap();
     assert_eq!(
         payload(ds.last().unwrap())["data"]["reason"],
         "turn_timeout"
@@ -323,11 +319,7 @@ fn turn_timeouts_skip_end_or_retry() {
     assert!(c.state.core.closed);
     // retry: the same speaker, a new turn.
     let mut c = Conv::new(base("retry"));
-    c.system(
-        json!({"type": "turn_timeout", "turn": 1, "speaker": "a"}),
-        Some(1),
-    )
-    .unwrap();
+    c.system(timeout(1, "a"), Some(1)).unwrap();
     assert_eq!(c.speaker().as_deref(), Some("a"));
     assert_eq!(c.state.core.turn, 2);
     c.check_refold();
@@ -366,11 +358,7 @@ fn an_approval_inside_a_sequence_keeps_the_sequence_going() {
 fn time_out(c: &mut Conv) -> Vec<Draft> {
     let turn = c.state.core.turn;
     let speaker = c.speaker().unwrap_or_default();
-    c.system(
-        json!({"type": "turn_timeout", "turn": turn, "speaker": speaker}),
-        Some(turn),
-    )
-    .unwrap()
+    c.system(timeout(turn, speaker), Some(turn)).unwrap()
 }
 
 fn closing_reason(c: &Conv) -> Option<String> {

@@ -4,8 +4,13 @@ use std::collections::HashMap;
 
 use orchestrator::engine::state::{AppendRequest, Applied, ConvState, Draft};
 use proptest::prelude::*;
+use proto_spec::system::{ChangedBy, NextSpeaker, SystemEvent};
 use proto_spec::{ErrorCode, EventKind, Finality, ORCHESTRATOR_AUTHOR};
 use serde_json::json;
+
+fn by_admin() -> ChangedBy {
+    ChangedBy { by: "admin".into() }
+}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -91,13 +96,13 @@ fn build(op: &Op, state: &ConvState) -> AppendRequest {
         .with_turn(rel_turn(turn, *t))
         .with_client_request_id(key.map(|k| format!("k{k}"))),
         Op::System { kind, turn: t } => {
-            let payload = match kind {
-                0 => json!({"type": "next_speaker", "speaker": "alice"}),
-                1 => json!({"type": "next_speaker", "speaker": "bob"}),
-                2 => json!({"type": "paused"}),
-                _ => json!({"type": "resumed"}),
+            let event = match kind {
+                0 => SystemEvent::NextSpeaker(NextSpeaker::new("alice", 0)),
+                1 => SystemEvent::NextSpeaker(NextSpeaker::new("bob", 0)),
+                2 => SystemEvent::Paused(by_admin()),
+                _ => SystemEvent::Resumed(by_admin()),
             };
-            AppendRequest::system(payload).with_turn(rel_turn(turn, *t))
+            AppendRequest::system(&event).with_turn(rel_turn(turn, *t))
         }
     }
 }
@@ -252,18 +257,24 @@ fn guidance_follows_the_log() {
         s.guidance("alice").status,
         proto_spec::GuidanceStatus::MaySpeak
     );
-    s.apply(AppendRequest::system(
-        json!({"type": "next_speaker", "speaker": "bob"}),
-    ))
+    s.apply(AppendRequest::system(&SystemEvent::NextSpeaker(
+        NextSpeaker::new("bob", 1),
+    )))
     .unwrap();
     let g = s.guidance("alice");
     assert_eq!(g.status, proto_spec::GuidanceStatus::Wait);
     assert_eq!(g.reason.as_deref(), Some("not_your_turn"));
     assert_eq!(g.speaker.as_deref(), Some("bob"));
-    s.apply(AppendRequest::system(json!({"type": "paused"})))
+    s.apply(AppendRequest::system(&SystemEvent::Paused(by_admin())))
         .unwrap();
+    // A second pause (two admins at once) appends nothing and answers the latest seq.
+    let head = s.core.head;
+    match s.apply(AppendRequest::system(&SystemEvent::Paused(by_admin()))) {
+        Ok(Applied::Duplicate(r)) => assert_eq!(r.seq, head),
+        other => panic!("a second pause appended: {other:?}"),
+    }
     assert_eq!(s.guidance("bob").reason.as_deref(), Some("paused"));
-    s.apply(AppendRequest::system(json!({"type": "resumed"})))
+    s.apply(AppendRequest::system(&SystemEvent::Resumed(by_admin())))
         .unwrap();
     assert_eq!(
         s.guidance("bob").status,
@@ -295,7 +306,7 @@ fn a_turn_closing_message_and_its_decision_append_together() {
         json!({"text": "hi"}),
     );
     req.follow_ups
-        .push(json!({"type": "next_speaker", "speaker": "bob"}));
+        .push(SystemEvent::NextSpeaker(NextSpeaker::new("bob", 2)));
     match s.apply(req).unwrap() {
         Applied::Append(drafts, res) => {
             assert_eq!(drafts.len(), 2);

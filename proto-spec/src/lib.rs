@@ -11,6 +11,8 @@
 //! - [`method`]: method names ([`method::names`]) and every params and result type.
 //! - [`error`]: the error-code table ([`error::codes`], [`ErrorCode`]) and [`RpcError::to_wire`].
 //! - [`http`]: the HTTP routes' bodies, queries and results.
+//! - [`system`]: the payloads of `system` events, the orchestrator's stop message and the
+//!   executors' traces.
 //! - [`spec`]: the OpenRPC document and JSON Schemas generated from the types.
 //!
 //! # Example
@@ -40,12 +42,14 @@ pub mod http;
 pub mod method;
 pub mod scenario;
 pub mod spec;
+pub mod system;
 
 pub use error::{codes, ErrorCode, ErrorObject, RpcError};
 pub use event::{Attachment, Event, EventKind, Finality, MessagePayload};
 pub use guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
 pub use http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
 pub use method::*;
+pub use system::{ExecutorTrace, StopReason, SystemEvent};
 
 /// The author of events the orchestrator writes itself.
 pub const ORCHESTRATOR_AUTHOR: &str = "orchestrator";

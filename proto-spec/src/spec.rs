@@ -717,6 +717,9 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("WaitResult", root::<WaitResult>());
     m.insert("WhoAmI", root::<WhoAmI>());
     m.insert("HttpError", root::<HttpError>());
+    m.insert("SystemEvent", root::<crate::system::SystemEvent>());
+    m.insert("StopData", root::<crate::system::StopData>());
+    m.insert("ExecutorTrace", root::<crate::system::ExecutorTrace>());
     m
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use proto_spec::spec::{json_schemas, openapi, openrpc, to_pretty};
+use proto_spec::system::StopData;
 use proto_spec::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -77,6 +78,9 @@ fn every_wire_type_round_trips_its_fixtures() {
         WaitResult,
         WhoAmI,
         HttpError,
+        SystemEvent,
+        StopData,
+        ExecutorTrace,
     );
     // Every type that has a generated schema has fixtures, and the other way round.
     let schema_names: Vec<&str> = json_schemas().keys().copied().collect();
@@ -171,4 +175,17 @@ fn an_events_cached_json_is_its_wire_form() {
         assert_eq!(back, event);
         assert_eq!(serde_json::to_value(&back).expect("serializes"), *value);
     }
+}
+
+#[test]
+fn every_system_event_type_has_a_fixture_and_is_listed() {
+    let mut seen: Vec<&str> = fixtures()["SystemEvent"]
+        .iter()
+        .map(|v| {
+            let e: SystemEvent = serde_json::from_value(v.clone()).expect("a system event");
+            e.type_name()
+        })
+        .collect();
+    seen.dedup();
+    assert_eq!(seen, SystemEvent::TYPES);
 }

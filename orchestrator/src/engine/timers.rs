@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use proto_spec::system::{SystemEvent, TurnTimeout};
 
 use crate::engine::hub::Hub;
 use crate::engine::state::AppendRequest;
@@ -60,34 +60,29 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
                 }
                 let (idle, max) = conv.stop_deadlines();
                 let due = if max.is_some_and(|m| now >= m) {
-                    Some((
-                        "max_duration",
-                        AppendRequest::system(json!({"type": "max_duration"})),
-                    ))
+                    Some(SystemEvent::MaxDuration)
                 } else if idle.is_some_and(|i| now >= i) {
-                    Some((
-                        "idle_timeout",
-                        AppendRequest::system(json!({"type": "idle_timeout"})),
-                    ))
+                    Some(SystemEvent::IdleTimeout)
                 } else if conv
                     .turn_deadline_ms(&core)
                     .is_some_and(|d| now >= d + TURN_TIMEOUT_GRACE_MS)
                 {
-                    let speaker = core.speaker.clone().unwrap_or_default();
-                    let req = AppendRequest::system(
-                        json!({"type": "turn_timeout", "turn": core.turn, "speaker": speaker}),
-                    )
-                    .with_turn(Some(core.turn));
-                    Some(("turn_timeout", req))
+                    Some(SystemEvent::TurnTimeout(TurnTimeout {
+                        turn: core.turn,
+                        speaker: core.speaker.clone().unwrap_or_default(),
+                    }))
                 } else {
                     None
                 };
-                let Some((what, req)) = due else { continue };
-                let key = (core.head, what);
+                let Some(event) = due else { continue };
+                let key = (core.head, event.type_name());
                 if fired.get(&conv.id) == Some(&key) {
                     continue;
                 }
                 fired.insert(conv.id.clone(), key);
+                // A turn's timeout names its turn: it is refused if that turn already ended.
+                let turn = matches!(event, SystemEvent::TurnTimeout(_)).then_some(core.turn);
+                let req = AppendRequest::system(&event).with_turn(turn);
                 let (writer, id) = (writer.clone(), conv.id.clone());
                 tokio::spawn(async move {
                     if let Err(e) = writer.append(id.clone(), req).await {

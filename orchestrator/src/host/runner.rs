@@ -4,6 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use proto_spec::system::{StopData, SystemEvent};
 use proto_spec::{CreateConversationParams, EventKind, Finality, SubscribeParams};
 use serde_json::Value;
 
@@ -139,23 +140,20 @@ pub async fn run(
         match e.kind {
             EventKind::Trace => {}
             EventKind::System => {
-                let line = match p["type"].as_str().unwrap_or("") {
-                    "next_speaker" => format!(
-                        "  → turn {}: {}",
-                        p["turn"],
-                        p["speaker"].as_str().unwrap_or("?")
-                    ),
-                    "approval_requested" => format!(
+                let line = match SystemEvent::from_value(&p) {
+                    Some(SystemEvent::NextSpeaker(n)) => {
+                        format!("  → turn {}: {}", n.turn, n.speaker)
+                    }
+                    Some(SystemEvent::ApprovalRequested(a)) => format!(
                         "  ⏸ approval of {} requested from {}",
-                        p["for"].as_str().unwrap_or("?"),
-                        p["approver"].as_str().unwrap_or("?")
+                        a.for_speaker, a.approver
                     ),
-                    "turn_timeout" => format!(
-                        "  ⌛ turn {} timed out ({})",
-                        p["turn"],
-                        p["speaker"].as_str().unwrap_or("?")
-                    ),
-                    "paused" | "resumed" => format!("  {}", p["type"].as_str().unwrap_or("")),
+                    Some(SystemEvent::TurnTimeout(t)) => {
+                        format!("  ⌛ turn {} timed out ({})", t.turn, t.speaker)
+                    }
+                    Some(e @ (SystemEvent::Paused(_) | SystemEvent::Resumed(_))) => {
+                        format!("  {}", e.type_name())
+                    }
                     _ => continue,
                 };
                 writeln!(out, "{}", style.paint("2", &line)).map_err(io)?;
@@ -179,10 +177,12 @@ pub async fn run(
                     turns += 1;
                 }
                 if e.finality == Some(Finality::Conversation) {
-                    break p["data"]["reason"]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("closed by {}", e.author));
+                    break match StopData::of(&p) {
+                        Some(reason) if e.author == proto_spec::ORCHESTRATOR_AUTHOR => {
+                            reason.as_str().to_string()
+                        }
+                        _ => format!("closed by {}", e.author),
+                    };
                 }
             }
         }

@@ -464,3 +464,29 @@ async fn events(
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use proto_spec::SystemEvent;
+
+    /// The viewer describes system events by their `type`: each it names is one the protocol
+    /// has, and it names every one.
+    #[test]
+    fn the_viewer_knows_every_system_event_type() {
+        let start = super::VIEWER
+            .find("function describeSystem")
+            .expect("the viewer describes system events");
+        let body = &super::VIEWER[start..];
+        let body = &body[..body.find("default:").expect("a default case")];
+        let named: Vec<&str> = body
+            .split("case \"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        let mut sorted = named.clone();
+        sorted.sort_unstable();
+        let mut known = SystemEvent::TYPES.to_vec();
+        known.sort_unstable();
+        assert_eq!(sorted, known, "the viewer's cases: {named:?}");
+    }
+}

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use proto_spec::system::ChangedBy;
 use proto_spec::*;
 use tokio::time::Instant;
 
@@ -448,11 +449,17 @@ impl Orchestrator {
                 format!("conversation {} is closed", p.conversation_id),
             ));
         }
-        if core.paused == pause {
-            return Ok(SeqResult { seq: core.head });
-        }
-        let kind = if pause { "paused" } else { "resumed" };
-        let req = AppendRequest::system(serde_json::json!({"type": kind, "by": who.agent_id}));
+        // Pausing a paused conversation appends nothing: the state machine decides, in the
+        // writer, so that two pauses at once append one `paused`.
+        let by = ChangedBy {
+            by: who.agent_id.clone(),
+        };
+        let event = if pause {
+            SystemEvent::Paused(by)
+        } else {
+            SystemEvent::Resumed(by)
+        };
+        let req = AppendRequest::system(&event);
         let r = self.writer.append(p.conversation_id, req).await?;
         Ok(SeqResult { seq: r.seq })
     }

@@ -11,6 +11,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use proto_spec::system::{
+    Created, FinishStatus, StopData, SubconversationFinished, SubconversationResult, SystemEvent,
+};
 use proto_spec::{
     AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, RpcError,
     ORCHESTRATOR_AUTHOR,
@@ -18,8 +21,10 @@ use proto_spec::{
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-/// Serializes a JSON value into the stored form.
-pub fn to_raw(v: &Value) -> Box<RawValue> {
+pub use proto_spec::system::ParentLink;
+
+/// Serializes a value into the stored form.
+pub fn to_raw(v: &impl serde::Serialize) -> Box<RawValue> {
     serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 use sha2::{Digest, Sha256};
@@ -76,7 +81,7 @@ pub struct AppendRequest {
     pub hash: BodyHash,
     /// System events the orchestrator appends in the same transaction after this one
     /// (a policy decision such as `next_speaker`).
-    pub follow_ups: Vec<Value>,
+    pub follow_ups: Vec<SystemEvent>,
     /// A message from the orchestrator appended right after this event and before the
     /// policy's decision, with finality `none`: a sub-conversation's input, after its `created`.
     pub opening: Option<Box<RawValue>>,
@@ -115,17 +120,12 @@ impl AppendRequest {
     }
 
     /// A system event written by the orchestrator.
-    pub fn system(payload: Value) -> Self {
-        AppendRequest::new(ORCHESTRATOR_AUTHOR, EventKind::System, None, payload)
+    pub fn system(event: &SystemEvent) -> Self {
+        AppendRequest::from_raw(ORCHESTRATOR_AUTHOR, EventKind::System, None, to_raw(event))
     }
 
-    /// Makes a `created` event a sub-conversation's: its parent link, and its input as the
-    /// opening message.
-    pub fn with_parent(mut self, link: Value, input: Option<Value>) -> Self {
-        if let Ok(mut payload) = serde_json::from_str::<Value>(self.payload.get()) {
-            payload["parent"] = link;
-            self.payload = to_raw(&payload);
-        }
+    /// Gives a sub-conversation's `created` event its input, as the opening message.
+    pub fn with_opening(mut self, input: Option<Value>) -> Self {
         self.opening = input.map(|i| to_raw(&i));
         self
     }
@@ -212,6 +212,9 @@ pub struct Core {
     pub turn: u64,
     /// Who holds the turn; `None`: open to every participant.
     pub speaker: Option<String>,
+    /// The seq of the `next_speaker` event that named the current speaker (0: none yet). The
+    /// publisher and recovery read the turn's start from it, without parsing events again.
+    pub speaker_seq: u64,
     /// A message with finality `conversation` was appended.
     pub closed: bool,
     /// Paused by an admin.
@@ -239,15 +242,6 @@ pub struct LastSaid {
     pub author: String,
     /// Its payload, as stored.
     pub payload: String,
-}
-
-/// Where a sub-conversation sits in its tree, from its `created` event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParentLink {
-    /// The conversation that opened it.
-    pub conversation: String,
-    /// Its depth: 1 for a child of a top-level conversation.
-    pub depth: u32,
 }
 
 /// A conversation's state, rebuilt from its log.
@@ -302,6 +296,7 @@ impl ConvState {
                 head: 0,
                 turn: 1,
                 speaker: None,
+                speaker_seq: 0,
                 closed: false,
                 paused: false,
                 turn_timeout_ms: None,
@@ -333,15 +328,28 @@ impl ConvState {
         created_by: &str,
         policy: Option<&TurnPolicy>,
     ) -> AppendRequest {
-        let mut payload =
-            json!({"type": "created", "participants": participants, "createdBy": created_by});
-        if let Some(m) = metadata {
-            payload["metadata"] = m.clone();
+        AppendRequest::system(&SystemEvent::Created(Self::created(
+            participants,
+            metadata,
+            created_by,
+            policy,
+        )))
+    }
+
+    /// What a `created` event records.
+    pub fn created(
+        participants: &[String],
+        metadata: Option<&Value>,
+        created_by: &str,
+        policy: Option<&TurnPolicy>,
+    ) -> Created {
+        Created {
+            participants: participants.to_vec(),
+            created_by: created_by.to_string(),
+            metadata: metadata.cloned(),
+            policy: policy.map(|p| json!(p)),
+            parent: None,
         }
-        if let Some(p) = policy {
-            payload["policy"] = json!(p);
-        }
-        AppendRequest::system(payload)
     }
 
     /// The turn policy, if the conversation has one.
@@ -362,47 +370,46 @@ impl ConvState {
     /// A sub-conversation's `subconversation_finished` event for its parent, once it is closed:
     /// how it ended and its result (the closing message, or the last participant message when
     /// the orchestrator closed it).
-    pub fn finished_event(&self, closing: &Draft) -> Value {
-        let by_orchestrator = closing.author == ORCHESTRATOR_AUTHOR;
-        let closing_payload: Value =
-            serde_json::from_str(closing.payload.get()).unwrap_or(Value::Null);
-        let (status, reason) = if by_orchestrator {
-            let reason = closing_payload
-                .pointer("/data/reason")
-                .cloned()
-                .unwrap_or(Value::Null);
-            ("stopped", reason)
+    pub fn finished_event(&self, closing: &Draft) -> SystemEvent {
+        let (status, reason) = if closing.author == ORCHESTRATOR_AUTHOR {
+            let payload: Value = serde_json::from_str(closing.payload.get()).unwrap_or(Value::Null);
+            (FinishStatus::Stopped, StopData::of(&payload))
         } else {
-            ("completed", Value::Null)
+            (FinishStatus::Completed, None)
         };
-        let result = match &self.core.last_said {
-            Some(l) => {
-                let payload: Value = serde_json::from_str(&l.payload).unwrap_or(Value::Null);
-                json!({"seq": l.seq, "author": l.author, "text": payload.get("text"), "data": payload.get("data"), "schema": payload.get("schema")})
+        let result = self.core.last_said.as_ref().map(|l| {
+            let payload: Value = serde_json::from_str(&l.payload).unwrap_or(Value::Null);
+            SubconversationResult {
+                seq: l.seq,
+                author: l.author.clone(),
+                text: payload
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                data: payload.get("data").cloned().filter(|d| !d.is_null()),
+                schema: payload
+                    .get("schema")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
             }
-            None => Value::Null,
-        };
-        let mut event = json!({
-            "type": "subconversation_finished",
-            "child": self.id,
-            "status": status,
-            "closedSeq": closing.seq,
-            "result": result,
         });
-        if !reason.is_null() {
-            event["reason"] = reason;
-        }
-        event
+        SystemEvent::SubconversationFinished(SubconversationFinished {
+            child: self.id.clone(),
+            status,
+            reason,
+            closed_seq: closing.seq,
+            result,
+        })
     }
 
-    fn system_draft(&self, payload: &Value) -> Draft {
+    fn system_draft(&self, event: &SystemEvent) -> Draft {
         Draft {
             seq: self.core.head + 1,
             kind: EventKind::System,
             author: ORCHESTRATOR_AUTHOR.to_string(),
             turn: self.core.turn,
             finality: None,
-            payload: to_raw(payload),
+            payload: to_raw(event),
             client_request_id: None,
             hash: None,
         }
@@ -470,6 +477,13 @@ impl ConvState {
             }
         }
         self.check_open(&req)?;
+        if self.changes_nothing(&req) {
+            return Ok(AppendResult {
+                seq: self.core.head,
+                turn: self.core.turn,
+                duplicate: true,
+            });
+        }
         let hash = req.client_request_id.as_ref().map(|_| req.hash);
         let first = Draft {
             seq: self.core.head + 1,
@@ -517,6 +531,19 @@ impl ConvState {
             out.push(d);
         }
         Ok(result)
+    }
+
+    /// Whether `req` is a pause of a paused conversation or a resume of an active one: decided
+    /// here, in the one writer, so that two pauses at once append one `paused`.
+    fn changes_nothing(&self, req: &AppendRequest) -> bool {
+        if req.kind != EventKind::System {
+            return false;
+        }
+        match SystemEvent::parse(req.payload.get()) {
+            Some(SystemEvent::Paused(_)) => self.core.paused,
+            Some(SystemEvent::Resumed(_)) => !self.core.paused,
+            _ => false,
+        }
     }
 
     /// Checks that hold whatever the log says: finality only on messages, authorship.
@@ -638,67 +665,47 @@ impl ConvState {
                 Some(Finality::Conversation) => c.closed = true,
                 _ => {}
             },
-            EventKind::System => {
-                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
-                match payload.get("type").and_then(Value::as_str) {
-                    Some("created") => {
-                        if let Some(ps) = payload.get("participants").and_then(Value::as_array) {
-                            self.participants = ps
-                                .iter()
-                                .filter_map(|p| p.as_str().map(str::to_string))
-                                .collect();
-                            self.members = Members::new(&self.participants);
-                        }
-                        self.policy = payload
-                            .get("policy")
-                            .and_then(|p| serde_json::from_value(p.clone()).ok());
-                        self.parent = payload.get("parent").and_then(|p| {
-                            Some(ParentLink {
-                                conversation: p.get("conversationId")?.as_str()?.to_string(),
-                                depth: p.get("depth")?.as_u64()? as u32,
-                            })
-                        });
-                    }
-                    Some("next_speaker") => {
-                        c.speaker = payload
-                            .get("speaker")
-                            .and_then(Value::as_str)
-                            .map(str::to_string);
-                        c.turn_timeout_ms = payload.get("timeoutMs").and_then(Value::as_u64);
-                        if payload.get("reason").and_then(Value::as_str) != Some("approval") {
-                            c.pending_approval = None;
-                        }
-                        if let Some(p) = payload.get("position").and_then(Value::as_u64) {
-                            c.sequence_pos = Some(p as usize);
-                        }
-                    }
-                    Some("approval_requested") => {
-                        c.pending_approval = payload
-                            .get("for")
-                            .and_then(Value::as_str)
-                            .map(str::to_string);
-                        if let Some(p) = payload.get("position").and_then(Value::as_u64) {
-                            c.sequence_pos = Some(p as usize);
-                        }
-                    }
-                    Some("turn_timeout") => {
-                        // The turn ends without an answer; the policy decides what follows.
-                        c.turn = d.turn + 1;
-                        c.speaker = None;
-                        c.turn_timeout_ms = None;
-                        c.silent_turns = c.silent_turns.saturating_add(1);
-                    }
-                    // A fork of a sub-conversation stands on its own.
-                    Some("forked_from") => self.parent = None,
-                    Some("paused") => c.paused = true,
-                    Some("resumed") => c.paused = false,
-                    Some("subconversation_started") => c.children_open += 1,
-                    Some("subconversation_finished") => {
-                        c.children_open = c.children_open.saturating_sub(1)
-                    }
-                    _ => {}
+            EventKind::System => match SystemEvent::parse(d.payload.get()) {
+                Some(SystemEvent::Created(created)) => {
+                    self.participants = created.participants;
+                    self.members = Members::new(&self.participants);
+                    self.policy = created.policy.and_then(|p| serde_json::from_value(p).ok());
+                    self.parent = created.parent;
                 }
-            }
+                Some(SystemEvent::NextSpeaker(next)) => {
+                    c.turn_timeout_ms = next.timeout_ms;
+                    if next.reason.is_none() {
+                        c.pending_approval = None;
+                    }
+                    if let Some(p) = next.position {
+                        c.sequence_pos = Some(p as usize);
+                    }
+                    c.speaker = Some(next.speaker);
+                    c.speaker_seq = d.seq;
+                }
+                Some(SystemEvent::ApprovalRequested(ask)) => {
+                    c.pending_approval = Some(ask.for_speaker);
+                    if let Some(p) = ask.position {
+                        c.sequence_pos = Some(p as usize);
+                    }
+                }
+                Some(SystemEvent::TurnTimeout(_)) => {
+                    // The turn ends without an answer; the policy decides what follows.
+                    c.turn = d.turn + 1;
+                    c.speaker = None;
+                    c.turn_timeout_ms = None;
+                    c.silent_turns = c.silent_turns.saturating_add(1);
+                }
+                // A fork of a sub-conversation stands on its own.
+                Some(SystemEvent::ForkedFrom(_)) => self.parent = None,
+                Some(SystemEvent::Paused(_)) => c.paused = true,
+                Some(SystemEvent::Resumed(_)) => c.paused = false,
+                Some(SystemEvent::SubconversationStarted(_)) => c.children_open += 1,
+                Some(SystemEvent::SubconversationFinished(_)) => {
+                    c.children_open = c.children_open.saturating_sub(1)
+                }
+                Some(SystemEvent::IdleTimeout | SystemEvent::MaxDuration) | None => {}
+            },
             EventKind::Trace => {}
         }
         // A sub-conversation keeps its last participant message: its result when it closes.

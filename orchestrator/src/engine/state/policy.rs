@@ -3,8 +3,12 @@
 //! commits with the event that caused it and recovery reads it back from the log.
 
 use proto_spec::scenario::{approved, ApprovalSpec, OnTimeout, Order, RuleSpec};
-use proto_spec::{EventKind, Finality, ORCHESTRATOR_AUTHOR};
-use serde_json::{json, Value};
+use proto_spec::system::{
+    ApprovalDecision, ApprovalRequested, NextSpeaker, SpeakerReason, StopData, StopReason,
+    SystemEvent, STOP_SCHEMA,
+};
+use proto_spec::{EventKind, Finality, MessagePayload, ORCHESTRATOR_AUTHOR};
+use serde_json::Value;
 
 use super::{to_raw, ConvState, Draft};
 
@@ -88,10 +92,11 @@ fn yes() -> bool {
 /// What the policy decides after a turn ends.
 #[derive(Debug, Clone, PartialEq)]
 enum Decision {
-    /// Give the next turn to this speaker (with extra fields for the `next_speaker` event).
-    Speaker(String, Value),
+    /// Give the next turn to this speaker (its `turn` and `timeoutMs` are filled in when the
+    /// event is made).
+    Speaker(NextSpeaker),
     /// Close the conversation, for this reason.
-    Stop(String),
+    Stop(StopReason),
     /// Nothing to decide (no order: the floor is open).
     Open,
 }
@@ -116,19 +121,22 @@ impl TurnPolicy {
     ) -> Decision {
         match self.order {
             None => Decision::Open,
-            Some(Order::RoundRobin) => Decision::Speaker(self.after(author), Value::Null),
+            Some(Order::RoundRobin) => speaker(self.after(author)),
             Some(Order::Addressed) => {
                 let addressed = payload.and_then(|p| self.addressed(author, p));
-                Decision::Speaker(addressed.unwrap_or_else(|| self.after(author)), Value::Null)
+                speaker(addressed.unwrap_or_else(|| self.after(author)))
             }
             Some(Order::Sequence) => {
                 let next = sequence_pos.map_or(0, |p| p + 1);
                 match self.sequence.get(next) {
-                    Some(s) => Decision::Speaker(s.clone(), json!({"position": next})),
-                    None => Decision::Stop("sequence_done".into()),
+                    Some(s) => Decision::Speaker(NextSpeaker {
+                        position: Some(next as u64),
+                        ..NextSpeaker::new(s.clone(), 0)
+                    }),
+                    None => Decision::Stop(StopReason::SequenceDone),
                 }
             }
-            Some(Order::Rules) => Decision::Stop("no_rule_matched".into()),
+            Some(Order::Rules) => Decision::Stop(StopReason::NoRuleMatched),
         }
     }
 
@@ -181,44 +189,40 @@ impl ConvState {
                 let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
                 self.after_message(policy, d, &payload)
             }
-            (EventKind::System, _) => {
-                let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
-                match payload.get("type").and_then(Value::as_str) {
-                    Some("created") if policy.order.is_some() => {
-                        let extra = if policy.order == Some(Order::Sequence) {
-                            json!({"position": 0})
-                        } else {
-                            Value::Null
-                        };
-                        Decision::Speaker(policy.first.clone(), extra)
-                    }
-                    Some("turn_timeout") => {
-                        let speaker = payload.get("speaker").and_then(Value::as_str).unwrap_or("");
-                        // A turn ended by its timeout is a turn: it counts towards maxTurns.
-                        if policy.max_turns.is_some_and(|max| d.turn >= max) {
-                            return vec![self.closing_draft("max_turns")];
-                        }
-                        // Nobody answered for two full rounds: nobody is speaking, so the
-                        // conversation ends instead of timing out forever.
-                        if self.core.silent_turns >= policy.silent_limit() {
-                            return vec![self.closing_draft("no_answer")];
-                        }
-                        match policy.on_timeout {
-                            OnTimeout::End => Decision::Stop("turn_timeout".into()),
-                            OnTimeout::Retry => Decision::Speaker(
-                                speaker.to_string(),
-                                json!({"retry": true, "position": self.core.sequence_pos}),
-                            ),
-                            OnTimeout::Skip => {
-                                policy.by_order(speaker, None, self.core.sequence_pos)
-                            }
-                        }
-                    }
-                    Some("idle_timeout") => Decision::Stop("idle_timeout".into()),
-                    Some("max_duration") => Decision::Stop("max_duration".into()),
-                    _ => return Vec::new(),
+            (EventKind::System, _) => match SystemEvent::parse(d.payload.get()) {
+                Some(SystemEvent::Created(_)) if policy.order.is_some() => {
+                    let position = (policy.order == Some(Order::Sequence)).then_some(0);
+                    Decision::Speaker(NextSpeaker {
+                        position,
+                        ..NextSpeaker::new(policy.first.clone(), 0)
+                    })
                 }
-            }
+                Some(SystemEvent::TurnTimeout(t)) => {
+                    // A turn ended by its timeout is a turn: it counts towards maxTurns.
+                    if policy.max_turns.is_some_and(|max| d.turn >= max) {
+                        return vec![self.closing_draft(StopReason::MaxTurns)];
+                    }
+                    // Nobody answered for two full rounds: nobody is speaking, so the
+                    // conversation ends instead of timing out forever.
+                    if self.core.silent_turns >= policy.silent_limit() {
+                        return vec![self.closing_draft(StopReason::NoAnswer)];
+                    }
+                    match policy.on_timeout {
+                        OnTimeout::End => Decision::Stop(StopReason::TurnTimeout),
+                        OnTimeout::Retry => Decision::Speaker(NextSpeaker {
+                            retry: true,
+                            position: self.core.sequence_pos.map(|p| p as u64),
+                            ..NextSpeaker::new(t.speaker, 0)
+                        }),
+                        OnTimeout::Skip => {
+                            policy.by_order(&t.speaker, None, self.core.sequence_pos)
+                        }
+                    }
+                }
+                Some(SystemEvent::IdleTimeout) => Decision::Stop(StopReason::IdleTimeout),
+                Some(SystemEvent::MaxDuration) => Decision::Stop(StopReason::MaxDuration),
+                _ => return Vec::new(),
+            },
             _ => return Vec::new(),
         };
         // Built from this state without copying it: the drafts follow one another (seq + 1
@@ -226,29 +230,36 @@ impl ConvState {
         let mut out = Vec::new();
         match decision {
             Decision::Open => {}
-            Decision::Stop(reason) => out.push(self.closing_draft(&reason)),
-            Decision::Speaker(speaker, extra) => {
+            Decision::Stop(reason) => out.push(self.closing_draft(reason)),
+            Decision::Speaker(next) => {
                 let gate = self.core.pending_approval.is_none()
-                    && extra.get("approval").is_none()
-                    && policy.approver_of(&speaker).is_some();
+                    && next.approval.is_none()
+                    && policy.approver_of(&next.speaker).is_some();
                 if gate {
-                    let approver = policy.approver_of(&speaker).unwrap_or_default().to_string();
-                    let mut ask =
-                        json!({"type": "approval_requested", "for": speaker, "approver": approver});
-                    if let Some(p) = extra.get("position") {
-                        // In a sequence, the place of the speaker waiting for approval.
-                        ask["position"] = p.clone();
-                    }
-                    out.push(self.system_draft(&ask));
-                    let mut next = self.speaker_draft(
+                    let approver = policy
+                        .approver_of(&next.speaker)
+                        .unwrap_or_default()
+                        .to_string();
+                    out.push(self.system_draft(&SystemEvent::ApprovalRequested(
+                        ApprovalRequested {
+                            for_speaker: next.speaker.clone(),
+                            approver: approver.clone(),
+                            // In a sequence, the place of the speaker waiting for approval.
+                            position: next.position,
+                        },
+                    )));
+                    let mut ask = self.speaker_draft(
                         policy,
-                        &approver,
-                        json!({"reason": "approval", "for": speaker}),
+                        NextSpeaker {
+                            reason: Some(SpeakerReason::Approval),
+                            for_speaker: Some(next.speaker),
+                            ..NextSpeaker::new(approver, 0)
+                        },
                     );
-                    next.seq += 1;
-                    out.push(next);
+                    ask.seq += 1;
+                    out.push(ask);
                 } else {
-                    out.push(self.speaker_draft(policy, &speaker, extra));
+                    out.push(self.speaker_draft(policy, next));
                 }
             }
         }
@@ -260,27 +271,27 @@ impl ConvState {
         if let Some(token) = &policy.on_text {
             let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
             if text.contains(token.as_str()) {
-                return Decision::Stop("on_text".into());
+                return Decision::Stop(StopReason::OnText);
             }
         }
         if policy.max_turns.is_some_and(|max| d.turn >= max) {
-            return Decision::Stop("max_turns".into());
+            return Decision::Stop(StopReason::MaxTurns);
         }
         // An approver's answer decides the pending checkpoint.
         if let Some(waiting) = &self.core.pending_approval {
             if policy.approver_of(waiting) == Some(d.author.as_str()) {
                 return if approved(payload) {
-                    Decision::Speaker(waiting.clone(), json!({"approval": "approved"}))
+                    Decision::Speaker(NextSpeaker {
+                        approval: Some(ApprovalDecision::Approved),
+                        ..NextSpeaker::new(waiting.clone(), 0)
+                    })
                 } else {
                     match policy.by_order(waiting, None, self.core.sequence_pos) {
-                        Decision::Speaker(next, mut extra) => {
-                            if !extra.is_object() {
-                                extra = json!({});
-                            }
-                            extra["approval"] = json!("rejected");
-                            extra["skipped"] = json!(waiting);
-                            Decision::Speaker(next, extra)
-                        }
+                        Decision::Speaker(next) => Decision::Speaker(NextSpeaker {
+                            approval: Some(ApprovalDecision::Rejected),
+                            skipped: Some(waiting.clone()),
+                            ..next
+                        }),
                         other => other,
                     }
                 };
@@ -291,34 +302,30 @@ impl ConvState {
             .iter()
             .find(|r| r.when.matches(&d.author, payload))
         {
-            return Decision::Speaker(rule.next.clone(), Value::Null);
+            return speaker(rule.next.clone());
         }
         policy.by_order(&d.author, Some(payload), self.core.sequence_pos)
     }
 
-    fn speaker_draft(&self, policy: &TurnPolicy, speaker: &str, extra: Value) -> Draft {
-        let mut payload =
-            json!({"type": "next_speaker", "speaker": speaker, "turn": self.core.turn});
-        if let Value::Object(m) = extra {
-            for (k, v) in m {
-                if !v.is_null() {
-                    payload[k] = v;
-                }
-            }
-        }
-        if let Some(t) = policy.timeout_ms {
-            payload["timeoutMs"] = json!(t);
-        }
-        self.system_draft(&payload)
+    /// The `next_speaker` event of `next`, in the current turn, with the policy's timeout.
+    fn speaker_draft(&self, policy: &TurnPolicy, next: NextSpeaker) -> Draft {
+        self.system_draft(&SystemEvent::NextSpeaker(NextSpeaker {
+            turn: self.core.turn,
+            timeout_ms: policy.timeout_ms,
+            ..next
+        }))
     }
 
     /// The orchestrator's message that closes the conversation.
-    fn closing_draft(&self, reason: &str) -> Draft {
-        let payload = json!({
-            "text": format!("The conversation ended: {}.", reason.replace('_', " ")),
-            "data": {"reason": reason},
-            "schema": "orchestrator.stop.v1"
-        });
+    fn closing_draft(&self, reason: StopReason) -> Draft {
+        let payload = MessagePayload {
+            schema: Some(STOP_SCHEMA.to_string()),
+            data: Some(serde_json::to_value(StopData { reason }).unwrap_or(Value::Null)),
+            ..MessagePayload::text(format!(
+                "The conversation ended: {}.",
+                reason.as_str().replace('_', " ")
+            ))
+        };
         Draft {
             seq: self.core.head + 1,
             kind: EventKind::Message,
@@ -330,4 +337,9 @@ impl ConvState {
             hash: None,
         }
     }
+}
+
+/// The next turn to `speaker`, nothing else said.
+fn speaker(speaker: String) -> Decision {
+    Decision::Speaker(NextSpeaker::new(speaker, 0))
 }

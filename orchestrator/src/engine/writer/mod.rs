@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use proto_spec::system::{Created, ForkedFrom, ParentLink, SubconversationStarted, SystemEvent};
 use proto_spec::{AppendResult, ErrorCode, RpcError};
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::{json, Value};
@@ -229,7 +230,7 @@ impl WriterHandle {
             let mut turn_started = 0;
             for e in &events {
                 state.observe(&e.draft);
-                if is_next_speaker(&e.draft) {
+                if state.core.speaker_seq == e.draft.seq {
                     turn_started = e.ts_ms;
                 }
             }
@@ -251,7 +252,7 @@ impl WriterHandle {
                 shared.set_policy(p.clone());
             }
             if let Some(p) = state.parent() {
-                shared.set_parent(p.conversation.clone());
+                shared.set_parent(p.conversation_id.clone());
             }
             convs.insert(
                 &record.id,
@@ -419,7 +420,7 @@ fn append_one(
     if was_closed || !slot.state.core.closed {
         return result;
     }
-    let Some(parent) = slot.state.parent().map(|p| p.conversation.clone()) else {
+    let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) else {
         return result;
     };
     let closing = drafts[before..]
@@ -427,7 +428,7 @@ fn append_one(
         .find(|d| d.finality == Some(proto_spec::Finality::Conversation));
     if let Some(closing) = closing {
         let event = slot.state.finished_event(closing);
-        let report = append_one(convs, &parent, AppendRequest::system(event), touched);
+        let report = append_one(convs, &parent, AppendRequest::system(&event), touched);
         if let Err(e) = report {
             // The parent closed first: nothing waits for this child any more.
             tracing::debug!(child = conversation, %parent, error = %e.message, "a finished sub-conversation was not reported");
@@ -476,12 +477,13 @@ impl Writer {
             )
             .with_data(json!({"limit": "fanOut", "max": c.max_children, "open": open})));
         }
-        let started = AppendRequest::system(json!({
-            "type": "subconversation_started",
-            "child": child,
-            "by": by,
-            "depth": depth,
-        }));
+        let started = AppendRequest::system(&SystemEvent::SubconversationStarted(
+            SubconversationStarted {
+                child: child.to_string(),
+                by: by.to_string(),
+                depth,
+            },
+        ));
         append_one(&mut self.convs, &c.parent, started, touched)?;
         Ok(depth)
     }
@@ -565,7 +567,10 @@ impl Writer {
                         let started = self.start_child(&id, &created_by, c, &mut touched);
                         match started {
                             Ok(depth) => {
-                                link = Some(json!({"conversationId": c.parent, "depth": depth}))
+                                link = Some(ParentLink {
+                                    conversation_id: c.parent.clone(),
+                                    depth,
+                                })
                             }
                             Err(e) => {
                                 replies.push(Reply::Create(reply, Err(e)));
@@ -578,15 +583,17 @@ impl Writer {
                     let mut state = ConvState::new(id.clone(), participants.clone());
                     let drafts = match fork {
                         None => {
-                            let mut created = ConvState::created_event_with(
-                                &participants,
-                                metadata.as_ref(),
-                                &created_by,
-                                policy.as_deref(),
-                            );
-                            if let (Some(link), Some(c)) = (link, child_of) {
-                                created = created.with_parent(link, c.input);
-                            }
+                            let created = Created {
+                                parent: link,
+                                ..ConvState::created(
+                                    &participants,
+                                    metadata.as_ref(),
+                                    &created_by,
+                                    policy.as_deref(),
+                                )
+                            };
+                            let created = AppendRequest::system(&SystemEvent::Created(created))
+                                .with_opening(child_of.and_then(|c| c.input));
                             match state.apply(created) {
                                 Ok(Applied::Append(d, _)) => d,
                                 _ => Vec::new(),
@@ -612,7 +619,7 @@ impl Writer {
                         shared.set_policy(p.clone());
                     }
                     if let Some(p) = state.parent() {
-                        shared.set_parent(p.conversation.clone());
+                        shared.set_parent(p.conversation_id.clone());
                     }
                     let slot = self.convs.insert(
                         &id,
@@ -734,23 +741,12 @@ fn fork_drafts(state: &mut ConvState, f: ForkFrom) -> Vec<Draft> {
         state.observe(&d);
         drafts.push(d);
     }
-    let marker = AppendRequest::system(serde_json::json!({
-        "type": "forked_from", "from": f.from, "atSeq": at_seq
+    let marker = AppendRequest::system(&SystemEvent::ForkedFrom(ForkedFrom {
+        from: f.from,
+        at_seq,
     }));
     if let Ok(Applied::Append(d, _)) = state.apply(marker) {
         drafts.extend(d);
     }
     drafts
-}
-
-/// Whether a draft is a policy's `next_speaker` decision.
-pub fn is_next_speaker(d: &Draft) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Type<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Option<&'a str>,
-    }
-    d.kind == proto_spec::EventKind::System
-        && serde_json::from_str::<Type<'_>>(d.payload.get())
-            .is_ok_and(|t| t.kind == Some("next_speaker"))
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use proto_spec::{AppendResult, ErrorCode, RpcError};
 use tokio::sync::oneshot;
 
-use super::{is_next_speaker, Job, SYNC_AHEAD};
+use super::{Job, SYNC_AHEAD};
 use crate::engine::hub::{ConvShared, Hub, NewEvents};
 use crate::engine::state::{Core, Draft};
 use crate::engine::store::{format_ts, Durability};
@@ -156,7 +156,9 @@ pub(super) fn publish(hub: &Hub, batch: Committed) {
                 // (timeouts, decisions) never keep a conversation alive.
                 shared.set_clock(0, batch.ts_ms);
             }
-            if drafts.iter().any(is_next_speaker) {
+            // The state machine says which event named the current speaker: one of this
+            // batch's, or an earlier one.
+            if drafts.first().is_some_and(|d| core.speaker_seq >= d.seq) {
                 shared.set_turn_started(batch.ts_ms);
             }
             // Any decision, pause or resume may change who is to be handed a turn.
