@@ -294,12 +294,12 @@ mod tests {
 
     #[test]
     fn a_loop_that_never_ends_is_stopped_at_its_time_limit() {
-        let started = Instant::now();
+        // The error names the limit that stopped it (QuickJS's interrupt handler, on the real
+        // clock: the script burns CPU, so no paused clock applies).
         let e = f("function handler() { while (true) {} }")
             .run_blocking(json!({}), json!({}), false)
             .unwrap_err();
         assert_eq!(e, FunctionError::Timeout(Duration::from_millis(300)));
-        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

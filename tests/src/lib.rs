@@ -324,6 +324,15 @@ pub async fn wait_for(
     }
 }
 
+/// Waits until `cond` holds, polling every few milliseconds; fails after [`WAIT`].
+pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let until = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(tokio::time::Instant::now() < until, "{what} did not happen");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Creates a conversation from an inline scenario (as `client`, an admin).
 pub async fn create_scenario(client: &dyn agent_sdk::AgentClient, id: &str, scenario: Value) {
     client

@@ -107,28 +107,35 @@ async fn idle_timeout_and_max_duration_close_the_conversation() {
     }
 }
 
+/// Milliseconds since the epoch of a wire timestamp (RFC 3339).
+fn ms(ts: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(ts)
+        .unwrap_or_else(|e| panic!("timestamp {ts}: {e}"))
+        .timestamp_millis()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_timeout_holds_across_a_restart() {
+async fn a_turn_deadline_comes_from_the_log_across_a_restart() {
     let mut server = TestServer::start().await;
     {
         let admin = server.sdk("admin", None).await;
-        create(&admin, "restart", json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}, "turn": {"timeout": "2s"}})).await;
+        create(&admin, "restart", json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin"}, "turn": {"timeout": "1h"}})).await;
     }
-    server.stop().await;
-    // The deadline passes while the server is down.
-    tokio::time::sleep(Duration::from_millis(2200)).await;
     server.restart().await;
     let admin = server.sdk("admin", None).await;
-    let started = tokio::time::Instant::now();
-    let s = wait_until(&admin, "restart", "the timeout after restart", |s| {
-        s.turn == 2
-    })
-    .await;
-    assert_eq!(s.speaker.as_deref(), Some("bob"));
-    assert!(
-        started.elapsed() < Duration::from_millis(1500),
-        "fired from the logged deadline, not a fresh one"
-    );
+    let log = log_of(&admin, "restart").await;
+    let named = log
+        .iter()
+        .find(|e| {
+            matches!(SystemEvent::parse(e.payload.get()), Some(SystemEvent::NextSpeaker(n)) if n.turn == 1)
+        })
+        .expect("turn 1's next_speaker");
+    // The deadline the restarted server gives is the logged one: the time of the event that
+    // named the speaker plus the timeout, not the restart plus the timeout.
+    let snapshot = admin.get_conversation("restart").await.expect("snapshot");
+    assert_eq!(snapshot.turn, 1);
+    let deadline = snapshot.guidance.deadline.expect("a deadline");
+    assert_eq!(ms(&deadline) - ms(&named.ts), 3_600_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

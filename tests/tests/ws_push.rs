@@ -1,4 +1,4 @@
-//! `subscribe` frames written straight into the connection (orchestrator/src/push.rs): the
+//! `subscribe` frames written straight into the connection (orchestrator/src/transport/push.rs): the
 //! answer before any event, frames never torn by the server's own frames, a subscriber that
 //! stops reading let go by the publisher and caught up from the log, and `unsubscribe`.
 

@@ -200,6 +200,11 @@ impl ConvShared {
         *self.head.borrow()
     }
 
+    /// How many waiters (long-polls, `waitForChange`, feeds) watch the head.
+    pub fn waiters(&self) -> usize {
+        self.head.receiver_count()
+    }
+
     /// A receiver woken whenever the head moves. Take it before reading the head, so that no
     /// wake-up is lost.
     pub fn watch(&self) -> watch::Receiver<u64> {
