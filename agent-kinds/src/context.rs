@@ -308,8 +308,15 @@ pub fn trim(
     if total <= budget {
         return;
     }
-    // Source messages, oldest first: (this conversation's, seq, source, tokens).
-    let mut candidates: Vec<(bool, u64, String, usize)> = Vec::new();
+    // Source messages, other conversations' first, oldest first.
+    struct Candidate {
+        /// From this conversation (kept longest).
+        mine: bool,
+        seq: u64,
+        source: String,
+        tokens: usize,
+    }
+    let mut candidates: Vec<Candidate> = Vec::new();
     for (name, v) in obj.iter() {
         if name == "tail" {
             continue;
@@ -321,11 +328,22 @@ pub fn trim(
             one => vec![one],
         };
         for m in items {
-            candidates.push((mine, m["seq"].as_u64().unwrap_or(0), name.clone(), count(m)));
+            candidates.push(Candidate {
+                mine,
+                seq: m["seq"].as_u64().unwrap_or(0),
+                source: name.clone(),
+                tokens: count(m),
+            });
         }
     }
-    candidates.sort_by_key(|c| (c.0, c.1));
-    for (_, seq, name, tokens) in candidates {
+    candidates.sort_by_key(|c| (c.mine, c.seq));
+    for Candidate {
+        seq,
+        source: name,
+        tokens,
+        ..
+    } in candidates
+    {
         if total <= budget {
             return;
         }

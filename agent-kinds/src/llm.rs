@@ -225,23 +225,7 @@ impl Llm {
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();
-            let detail = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-                .unwrap_or_else(|| text.chars().take(300).collect());
-            let msg = match status.as_u16() {
-                401 | 403 => format!("llm: the endpoint refused the API key ({status}): {detail}"),
-                404 => format!(
-                    "llm: model {:?} or the endpoint was not found ({status}): {detail}",
-                    self.spec.model
-                ),
-                _ => format!("llm: the endpoint answered {status}: {detail}"),
-            };
-            return Err(if status.as_u16() == 429 || status.is_server_error() {
-                CallError::Retry(Some(status.as_u16()), msg)
-            } else {
-                CallError::Status(status.as_u16(), msg)
-            });
+            return Err(self.refused(status, &text));
         }
         // A server may answer a streaming request with one JSON body; read it as such.
         let event_stream = resp
@@ -265,6 +249,37 @@ impl Llm {
                 status: status.as_u16(),
             });
         }
+        self.read_stream(ctx, resp).await
+    }
+
+    /// The error for an answer that is not a success: retried on 429 and 5xx.
+    fn refused(&self, status: reqwest::StatusCode, text: &str) -> CallError {
+        let detail = serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| text.chars().take(300).collect());
+        let msg = match status.as_u16() {
+            401 | 403 => format!("llm: the endpoint refused the API key ({status}): {detail}"),
+            404 => format!(
+                "llm: model {:?} or the endpoint was not found ({status}): {detail}",
+                self.spec.model
+            ),
+            _ => format!("llm: the endpoint answered {status}: {detail}"),
+        };
+        if status.as_u16() == 429 || status.is_server_error() {
+            CallError::Retry(Some(status.as_u16()), msg)
+        } else {
+            CallError::Status(status.as_u16(), msg)
+        }
+    }
+
+    /// Reads a streamed answer (server-sent events), posting the text so far as progress.
+    async fn read_stream(
+        &self,
+        ctx: &AgentContext,
+        resp: reqwest::Response,
+    ) -> Result<Outcome, CallError> {
+        let status = resp.status();
         let mut text = String::new();
         let mut usage = None;
         let mut buf = String::new();
@@ -450,7 +465,15 @@ impl Execute for Llm {
                 messages: vec![OutMessage::text(outcome.text)],
             });
         }
-        let v = parse_structured(&outcome.text).map_err(|e| format!("llm: {e}"))?;
+        self.structured_reply(ctx, &outcome.text)
+    }
+}
+
+impl Llm {
+    /// The messages of a structured answer (seed 002's format, repaired): its text, the
+    /// messages it creates, and a `tool.request.v1` to each declared tool it asks for.
+    fn structured_reply(&self, ctx: &AgentContext, answer: &str) -> Result<Reply, AgentError> {
+        let v = parse_structured(answer).map_err(|e| format!("llm: {e}"))?;
         let mut messages = Vec::new();
         if let Some(t) = v["response_text"].as_str().filter(|t| !t.is_empty()) {
             messages.push(OutMessage::text(t));

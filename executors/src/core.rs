@@ -201,6 +201,17 @@ impl ExecutorCore {
             key,
             slot: slot.clone(),
         };
+        self.attempts(agent, client, a).await
+    }
+
+    /// Runs the agent until an attempt ends the turn, the turn stops being its own, the
+    /// attempts run out or the deadline passes, tracing each attempt.
+    async fn attempts(
+        &self,
+        agent: &dyn Agent,
+        client: Arc<dyn AgentClient>,
+        a: &Assignment,
+    ) -> RunReport {
         let mut last_error = String::new();
         for attempt in 1..=self.policy.max_attempts.max(1) {
             // The first attempt comes straight from an assignment, a claim or fresh guidance;
@@ -233,28 +244,14 @@ impl ExecutorCore {
             let ran = tokio::time::timeout_at(a.deadline, agent.handle_turn(&ctx)).await;
             match ran {
                 Err(_) => {
-                    self.trace(
-                        client.as_ref(),
-                        a,
-                        ExecutorTrace::TurnError(TurnError {
-                            attempt: a.attempt(attempt),
-                            error: "deadline exceeded".into(),
-                        }),
-                    )
-                    .await;
+                    self.trace_error(client.as_ref(), a, attempt, "deadline exceeded")
+                        .await;
                     return RunReport::DeadlineExceeded;
                 }
                 Ok(Err(e)) => {
                     last_error = e.to_string();
-                    self.trace(
-                        client.as_ref(),
-                        a,
-                        ExecutorTrace::TurnError(TurnError {
-                            attempt: a.attempt(attempt),
-                            error: last_error.clone(),
-                        }),
-                    )
-                    .await;
+                    self.trace_error(client.as_ref(), a, attempt, &last_error)
+                        .await;
                     let delay = self.policy.backoff * 2u32.saturating_pow(attempt - 1);
                     if Instant::now() + delay >= a.deadline {
                         return RunReport::Failed(last_error);
@@ -267,35 +264,49 @@ impl ExecutorCore {
                     {
                         // Progress only: the turn is still open. Try again while there is time.
                         last_error = "the agent posted progress but did not close its turn".into();
-                        if a.traces {
-                            self.trace(
-                                client.as_ref(),
-                                a,
-                                ExecutorTrace::TurnEnd(TurnEnd {
-                                    attempt: a.attempt(attempt),
-                                    outcome: TurnEndOutcome::Incomplete,
-                                }),
-                            )
+                        self.trace_end(client.as_ref(), a, attempt, TurnEndOutcome::Incomplete)
                             .await;
-                        }
                         continue;
                     }
-                    if a.traces {
-                        self.trace(
-                            client.as_ref(),
-                            a,
-                            ExecutorTrace::TurnEnd(TurnEnd {
-                                attempt: a.attempt(attempt),
-                                outcome: outcome.as_trace(),
-                            }),
-                        )
+                    self.trace_end(client.as_ref(), a, attempt, outcome.as_trace())
                         .await;
-                    }
                     return RunReport::Done(outcome);
                 }
             }
         }
         RunReport::Failed(last_error)
+    }
+
+    /// `turn_error` for a failed attempt (written whether or not the turn is traced).
+    async fn trace_error(
+        &self,
+        client: &dyn AgentClient,
+        a: &Assignment,
+        attempt: u32,
+        error: &str,
+    ) {
+        let trace = ExecutorTrace::TurnError(TurnError {
+            attempt: a.attempt(attempt),
+            error: error.to_string(),
+        });
+        self.trace(client, a, trace).await;
+    }
+
+    /// `turn_end` for an attempt that returned, when the turn is traced.
+    async fn trace_end(
+        &self,
+        client: &dyn AgentClient,
+        a: &Assignment,
+        attempt: u32,
+        outcome: TurnEndOutcome,
+    ) {
+        if a.traces {
+            let trace = ExecutorTrace::TurnEnd(TurnEnd {
+                attempt: a.attempt(attempt),
+                outcome,
+            });
+            self.trace(client, a, trace).await;
+        }
     }
 
     /// Waits up to the grace window for the turn to stop being the agent's.

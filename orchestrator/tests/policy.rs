@@ -3,7 +3,7 @@
 //! that closes the turn (one transaction), and refolding the log rebuilds the same state.
 
 use orchestrator::engine::scenario::Scenario;
-use orchestrator::engine::state::{AppendRequest, Applied, ConvState, Draft};
+use orchestrator::engine::state::{AppendRequest, Applied, ConvMachine, Draft};
 use proto_spec::system::{SystemEvent, TurnTimeout};
 use proto_spec::{ErrorCode, EventKind, Finality, ORCHESTRATOR_AUTHOR};
 use serde_json::{json, Value};
@@ -17,16 +17,16 @@ fn timeout(turn: u64, speaker: impl Into<String>) -> SystemEvent {
 }
 
 struct Conv {
-    state: ConvState,
+    state: ConvMachine,
     log: Vec<Draft>,
 }
 
 impl Conv {
     fn new(scenario: Value) -> Conv {
         let s = Scenario::parse(&scenario, &Default::default()).expect("scenario");
-        let mut state = ConvState::new("c", s.participants.clone());
+        let mut state = ConvMachine::new("c", s.participants.clone());
         let created =
-            ConvState::created_event_with(&s.participants, None, "admin", s.policy.as_ref());
+            ConvMachine::created_event_with(&s.participants, None, "admin", s.policy.as_ref());
         let Ok(Applied::Append(log, _)) = state.apply(created) else {
             panic!("create")
         };
@@ -69,7 +69,7 @@ impl Conv {
 
     /// Refolding the log gives the same state.
     fn check_refold(&self) {
-        let mut again = ConvState::new("c", Vec::new());
+        let mut again = ConvMachine::new("c", Vec::new());
         for d in &self.log {
             again.observe(d);
         }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use orchestrator::engine::state::{AppendRequest, Applied, ConvState, Draft};
+use orchestrator::engine::state::{AppendRequest, Applied, ConvMachine, Draft};
 use proptest::prelude::*;
 use proto_spec::system::{ChangedBy, NextSpeaker, SystemEvent};
 use proto_spec::{ErrorCode, EventKind, Finality, ORCHESTRATOR_AUTHOR};
@@ -64,7 +64,7 @@ fn rel_turn(current: u64, rel: Option<i64>) -> Option<u64> {
     rel.map(|r| (current as i64 + r).max(0) as u64)
 }
 
-fn build(op: &Op, state: &ConvState) -> AppendRequest {
+fn build(op: &Op, state: &ConvMachine) -> AppendRequest {
     let turn = state.core.turn;
     match op {
         Op::Message {
@@ -117,8 +117,8 @@ proptest! {
     #[test]
     fn every_invariant_holds(ops in proptest::collection::vec(op(), 1..80)) {
         let participants = vec!["alice".to_string(), "bob".to_string()];
-        let mut state = ConvState::new("c", participants.clone());
-        let created = ConvState::created_event(&participants, None, "admin");
+        let mut state = ConvMachine::new("c", participants.clone());
+        let created = ConvMachine::created_event(&participants, None, "admin");
         let mut log: Vec<Draft> = match state.apply(created) {
             Ok(Applied::Append(d, _)) => d,
             other => panic!("create failed: {other:?}"),
@@ -237,7 +237,7 @@ proptest! {
         for (i, d) in log.iter().enumerate() {
             prop_assert_eq!(d.seq, i as u64 + 1);
         }
-        let mut rebuilt = ConvState::new("c", Vec::new());
+        let mut rebuilt = ConvMachine::new("c", Vec::new());
         for d in &log {
             rebuilt.observe(d);
         }
@@ -250,8 +250,8 @@ proptest! {
 #[test]
 fn guidance_follows_the_log() {
     let participants = vec!["alice".to_string(), "bob".to_string()];
-    let mut s = ConvState::new("c", participants.clone());
-    s.apply(ConvState::created_event(&participants, None, "admin"))
+    let mut s = ConvMachine::new("c", participants.clone());
+    s.apply(ConvMachine::created_event(&participants, None, "admin"))
         .unwrap();
     assert_eq!(
         s.guidance("alice").status,
@@ -296,8 +296,8 @@ fn guidance_follows_the_log() {
 #[test]
 fn a_turn_closing_message_and_its_decision_append_together() {
     let participants = vec!["alice".to_string(), "bob".to_string()];
-    let mut s = ConvState::new("c", participants.clone());
-    s.apply(ConvState::created_event(&participants, None, "admin"))
+    let mut s = ConvMachine::new("c", participants.clone());
+    s.apply(ConvMachine::created_event(&participants, None, "admin"))
         .unwrap();
     let mut req = AppendRequest::new(
         "alice",

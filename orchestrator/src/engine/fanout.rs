@@ -13,7 +13,7 @@ use proto_spec::Event;
 use tokio::sync::{broadcast, watch};
 
 use crate::engine::error::Result;
-use crate::engine::hub::{ConvShared, EventBatch, Hub};
+use crate::engine::hub::{ConvView, EventBatch, Hub};
 use crate::engine::store::Store;
 
 /// How many events one read of the store takes.
@@ -23,7 +23,7 @@ pub const PAGE: usize = 512;
 /// otherwise from the store.
 pub async fn read_after(
     store: &Arc<dyn Store>,
-    conv: &ConvShared,
+    conv: &ConvView,
     after: u64,
     limit: usize,
 ) -> Result<Vec<Arc<Event>>> {
@@ -51,7 +51,7 @@ pub struct Feed {
 #[derive(Debug)]
 enum Mode {
     One {
-        conv: Arc<ConvShared>,
+        conv: Arc<ConvView>,
         cursor: u64,
         head: watch::Receiver<u64>,
     },
@@ -60,14 +60,14 @@ enum Mode {
         /// Cursor per conversation the agent takes part in; `None` for one it does not.
         cursors: HashMap<String, Option<u64>>,
         /// Conversations to re-read after a lag.
-        stale: VecDeque<Arc<ConvShared>>,
+        stale: VecDeque<Arc<ConvView>>,
         rx: broadcast::Receiver<EventBatch>,
     },
 }
 
 impl Feed {
     /// Events of one conversation with seq > `since`, then live ones.
-    pub fn one(store: Arc<dyn Store>, hub: Arc<Hub>, conv: Arc<ConvShared>, since: u64) -> Feed {
+    pub fn one(store: Arc<dyn Store>, hub: Arc<Hub>, conv: Arc<ConvView>, since: u64) -> Feed {
         let head = conv.watch();
         Feed::new(
             store,
@@ -127,7 +127,7 @@ impl Feed {
     }
 
     /// A feed of one conversation as the conversation and its cursor; any other feed as it is.
-    pub fn into_one(self) -> std::result::Result<(Arc<ConvShared>, u64), Box<Feed>> {
+    pub fn into_one(self) -> std::result::Result<(Arc<ConvView>, u64), Box<Feed>> {
         match self.mode {
             Mode::One { conv, cursor, .. } if self.backlog.is_empty() => Ok((conv, cursor)),
             mode => Err(Box::new(Feed { mode, ..self })),

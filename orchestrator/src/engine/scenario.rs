@@ -9,7 +9,9 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use agent_kinds::Sandbox;
-use proto_spec::scenario::{valid_path, MatchOp, OnTimeout, Order, ParticipantSpec, ScenarioSpec};
+use proto_spec::scenario::{
+    valid_path, MatchOp, MatchSpec, OnTimeout, Order, ParticipantSpec, PolicySpec, ScenarioSpec,
+};
 use proto_spec::{ErrorCode, RpcError};
 use serde_json::{json, Map, Value};
 
@@ -290,30 +292,7 @@ impl Scenario {
 
     /// Checks a parsed scenario.
     pub fn check(spec: ScenarioSpec, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
-        if spec.participants.is_empty() {
-            return Err(bad(".participants", "at least one participant is needed"));
-        }
-        let mut participants: Vec<String> = Vec::new();
-        for (i, p) in spec.participants.iter().enumerate() {
-            let id = p.id().to_string();
-            if !crate::engine::auth::valid_id(&id) || id == proto_spec::ORCHESTRATOR_AUTHOR {
-                return Err(bad(
-                    &format!(".participants[{i}].id"),
-                    format!("{id:?} is not a usable agent id"),
-                ));
-            }
-            if participants.contains(&id) {
-                return Err(bad(
-                    &format!(".participants[{i}].id"),
-                    format!("{id:?} is listed twice"),
-                ));
-            }
-            if let ParticipantSpec::Full(f) = p {
-                check_participant(i, f.kind.as_deref(), f.external, &f.config, sandbox)?;
-            }
-            participants.push(id);
-        }
-        let known = |id: &str| participants.iter().any(|p| p == id);
+        let participants = check_participants(&spec, sandbox)?;
         let turn = spec.turn.clone().unwrap_or_default();
         let stop = spec.stop.clone().unwrap_or_default();
         let timeout_ms = duration_ms(&turn.timeout, ".turn.timeout", TURN_TIMEOUT_MS)?;
@@ -343,136 +322,23 @@ impl Scenario {
             on_text: stop.on_text.clone(),
             idle_timeout_ms,
             max_duration_ms,
-            agents: Default::default(),
+            agents: internal_agents(&spec),
             traces: turn.traces.unwrap_or(true),
             authority: None,
         };
-        for p in &spec.participants {
-            if let ParticipantSpec::Full(f) = p {
-                if let Some(kind) = &f.kind {
-                    let mut v = Value::Object(f.config.clone());
-                    v["kind"] = json!(kind);
-                    policy.agents.insert(f.id.clone(), v);
-                }
-            }
-        }
         match &spec.policy {
-            None => {
-                if timeout_ms.is_some() {
-                    return Err(bad(
-                        ".turn.timeout",
-                        "a turn timeout needs a speaker policy",
-                    ));
-                }
+            None if timeout_ms.is_some() => {
+                return Err(bad(
+                    ".turn.timeout",
+                    "a turn timeout needs a speaker policy",
+                ));
             }
+            None => {}
             Some(p) => {
-                policy.order = Some(p.order);
-                for (i, s) in p.sequence.iter().enumerate() {
-                    if !known(s) {
-                        return Err(bad(
-                            &format!(".policy.sequence[{i}]"),
-                            format!("{s:?} is not a participant"),
-                        ));
-                    }
-                }
-                match (p.order, p.sequence.is_empty()) {
-                    (Order::Sequence, true) => {
-                        return Err(bad(
-                            ".policy.sequence",
-                            "a sequence order needs the list of speakers",
-                        ))
-                    }
-                    (Order::Sequence, false) => policy.first = p.sequence[0].clone(),
-                    (_, false) => {
-                        return Err(bad(
-                            ".policy.sequence",
-                            "only a sequence order takes a sequence",
-                        ))
-                    }
-                    _ => {}
-                }
-                if let Some(first) = &p.first {
-                    if !known(first) {
-                        return Err(bad(
-                            ".policy.first",
-                            format!("{first:?} is not a participant"),
-                        ));
-                    }
-                    if p.order == Order::Sequence && *first != p.sequence[0] {
-                        return Err(bad(
-                            ".policy.first",
-                            "a sequence starts with its first speaker",
-                        ));
-                    }
-                    policy.first = first.clone();
-                }
-                if p.order == Order::Rules && p.rules.is_empty() {
-                    return Err(bad(
-                        ".policy.rules",
-                        "a rules order needs at least one rule",
-                    ));
-                }
-                for (i, r) in p.rules.iter().enumerate() {
-                    if !known(&r.next) {
-                        return Err(bad(
-                            &format!(".policy.rules[{i}].next"),
-                            format!("{:?} is not a participant", r.next),
-                        ));
-                    }
-                    if let Some(a) = &r.when.author {
-                        if !known(a) {
-                            return Err(bad(
-                                &format!(".policy.rules[{i}].when.author"),
-                                format!("{a:?} is not a participant"),
-                            ));
-                        }
-                    }
-                    for (j, m) in r.when.matches.iter().enumerate() {
-                        let at = format!(".policy.rules[{i}].when.match[{j}]");
-                        if !valid_path(&m.path) {
-                            return Err(bad(
-                                &format!("{at}.path"),
-                                format!("{:?} is not a path such as $.data.tool", m.path),
-                            ));
-                        }
-                        match (m.op, &m.value) {
-                            (MatchOp::Exists, Some(_)) => {
-                                return Err(bad(&format!("{at}.value"), "exists takes no value"))
-                            }
-                            (MatchOp::Exists, None) => {}
-                            (MatchOp::ContainsAny, Some(Value::Array(_))) => {}
-                            (MatchOp::ContainsAny, _) => {
-                                return Err(bad(
-                                    &format!("{at}.value"),
-                                    "contains_any takes a list",
-                                ))
-                            }
-                            (_, None) => {
-                                return Err(bad(
-                                    &format!("{at}.value"),
-                                    "this operator needs a value",
-                                ))
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                for (i, a) in p.approvals.iter().enumerate() {
-                    for (field, id) in [("before", &a.before), ("approver", &a.approver)] {
-                        if !known(id) {
-                            return Err(bad(
-                                &format!(".policy.approvals[{i}].{field}"),
-                                format!("{id:?} is not a participant"),
-                            ));
-                        }
-                    }
-                    if a.before == a.approver {
-                        return Err(bad(
-                            &format!(".policy.approvals[{i}].approver"),
-                            "a participant cannot approve itself",
-                        ));
-                    }
-                }
+                let known = |id: &str| participants.iter().any(|q| q == id);
+                check_order(p, &known, &mut policy)?;
+                check_rules(p, &known)?;
+                check_approvals(p, &known)?;
                 policy.sequence = p.sequence.clone();
                 policy.rules = p.rules.clone();
                 policy.approvals = p.approvals.clone();
@@ -490,6 +356,166 @@ impl Scenario {
             policy: has_policy.then_some(policy),
         })
     }
+}
+
+/// The participants' ids, each usable and listed once, and each participant's settings checked.
+fn check_participants(spec: &ScenarioSpec, sandbox: &Sandbox) -> Result<Vec<String>, RpcError> {
+    if spec.participants.is_empty() {
+        return Err(bad(".participants", "at least one participant is needed"));
+    }
+    let mut participants: Vec<String> = Vec::new();
+    for (i, p) in spec.participants.iter().enumerate() {
+        let id = p.id().to_string();
+        if !crate::engine::auth::valid_id(&id) || id == proto_spec::ORCHESTRATOR_AUTHOR {
+            return Err(bad(
+                &format!(".participants[{i}].id"),
+                format!("{id:?} is not a usable agent id"),
+            ));
+        }
+        if participants.contains(&id) {
+            return Err(bad(
+                &format!(".participants[{i}].id"),
+                format!("{id:?} is listed twice"),
+            ));
+        }
+        if let ParticipantSpec::Full(f) = p {
+            check_participant(i, f.kind.as_deref(), f.external, &f.config, sandbox)?;
+        }
+        participants.push(id);
+    }
+    Ok(participants)
+}
+
+/// The participants the server runs, by id, with their kind and settings.
+fn internal_agents(spec: &ScenarioSpec) -> std::collections::BTreeMap<String, Value> {
+    let mut agents = std::collections::BTreeMap::new();
+    for p in &spec.participants {
+        if let ParticipantSpec::Full(f) = p {
+            if let Some(kind) = &f.kind {
+                let mut v = Value::Object(f.config.clone());
+                v["kind"] = json!(kind);
+                agents.insert(f.id.clone(), v);
+            }
+        }
+    }
+    agents
+}
+
+/// The order, its sequence and its first speaker.
+fn check_order(
+    p: &PolicySpec,
+    known: &dyn Fn(&str) -> bool,
+    policy: &mut TurnPolicy,
+) -> Result<(), RpcError> {
+    policy.order = Some(p.order);
+    for (i, s) in p.sequence.iter().enumerate() {
+        if !known(s) {
+            return Err(bad(
+                &format!(".policy.sequence[{i}]"),
+                format!("{s:?} is not a participant"),
+            ));
+        }
+    }
+    match (p.order, p.sequence.is_empty()) {
+        (Order::Sequence, true) => {
+            return Err(bad(
+                ".policy.sequence",
+                "a sequence order needs the list of speakers",
+            ))
+        }
+        (Order::Sequence, false) => policy.first = p.sequence[0].clone(),
+        (_, false) => {
+            return Err(bad(
+                ".policy.sequence",
+                "only a sequence order takes a sequence",
+            ))
+        }
+        _ => {}
+    }
+    if let Some(first) = &p.first {
+        if !known(first) {
+            return Err(bad(
+                ".policy.first",
+                format!("{first:?} is not a participant"),
+            ));
+        }
+        if p.order == Order::Sequence && *first != p.sequence[0] {
+            return Err(bad(
+                ".policy.first",
+                "a sequence starts with its first speaker",
+            ));
+        }
+        policy.first = first.clone();
+    }
+    Ok(())
+}
+
+/// Selector rules: known speakers and authors, paths and operators that make sense.
+fn check_rules(p: &PolicySpec, known: &dyn Fn(&str) -> bool) -> Result<(), RpcError> {
+    if p.order == Order::Rules && p.rules.is_empty() {
+        return Err(bad(
+            ".policy.rules",
+            "a rules order needs at least one rule",
+        ));
+    }
+    for (i, r) in p.rules.iter().enumerate() {
+        if !known(&r.next) {
+            return Err(bad(
+                &format!(".policy.rules[{i}].next"),
+                format!("{:?} is not a participant", r.next),
+            ));
+        }
+        if let Some(a) = &r.when.author {
+            if !known(a) {
+                return Err(bad(
+                    &format!(".policy.rules[{i}].when.author"),
+                    format!("{a:?} is not a participant"),
+                ));
+            }
+        }
+        for (j, m) in r.when.matches.iter().enumerate() {
+            check_match(&format!(".policy.rules[{i}].when.match[{j}]"), m)?;
+        }
+    }
+    Ok(())
+}
+
+/// One `match` of a rule, at `at`.
+fn check_match(at: &str, m: &MatchSpec) -> Result<(), RpcError> {
+    if !valid_path(&m.path) {
+        return Err(bad(
+            &format!("{at}.path"),
+            format!("{:?} is not a path such as $.data.tool", m.path),
+        ));
+    }
+    match (m.op, &m.value) {
+        (MatchOp::Exists, Some(_)) => Err(bad(&format!("{at}.value"), "exists takes no value")),
+        (MatchOp::Exists, None) | (MatchOp::ContainsAny, Some(Value::Array(_))) => Ok(()),
+        (MatchOp::ContainsAny, _) => Err(bad(&format!("{at}.value"), "contains_any takes a list")),
+        (_, None) => Err(bad(&format!("{at}.value"), "this operator needs a value")),
+        _ => Ok(()),
+    }
+}
+
+/// Approval checkpoints: known participants, nobody approving itself.
+fn check_approvals(p: &PolicySpec, known: &dyn Fn(&str) -> bool) -> Result<(), RpcError> {
+    for (i, a) in p.approvals.iter().enumerate() {
+        for (field, id) in [("before", &a.before), ("approver", &a.approver)] {
+            if !known(id) {
+                return Err(bad(
+                    &format!(".policy.approvals[{i}].{field}"),
+                    format!("{id:?} is not a participant"),
+                ));
+            }
+        }
+        if a.before == a.approver {
+            return Err(bad(
+                &format!(".policy.approvals[{i}].approver"),
+                "a participant cannot approve itself",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

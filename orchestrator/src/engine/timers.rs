@@ -55,7 +55,7 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
                     continue;
                 }
                 let core = conv.core();
-                if core.closed || core.paused {
+                if !core.is_running() {
                     continue;
                 }
                 let (idle, max) = conv.stop_deadlines();

@@ -22,8 +22,7 @@ use proto_spec::{ClaimTurnParams, ClaimTurnResult, ErrorCode, RequestTurnNotific
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::engine::hub::{ConvShared, Hub};
-use crate::engine::state::Core;
+use crate::engine::hub::{ConvView, Hub};
 use crate::engine::store::{format_ts, now_ms};
 
 /// How turns are handed out.
@@ -54,7 +53,7 @@ enum ClaimState {
 
 #[derive(Debug)]
 struct Claim {
-    conv: Arc<ConvShared>,
+    conv: Arc<ConvView>,
     agent: String,
     turn: u64,
     replica: u64,
@@ -95,10 +94,6 @@ pub struct Turns {
     runtime: tokio::runtime::Handle,
     /// Counters.
     pub stats: TurnStats,
-}
-
-fn turn_open(core: &Core, agent: &str, turn: u64) -> bool {
-    !core.closed && !core.paused && core.turn == turn && core.speaker.as_deref() == Some(agent)
 }
 
 fn instant_at(epoch_ms: i64) -> Instant {
@@ -164,14 +159,12 @@ impl Turns {
     }
 
     /// Hands out the conversation's current turn, once per turn.
-    pub fn consider(self: &Arc<Self>, conv: &Arc<ConvShared>) {
+    pub fn consider(self: &Arc<Self>, conv: &Arc<ConvView>) {
         let core = conv.core();
-        let Some(agent) = core.speaker.clone() else {
+        let Some((agent, _)) = core.turn_to_hand_out() else {
             return;
         };
-        if core.closed || core.paused {
-            return;
-        }
+        let agent = agent.to_string();
         {
             let Ok(mut a) = self.assigned.lock() else {
                 return;
@@ -275,13 +268,13 @@ impl Turns {
     }
 
     /// Offers one turn until it is answered, closed, or taken from the agent.
-    async fn offer(self: Arc<Self>, conv: Arc<ConvShared>, agent: String, turn: u64) {
+    async fn offer(self: Arc<Self>, conv: Arc<ConvView>, agent: String, turn: u64) {
         let mut head = conv.watch();
         let mut closing = self.hub.closing();
         let mut tried = HashSet::new();
         let mut first = true;
         loop {
-            if *closing.borrow() || !turn_open(&conv.core(), &agent, turn) {
+            if *closing.borrow() || !conv.core().holds_turn(&agent, turn) {
                 return;
             }
             let Some((replica, tx)) = self.pick(&agent, &tried) else {
@@ -303,29 +296,8 @@ impl Turns {
                 self.stats.reoffers.fetch_add(1, Ordering::Relaxed);
             }
             first = false;
-            let claim_id = uuid::Uuid::new_v4().simple().to_string();
-            let (state, mut state_rx) = watch::channel(ClaimState::Offered);
-            if let Ok(mut c) = self.claims.lock() {
-                c.insert(
-                    claim_id.clone(),
-                    Claim {
-                        conv: conv.clone(),
-                        agent: agent.clone(),
-                        turn,
-                        replica,
-                        state,
-                    },
-                );
-            }
-            let offer = RequestTurnNotification {
-                conversation_id: conv.id.clone(),
-                agent_id: agent.clone(),
-                claim_id: claim_id.clone(),
-                turn,
-                deadline_ms: self.lease(&conv).as_millis() as u64,
-                since_seq: 0,
-            };
-            self.stats.offers.fetch_add(1, Ordering::Relaxed);
+            let (offer, mut state_rx) = self.open_claim(&conv, &agent, turn, replica);
+            let claim_id = offer.claim_id.clone();
             tracing::debug!(conversation = %conv.id, %agent, turn, replica, claim = %claim_id, "turn offered");
             if tx.send(offer).is_err() {
                 self.drop_claim(&claim_id);
@@ -346,7 +318,7 @@ impl Turns {
                     r = state_rx.changed() => if r.is_err() { break None },
                     _ = &mut window => break None,
                     _ = head.changed() => {
-                        if !turn_open(&conv.core(), &agent, turn) {
+                        if !conv.core().holds_turn(&agent, turn) {
                             self.drop_claim(&claim_id);
                             return;
                         }
@@ -363,7 +335,7 @@ impl Turns {
             let expiry = tokio::time::sleep_until(instant_at(deadline_ms));
             tokio::pin!(expiry);
             loop {
-                if !turn_open(&conv.core(), &agent, turn) {
+                if !conv.core().holds_turn(&agent, turn) {
                     self.drop_claim(&claim_id);
                     return;
                 }
@@ -381,9 +353,44 @@ impl Turns {
         }
     }
 
+    /// Records a claim of `turn` offered to `replica`: the `request_turn` to send it, and the
+    /// claim's state to wait on.
+    fn open_claim(
+        &self,
+        conv: &Arc<ConvView>,
+        agent: &str,
+        turn: u64,
+        replica: u64,
+    ) -> (RequestTurnNotification, watch::Receiver<ClaimState>) {
+        let claim_id = uuid::Uuid::new_v4().simple().to_string();
+        let (state, state_rx) = watch::channel(ClaimState::Offered);
+        if let Ok(mut c) = self.claims.lock() {
+            c.insert(
+                claim_id.clone(),
+                Claim {
+                    conv: conv.clone(),
+                    agent: agent.to_string(),
+                    turn,
+                    replica,
+                    state,
+                },
+            );
+        }
+        self.stats.offers.fetch_add(1, Ordering::Relaxed);
+        let offer = RequestTurnNotification {
+            conversation_id: conv.id.clone(),
+            agent_id: agent.to_string(),
+            claim_id,
+            turn,
+            deadline_ms: self.lease(conv).as_millis() as u64,
+            since_seq: 0,
+        };
+        (offer, state_rx)
+    }
+
     /// How long a claim granted now lasts: until the turn's deadline when it has one (so a
     /// replica stops when the turn's time is up), the default timeout otherwise.
-    fn lease(&self, conv: &ConvShared) -> Duration {
+    fn lease(&self, conv: &ConvView) -> Duration {
         match conv.turn_deadline_ms(&conv.core()) {
             Some(d) => Duration::from_millis((d - now_ms()).max(1) as u64),
             None => self.config.default_timeout,
@@ -401,7 +408,7 @@ impl Turns {
         };
         let claims = self.claims.lock().map_err(|_| not_found())?;
         let c = claims.get(&p.claim_id).ok_or_else(not_found)?;
-        if c.agent != agent || !turn_open(&c.conv.core(), agent, c.turn) {
+        if c.agent != agent || !c.conv.core().holds_turn(agent, c.turn) {
             return Err(not_found());
         }
         let state = *c.state.borrow();

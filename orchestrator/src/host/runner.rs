@@ -57,11 +57,18 @@ pub struct Summary {
     pub reason: String,
 }
 
-struct Style {
+/// The live transcript: one line per message and decision, coloured by speaker when asked.
+struct Transcript<'a> {
+    out: &'a mut (dyn Write + Send),
     color: bool,
+    participants: Vec<String>,
+    /// Turns taken so far.
+    turns: u64,
 }
 
-impl Style {
+const PALETTE: [&str; 6] = ["36", "33", "35", "32", "34", "31"];
+
+impl Transcript<'_> {
     fn paint(&self, code: &str, s: &str) -> String {
         if self.color {
             format!("\x1b[{code}m{s}\x1b[0m")
@@ -69,9 +76,72 @@ impl Style {
             s.to_string()
         }
     }
-}
 
-const PALETTE: [&str; 6] = ["36", "33", "35", "32", "34", "31"];
+    fn colour_of(&self, who: &str) -> &'static str {
+        self.participants
+            .iter()
+            .position(|p| p == who)
+            .map_or("1", |i| PALETTE[i % PALETTE.len()])
+    }
+
+    fn line(&mut self, code: &str, text: &str) -> Result<()> {
+        let painted = self.paint(code, text);
+        writeln!(self.out, "{painted}").map_err(Error::Transcript)
+    }
+
+    /// Prints one event; the reason the conversation stopped when it closes it.
+    fn event(&mut self, e: &proto_spec::Event) -> Result<Option<String>> {
+        let p = e.payload_value();
+        match e.kind {
+            EventKind::Trace => {}
+            EventKind::System => {
+                let line = match SystemEvent::from_value(&p) {
+                    Some(SystemEvent::NextSpeaker(n)) => {
+                        format!("  → turn {}: {}", n.turn, n.speaker)
+                    }
+                    Some(SystemEvent::ApprovalRequested(a)) => format!(
+                        "  ⏸ approval of {} requested from {}",
+                        a.for_speaker, a.approver
+                    ),
+                    Some(SystemEvent::TurnTimeout(t)) => {
+                        format!("  ⌛ turn {} timed out ({})", t.turn, t.speaker)
+                    }
+                    Some(e @ (SystemEvent::Paused(_) | SystemEvent::Resumed(_))) => {
+                        format!("  {}", e.type_name())
+                    }
+                    _ => return Ok(None),
+                };
+                self.line("2", &line)?;
+            }
+            EventKind::Message => {
+                let text = p["text"].as_str().unwrap_or("");
+                let head = self.paint(
+                    self.colour_of(&e.author),
+                    &format!("[{}] {}:", e.turn, e.author),
+                );
+                let mark = if e.finality == Some(Finality::None) {
+                    " …"
+                } else {
+                    ""
+                };
+                writeln!(self.out, "{head} {text}{mark}").map_err(Error::Transcript)?;
+                if e.finality != Some(Finality::None) && e.author != proto_spec::ORCHESTRATOR_AUTHOR
+                {
+                    self.turns += 1;
+                }
+                if e.finality == Some(Finality::Conversation) {
+                    return Ok(Some(match StopData::of(&p) {
+                        Some(reason) if e.author == proto_spec::ORCHESTRATOR_AUTHOR => {
+                            reason.as_str().to_string()
+                        }
+                        _ => format!("closed by {}", e.author),
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
 
 /// Creates a conversation from `scenario` and prints its transcript to `out` as it happens
 /// (speaker, turn, text; progress and decisions marked; traces left out), until it closes or
@@ -104,30 +174,20 @@ pub async fn run(
             cursors: None,
         },
     )?;
-    let style = Style { color };
     let participants = orch
         .hub()
         .get(&id)
         .map(|c| c.participants.clone())
         .unwrap_or_default();
-    let colour_of = |who: &str| {
-        participants
-            .iter()
-            .position(|p| p == who)
-            .map_or("1", |i| PALETTE[i % PALETTE.len()])
-    };
-    let io = Error::Transcript;
-    writeln!(
+    let header = format!("conversation {id}: {}", participants.join(", "));
+    let mut transcript = Transcript {
         out,
-        "{}",
-        style.paint(
-            "1",
-            &format!("conversation {id}: {}", participants.join(", "))
-        )
-    )
-    .map_err(io)?;
+        color,
+        participants,
+        turns: 0,
+    };
+    transcript.line("1", &header)?;
     let deadline = tokio::time::Instant::now() + limit;
-    let mut turns = 0;
     let reason = loop {
         let next = tokio::select! {
             n = feed.next() => n?,
@@ -136,77 +196,25 @@ pub async fn run(
         let Some(e) = next else {
             break "the server stopped".into();
         };
-        let p = e.payload_value();
-        match e.kind {
-            EventKind::Trace => {}
-            EventKind::System => {
-                let line = match SystemEvent::from_value(&p) {
-                    Some(SystemEvent::NextSpeaker(n)) => {
-                        format!("  → turn {}: {}", n.turn, n.speaker)
-                    }
-                    Some(SystemEvent::ApprovalRequested(a)) => format!(
-                        "  ⏸ approval of {} requested from {}",
-                        a.for_speaker, a.approver
-                    ),
-                    Some(SystemEvent::TurnTimeout(t)) => {
-                        format!("  ⌛ turn {} timed out ({})", t.turn, t.speaker)
-                    }
-                    Some(e @ (SystemEvent::Paused(_) | SystemEvent::Resumed(_))) => {
-                        format!("  {}", e.type_name())
-                    }
-                    _ => continue,
-                };
-                writeln!(out, "{}", style.paint("2", &line)).map_err(io)?;
-            }
-            EventKind::Message => {
-                let text = p["text"].as_str().unwrap_or("");
-                let head = format!("[{}] {}:", e.turn, e.author);
-                let mark = if e.finality == Some(Finality::None) {
-                    " …"
-                } else {
-                    ""
-                };
-                writeln!(
-                    out,
-                    "{} {text}{mark}",
-                    style.paint(colour_of(&e.author), &head)
-                )
-                .map_err(io)?;
-                if e.finality != Some(Finality::None) && e.author != proto_spec::ORCHESTRATOR_AUTHOR
-                {
-                    turns += 1;
-                }
-                if e.finality == Some(Finality::Conversation) {
-                    break match StopData::of(&p) {
-                        Some(reason) if e.author == proto_spec::ORCHESTRATOR_AUTHOR => {
-                            reason.as_str().to_string()
-                        }
-                        _ => format!("closed by {}", e.author),
-                    };
-                }
-            }
+        if let Some(reason) = transcript.event(&e)? {
+            break reason;
         }
-        out.flush().map_err(io)?;
+        transcript.out.flush().map_err(Error::Transcript)?;
     };
     let summary = Summary {
         conversation_id: id,
-        turns,
+        turns: transcript.turns,
         elapsed: started.elapsed(),
         reason,
     };
-    writeln!(
-        out,
-        "{}",
-        style.paint(
-            "1",
-            &format!(
-                "— {} turns in {:.2} s; stopped: {}",
-                summary.turns,
-                summary.elapsed.as_secs_f64(),
-                summary.reason
-            )
-        )
-    )
-    .map_err(io)?;
+    transcript.line(
+        "1",
+        &format!(
+            "— {} turns in {:.2} s; stopped: {}",
+            summary.turns,
+            summary.elapsed.as_secs_f64(),
+            summary.reason
+        ),
+    )?;
     Ok(summary)
 }

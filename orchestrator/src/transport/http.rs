@@ -109,7 +109,7 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-fn refuse(code: ErrorCode, message: impl Into<String>) -> ApiError {
+fn api_error(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError(RpcError::new(code, message))
 }
 
@@ -125,14 +125,14 @@ impl FromRequestParts<Shared> for Caller {
             .headers
             .get(header::AUTHORIZATION)
             .ok_or_else(|| {
-                refuse(
+                api_error(
                     ErrorCode::Unauthenticated,
                     "send Authorization: Bearer <token>",
                 )
             })?
             .to_str()
             .map_err(|_| {
-                refuse(
+                api_error(
                     ErrorCode::Unauthenticated,
                     "the Authorization header is not text",
                 )
@@ -143,7 +143,7 @@ impl FromRequestParts<Shared> for Caller {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| {
-                refuse(
+                api_error(
                     ErrorCode::Unauthenticated,
                     "the Authorization header must be `Bearer <token>`",
                 )
@@ -155,7 +155,7 @@ impl FromRequestParts<Shared> for Caller {
 /// Parses a query into `T`, refusing a bad one with `InvalidParams`.
 fn query<T: DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
     Query::<T>::try_from_uri(uri).map(|q| q.0).map_err(|e| {
-        refuse(
+        api_error(
             ErrorCode::InvalidParams,
             format!("query: {}", e.body_text()),
         )
@@ -194,7 +194,7 @@ async fn body<T: DeserializeOwned>(
         if over_limit {
             too_large()
         } else {
-            refuse(
+            api_error(
                 ErrorCode::InvalidRequest,
                 format!("the body could not be read: {e}"),
             )
@@ -206,7 +206,7 @@ async fn body<T: DeserializeOwned>(
                 serde_json::json!({"hint": "the body is one JSON object with camelCase fields; see /openapi.json"}),
             ),
         ),
-        _ => refuse(ErrorCode::ParseError, format!("the body is not JSON: {e}")),
+        _ => api_error(ErrorCode::ParseError, format!("the body is not JSON: {e}")),
     })
 }
 
@@ -279,7 +279,7 @@ async fn openapi() -> Response {
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
-    refuse(
+    api_error(
         ErrorCode::MethodNotFound,
         format!("no route {method} {}; see /openapi.json", uri.path()),
     )
@@ -331,12 +331,12 @@ async fn post_message(
         .map(|v| {
             v.to_str()
                 .map(str::to_string)
-                .map_err(|_| refuse(ErrorCode::InvalidParams, "Idempotency-Key: not text"))
+                .map_err(|_| api_error(ErrorCode::InvalidParams, "Idempotency-Key: not text"))
         })
         .transpose()?;
     let client_request_id = match (header_key, b.client_request_id) {
         (Some(h), Some(k)) if h != k => {
-            return Err(refuse(
+            return Err(api_error(
                 ErrorCode::InvalidParams,
                 "Idempotency-Key and clientRequestId differ; give one, or the same value",
             ))
@@ -422,7 +422,7 @@ async fn events(
                 .ok()
                 .and_then(|t| t.trim().parse::<u64>().ok())
                 .ok_or_else(|| {
-                    refuse(
+                    api_error(
                         ErrorCode::InvalidParams,
                         "Last-Event-ID: the seq of the last event received (a number)",
                     )

@@ -29,7 +29,7 @@ use proto_spec::{ErrorCode, Event, RpcError, SubscribeParams};
 
 use crate::engine::fanout::{read_after, Feed, PAGE};
 use crate::engine::hub::live::{LiveEvent, LiveSubscriber};
-use crate::engine::hub::{ConvShared, Hub};
+use crate::engine::hub::{ConvView, Hub};
 use crate::engine::service::Orchestrator;
 use crate::engine::store::Store;
 use crate::transport::net::{text_frame, ConnWriter, Offered};
@@ -228,7 +228,7 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
 struct Ending {
     session: Arc<Session>,
     id: u64,
-    live: Option<(Arc<ConvShared>, Arc<dyn LiveSubscriber>)>,
+    live: Option<(Arc<ConvView>, Arc<dyn LiveSubscriber>)>,
 }
 
 impl Drop for Ending {
@@ -245,7 +245,7 @@ impl Drop for Ending {
 async fn follow_one(
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
-    conv: Arc<ConvShared>,
+    conv: Arc<ConvView>,
     mut cursor: u64,
     p: Arc<Pusher>,
     session: Arc<Session>,

@@ -148,6 +148,13 @@ pub fn module(
         let id = subscription_id(&params).map_err(wire)?;
         Ok::<_, ErrorObjectOwned>(session.subscriptions().cancel(id))
     })?;
+    register_executor(&mut m)?;
+    Ok(m)
+}
+
+/// `registerExecutor`: a push replica's subscription to `request_turn` offers, until it
+/// unsubscribes, disconnects or the server stops.
+fn register_executor(m: &mut RpcModule<Ctx>) -> Result<(), jsonrpsee::core::RegisterMethodError> {
     m.register_subscription(
         names::REGISTER_EXECUTOR,
         names::REQUEST_TURN,
@@ -186,5 +193,5 @@ pub fn module(
             SubscriptionResult::Ok(())
         },
     )?;
-    Ok(m)
+    Ok(())
 }

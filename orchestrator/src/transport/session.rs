@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use crate::engine::auth::Identity;
 use crate::engine::error::Result;
 use crate::engine::hub::live::LiveSubscriber;
-use crate::engine::hub::ConvShared;
+use crate::engine::hub::ConvView;
 
 /// Per-connection state.
 #[derive(Debug, Default)]
@@ -137,7 +137,7 @@ pub struct Registry {
 #[derive(Debug)]
 pub(crate) struct Subscription {
     pub(crate) task: tokio::task::AbortHandle,
-    pub(crate) live: Option<(Arc<ConvShared>, Arc<dyn LiveSubscriber>)>,
+    pub(crate) live: Option<(Arc<ConvView>, Arc<dyn LiveSubscriber>)>,
 }
 
 impl Registry {

@@ -2,7 +2,7 @@
 //!
 //! Only the log publisher thread changes anything here, and only after a commit: it appends
 //! the committed events to the conversation's ring of recent events (when someone reads the
-//! conversation), updates the conversation's [`Core`], moves its head (a `watch`, which wakes
+//! conversation), updates the conversation's [`TurnState`], moves its head (a `watch`, which wakes
 //! long-polls and subscriptions) and sends every event on one global broadcast (for
 //! subscriptions that follow all of an agent's conversations). Readers never block the writer:
 //! a reader that falls behind the ring reads the log from the store by cursor (see
@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use proto_spec::{ConversationStatus, Event, Snapshot};
 use tokio::sync::{broadcast, watch};
 
-use crate::engine::state::{guidance_for, Core};
+use crate::engine::state::{guidance_for, Members, TurnState};
 
 pub mod live;
 
@@ -86,13 +86,14 @@ struct Recent {
 
 /// One conversation's shared, read-mostly state.
 #[derive(Debug)]
-pub struct ConvShared {
+pub struct ConvView {
     /// The conversation id.
     pub id: String,
     /// The agents that take part.
     pub participants: Vec<String>,
-    members: std::collections::HashSet<String, ahash::RandomState>,
-    core: RwLock<Core>,
+    /// The participants as the state machine checks them ([`crate::engine::state`]'s one rule).
+    members: Members,
+    core: RwLock<TurnState>,
     head: watch::Sender<u64>,
     recent: Mutex<Recent>,
     /// When the current speaker's turn was given (ms since the epoch; its `next_speaker` event).
@@ -109,14 +110,14 @@ pub struct ConvShared {
     pub live: live::LiveSet,
 }
 
-impl ConvShared {
+impl ConvView {
     /// Whether `agent` takes part.
     pub fn is_participant(&self, agent: &str) -> bool {
-        self.members.contains(agent)
+        self.members.contains(agent, &self.participants)
     }
 
     /// Head, turn, speaker, status as of the last commit.
-    pub fn core(&self) -> Core {
+    pub fn core(&self) -> TurnState {
         self.core
             .read()
             .map(|c| c.clone())
@@ -186,7 +187,7 @@ impl ConvShared {
 
     /// When the current turn must be answered (ms since the epoch), from the logged time of its
     /// `next_speaker` event and the policy's timeout; `None` without a timeout.
-    pub fn turn_deadline_ms(&self, core: &Core) -> Option<i64> {
+    pub fn turn_deadline_ms(&self, core: &TurnState) -> Option<i64> {
         let timeout = core.turn_timeout_ms?;
         core.speaker.as_ref()?;
         let started = self
@@ -264,14 +265,14 @@ impl ConvShared {
 /// All conversations' shared state, and the global event broadcast.
 #[derive(Debug)]
 pub struct Hub {
-    convs: DashMap<String, Arc<ConvShared>, ahash::RandomState>,
+    convs: DashMap<String, Arc<ConvView>, ahash::RandomState>,
     global: broadcast::Sender<EventBatch>,
     closing: watch::Sender<bool>,
     turn_sink: std::sync::OnceLock<TurnSink>,
 }
 
 /// A callback on a conversation.
-pub type ConvCallback = Box<dyn Fn(&Arc<ConvShared>) + Send + Sync>;
+pub type ConvCallback = Box<dyn Fn(&Arc<ConvView>) + Send + Sync>;
 
 /// What the publisher calls when a conversation's speaker may have changed.
 pub struct TurnSink(pub ConvCallback);
@@ -295,10 +296,10 @@ impl Default for Hub {
 
 impl Hub {
     /// Makes the shared state of a conversation, not yet visible to readers.
-    pub fn make(id: &str, participants: Vec<String>, core: Core) -> Arc<ConvShared> {
-        Arc::new(ConvShared {
+    pub fn make(id: &str, participants: Vec<String>, core: TurnState) -> Arc<ConvView> {
+        Arc::new(ConvView {
             id: id.to_string(),
-            members: participants.iter().cloned().collect(),
+            members: Members::new(&participants),
             participants,
             head: watch::channel(core.head).0,
             live: live::LiveSet::after(core.head),
@@ -313,12 +314,12 @@ impl Hub {
     }
 
     /// Makes a conversation visible to readers.
-    pub fn register(&self, shared: Arc<ConvShared>) {
+    pub fn register(&self, shared: Arc<ConvView>) {
         self.convs.insert(shared.id.clone(), shared);
     }
 
     /// Makes and registers a conversation (at start, from the log).
-    pub fn insert(&self, id: &str, participants: Vec<String>, core: Core) -> Arc<ConvShared> {
+    pub fn insert(&self, id: &str, participants: Vec<String>, core: TurnState) -> Arc<ConvView> {
         let shared = Hub::make(id, participants, core);
         self.register(shared.clone());
         shared
@@ -331,14 +332,14 @@ impl Hub {
 
     /// Tells the turn dispatcher that a policy named a speaker (publisher thread, after the
     /// commit and the publication).
-    pub fn turn_changed(&self, conv: &Arc<ConvShared>) {
+    pub fn turn_changed(&self, conv: &Arc<ConvView>) {
         if let Some(sink) = self.turn_sink.get() {
             (sink.0)(conv);
         }
     }
 
     /// Every conversation.
-    pub fn all(&self) -> Vec<Arc<ConvShared>> {
+    pub fn all(&self) -> Vec<Arc<ConvView>> {
         self.convs.iter().map(|c| c.clone()).collect()
     }
 
@@ -348,12 +349,12 @@ impl Hub {
     }
 
     /// A conversation's shared state.
-    pub fn get(&self, id: &str) -> Option<Arc<ConvShared>> {
+    pub fn get(&self, id: &str) -> Option<Arc<ConvView>> {
         self.convs.get(id).map(|c| c.clone())
     }
 
     /// Every conversation `agent` takes part in.
-    pub fn conversations_of(&self, agent: &str) -> Vec<Arc<ConvShared>> {
+    pub fn conversations_of(&self, agent: &str) -> Vec<Arc<ConvView>> {
         self.convs
             .iter()
             .filter(|c| c.is_participant(agent))
@@ -378,7 +379,7 @@ impl Hub {
     }
 
     /// Publishes committed events of one conversation (writer thread only, after the commit).
-    pub fn publish(&self, conv: &ConvShared, core: Core, mut events: NewEvents<'_>) {
+    pub fn publish(&self, conv: &ConvView, core: TurnState, mut events: NewEvents<'_>) {
         let global = self.global.receiver_count() > 0;
         let waited_on = conv.head.receiver_count() > 0 || global;
         if let Ok(mut recent) = conv.recent.lock() {
@@ -447,9 +448,9 @@ fn trim(ring: &mut VecDeque<(std::time::Instant, Arc<Event>)>, now: std::time::I
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::state::{ConvState, Draft};
+    use crate::engine::state::{ConvMachine, Draft};
 
-    fn publish_to(hub: &Hub, conv: &ConvShared, seqs: std::ops::RangeInclusive<u64>) {
+    fn publish_to(hub: &Hub, conv: &ConvView, seqs: std::ops::RangeInclusive<u64>) {
         let mut core = conv.core();
         let drafts = seqs
             .map(|seq| {
@@ -488,9 +489,9 @@ mod tests {
         assert!(made.iter().zip(again).all(|(a, b)| Arc::ptr_eq(a, b)));
     }
 
-    fn one_conversation() -> (Hub, Arc<ConvShared>) {
+    fn one_conversation() -> (Hub, Arc<ConvView>) {
         let hub = Hub::default();
-        let core = ConvState::new("c", vec!["alice".into()]).core;
+        let core = ConvMachine::new("c", vec!["alice".into()]).core;
         let conv = hub.insert("c", vec!["alice".into()], core);
         (hub, conv)
     }

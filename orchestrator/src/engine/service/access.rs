@@ -8,12 +8,12 @@ use proto_spec::*;
 use super::Orchestrator;
 use crate::engine::auth::Identity;
 use crate::engine::error::{refuse, Error, Result};
-use crate::engine::hub::ConvShared;
+use crate::engine::hub::ConvView;
 use crate::engine::scenario::{runs_code, Scenario};
 
 impl Orchestrator {
     /// The conversation, if `who` may read it.
-    pub(super) fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvShared>> {
+    pub(super) fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvView>> {
         let conv = self.hub.get(id).ok_or_else(|| {
             refuse(
                 ErrorCode::ConversationNotFound,
@@ -42,7 +42,7 @@ impl Orchestrator {
     }
 
     /// Whether `conv` is `home` or a conversation below it in its tree.
-    pub(super) fn within(&self, conv: &ConvShared, home: &str) -> bool {
+    pub(super) fn within(&self, conv: &ConvView, home: &str) -> bool {
         if conv.id == home {
             return true;
         }
@@ -83,7 +83,7 @@ impl Orchestrator {
 
     /// Whether `agent` takes part in `conv` or in a conversation above it in its tree: whoever
     /// opens a sub-conversation may follow it.
-    pub(super) fn takes_part_above(&self, agent: &str, conv: &ConvShared) -> bool {
+    pub(super) fn takes_part_above(&self, agent: &str, conv: &ConvView) -> bool {
         if conv.is_participant(agent) {
             return true;
         }

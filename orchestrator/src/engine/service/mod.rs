@@ -15,7 +15,7 @@ use crate::engine::auth::{hash_token, valid_id, Identity};
 use crate::engine::config::Limits;
 use crate::engine::error::{refuse, Error, Result};
 use crate::engine::fanout::{read_after, Feed, PAGE};
-use crate::engine::hub::{ConvShared, Hub};
+use crate::engine::hub::{ConvView, Hub};
 use crate::engine::scenario::Scenario;
 use crate::engine::state::AppendRequest;
 use crate::engine::store::Store;
@@ -23,6 +23,7 @@ use crate::engine::turns::{TurnConfig, Turns};
 use crate::engine::writer::{Appending, WriterHandle};
 
 mod access;
+mod create;
 
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
@@ -137,176 +138,6 @@ impl Orchestrator {
             Some(t) => Ok(Identity::new(t.agent_id, t.admin)),
             None => Err(refuse(ErrorCode::Unauthenticated, "unknown token")),
         }
-    }
-
-    /// `createConversation`: admins create any conversation; any agent may open a
-    /// sub-conversation of one it takes part in. Only an admin's scenario or the server's
-    /// library may declare participants that run code, and no participant the server runs may
-    /// have the id of an agent with a token (docs/security.md).
-    pub async fn create_conversation(
-        &self,
-        who: &Identity,
-        p: CreateConversationParams,
-    ) -> Result<CreateConversationResult> {
-        match &p.parent_conversation_id {
-            Some(parent) => {
-                self.check_writable(who, parent)?;
-                let conv = self.readable(who, parent)?;
-                if !who.admin && !conv.is_participant(&who.agent_id) {
-                    return Err(refuse(
-                        ErrorCode::Forbidden,
-                        format!(
-                            "{} does not take part in conversation {parent}",
-                            who.agent_id
-                        ),
-                    ));
-                }
-            }
-            None if !who.admin => {
-                return Err(refuse(
-                    ErrorCode::Forbidden,
-                    "only admins create conversations; an agent may open a sub-conversation (parentConversationId) of one it takes part in",
-                ));
-            }
-            None => {}
-        }
-        if p.input.is_some() && p.parent_conversation_id.is_none() {
-            return Err(refuse(
-                ErrorCode::InvalidParams,
-                "input: only a sub-conversation (with parentConversationId) takes an input",
-            ));
-        }
-        let named = match &p.scenario_name {
-            Some(name) => {
-                if p.scenario.is_some() {
-                    return Err(refuse(
-                        ErrorCode::InvalidParams,
-                        "scenarioName: give a scenario by name or inline, not both",
-                    ));
-                }
-                let found = self
-                    .scenarios
-                    .read()
-                    .ok()
-                    .and_then(|s| s.get(name).cloned());
-                match found {
-                    Some(v) => Some(v),
-                    None => {
-                        return Err(Error::Rpc(
-                            RpcError::new(
-                                ErrorCode::InvalidParams,
-                                format!("scenarioName: no scenario named {name:?} on this server"),
-                            )
-                            .with_data(serde_json::json!({"known": self.scenario_names()})),
-                        ))
-                    }
-                }
-            }
-            None => None,
-        };
-        let scenario = match named.as_ref().or(p.scenario.as_ref()) {
-            Some(v) => {
-                if p.participants.is_some() {
-                    return Err(refuse(
-                        ErrorCode::InvalidParams,
-                        "participants: give them in the scenario or as participants, not both",
-                    ));
-                }
-                let authority = who.authority(named.is_some());
-                // Who may declare what is decided first, before any setting is looked at.
-                if !authority.trusted {
-                    Self::check_kinds(v)?;
-                }
-                let mut s = self.check_scenario(v.clone()).await?;
-                self.check_declared(&s).await?;
-                if let Some(policy) = &mut s.policy {
-                    policy.authority = Some(authority);
-                }
-                Some(s)
-            }
-            None => None,
-        };
-        let id = match p.conversation_id {
-            Some(id) if valid_id(&id) => id,
-            Some(id) => {
-                return Err(refuse(
-                    ErrorCode::InvalidParams,
-                    format!(
-                        "conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"
-                    ),
-                ))
-            }
-            None => uuid::Uuid::new_v4().simple().to_string(),
-        };
-        let (participants, policy) = match scenario {
-            Some(s) => (s.participants, s.policy),
-            None => (p.participants.unwrap_or_default(), None),
-        };
-        if participants.is_empty() {
-            return Err(refuse(
-                ErrorCode::InvalidParams,
-                "participants: at least one agent id is needed",
-            ));
-        }
-        if participants.len() > self.limits.max_participants {
-            return Err(refuse(
-                ErrorCode::InvalidParams,
-                format!(
-                    "participants: at most {} agents",
-                    self.limits.max_participants
-                ),
-            ));
-        }
-        for (i, a) in participants.iter().enumerate() {
-            if !valid_id(a) || a == ORCHESTRATOR_AUTHOR {
-                return Err(refuse(
-                    ErrorCode::InvalidParams,
-                    format!("participants[{i}]: {a:?} is not a usable agent id"),
-                ));
-            }
-            if participants[..i].contains(a) {
-                return Err(refuse(
-                    ErrorCode::InvalidParams,
-                    format!("participants[{i}]: {a:?} is listed twice"),
-                ));
-            }
-        }
-        if let Some(m) = &p.metadata {
-            if m.to_string().len() > self.limits.max_payload_bytes {
-                return Err(refuse(
-                    ErrorCode::PayloadTooLarge,
-                    "metadata is over the payload limit",
-                ));
-            }
-        }
-        let child_of = match p.parent_conversation_id {
-            Some(parent) => {
-                let input = p.input.map(|i| serde_json::to_value(i).unwrap_or_default());
-                if let Some(i) = &input {
-                    self.check_payload(&i.to_string())?;
-                }
-                Some(crate::engine::writer::ChildOf {
-                    parent,
-                    input,
-                    max_depth: self.limits.max_depth,
-                    max_children: self.limits.max_children,
-                })
-            }
-            None => None,
-        };
-        self.writer
-            .create(
-                id.clone(),
-                participants,
-                p.metadata,
-                who.agent_id.clone(),
-                policy,
-                child_of,
-            )
-            .await?;
-        Ok(CreateConversationResult {
-            conversation_id: id,
-        })
     }
 
     /// The identity of `GET /me`.
@@ -485,7 +316,7 @@ impl Orchestrator {
     }
 
     /// Waits until the head of `conv` passes `since` or the deadline; true if it did.
-    async fn wait_past(&self, conv: &ConvShared, since: u64, deadline: Instant) -> bool {
+    async fn wait_past(&self, conv: &ConvView, since: u64, deadline: Instant) -> bool {
         let mut head = conv.watch();
         let mut closing = self.hub.closing();
         if *head.borrow_and_update() > since {

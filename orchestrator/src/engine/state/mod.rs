@@ -1,8 +1,8 @@
 //! The per-conversation state machine: every invariant of the log, in one place.
 //!
-//! A conversation's state is a fold over its log: [`ConvState::observe`] applies one committed
+//! A conversation's state is a fold over its log: [`ConvMachine::observe`] applies one committed
 //! event, and recovery rebuilds the state by observing every event again. Deciding what a request
-//! appends is [`ConvState::apply`]: it validates the request against the state and, only when it
+//! appends is [`ConvMachine::apply`]: it validates the request against the state and, only when it
 //! is valid, returns the events to append and moves the state past them. A refused request leaves
 //! the state untouched, so `apply` behaves as the pure function
 //! `(state, request) → (events, new state) | error`; it does no I/O and reads no clock.
@@ -23,147 +23,14 @@ use serde_json::{json, Value};
 
 pub use proto_spec::system::ParentLink;
 
-/// Serializes a value into the stored form.
-pub fn to_raw(v: &impl serde::Serialize) -> Box<RawValue> {
-    serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned())
-}
-use sha2::{Digest, Sha256};
-
+mod fold;
 mod names;
 mod policy;
-use names::Members;
+mod request;
+pub(crate) use names::Members;
 pub(crate) use names::ShortKey;
 pub use policy::{Authority, TurnPolicy};
-
-/// A digest of a request's body, to tell a retry from a reuse of its idempotency key.
-pub type BodyHash = [u8; 16];
-
-/// Hashes the parts of a request that make it "the same request".
-pub fn body_hash(
-    kind: EventKind,
-    finality: Option<Finality>,
-    payload_json: &str,
-    turn: Option<u64>,
-    turn_hint: Option<u64>,
-) -> BodyHash {
-    let mut h = Sha256::new();
-    h.update(kind.as_str().as_bytes());
-    h.update([0]);
-    h.update(finality.map(Finality::as_str).unwrap_or("-").as_bytes());
-    h.update([0]);
-    h.update(turn.map(|t| t as i128).unwrap_or(-1).to_le_bytes());
-    h.update(turn_hint.map(|t| t as i128).unwrap_or(-1).to_le_bytes());
-    h.update(payload_json.as_bytes());
-    let full = h.finalize();
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&full[..16]);
-    out
-}
-
-/// A request to append one event.
-#[derive(Debug, Clone)]
-pub struct AppendRequest {
-    /// The authenticated author (never a param).
-    pub author: String,
-    /// `message`, `trace` or `system`.
-    pub kind: EventKind,
-    /// Finality; required for messages, refused for anything else.
-    pub finality: Option<Finality>,
-    /// The payload as stored (serialized once, by the caller).
-    pub payload: Box<RawValue>,
-    /// For traces and system events: the turn they name (the current one when absent).
-    pub turn: Option<u64>,
-    /// For messages: append only in this turn.
-    pub turn_hint: Option<u64>,
-    /// The idempotency key.
-    pub client_request_id: Option<String>,
-    /// Digest of the body, for idempotency (computed only when a key is set).
-    pub hash: BodyHash,
-    /// System events the orchestrator appends in the same transaction after this one
-    /// (a policy decision such as `next_speaker`).
-    pub follow_ups: Vec<SystemEvent>,
-    /// A message from the orchestrator appended right after this event and before the
-    /// policy's decision, with finality `none`: a sub-conversation's input, after its `created`.
-    pub opening: Option<Box<RawValue>>,
-}
-
-impl AppendRequest {
-    /// Builds a request, serializing and hashing the payload.
-    pub fn new(
-        author: impl Into<String>,
-        kind: EventKind,
-        finality: Option<Finality>,
-        payload: Value,
-    ) -> Self {
-        AppendRequest::from_raw(author, kind, finality, to_raw(&payload))
-    }
-
-    /// Builds a request from an already serialized payload.
-    pub fn from_raw(
-        author: impl Into<String>,
-        kind: EventKind,
-        finality: Option<Finality>,
-        payload: Box<RawValue>,
-    ) -> Self {
-        AppendRequest {
-            author: author.into(),
-            kind,
-            finality,
-            payload,
-            turn: None,
-            turn_hint: None,
-            client_request_id: None,
-            hash: [0; 16],
-            follow_ups: Vec::new(),
-            opening: None,
-        }
-    }
-
-    /// A system event written by the orchestrator.
-    pub fn system(event: &SystemEvent) -> Self {
-        AppendRequest::from_raw(ORCHESTRATOR_AUTHOR, EventKind::System, None, to_raw(event))
-    }
-
-    /// Gives a sub-conversation's `created` event its input, as the opening message.
-    pub fn with_opening(mut self, input: Option<Value>) -> Self {
-        self.opening = input.map(|i| to_raw(&i));
-        self
-    }
-
-    /// Sets the named turn (traces, system events).
-    pub fn with_turn(mut self, turn: Option<u64>) -> Self {
-        self.turn = turn;
-        self.rehash();
-        self
-    }
-
-    /// Sets the turn hint (messages).
-    pub fn with_turn_hint(mut self, hint: Option<u64>) -> Self {
-        self.turn_hint = hint;
-        self.rehash();
-        self
-    }
-
-    /// Sets the idempotency key.
-    pub fn with_client_request_id(mut self, key: Option<String>) -> Self {
-        self.client_request_id = key;
-        self.rehash();
-        self
-    }
-
-    /// Digests the body; only a keyed request needs it, so unkeyed ones skip the work.
-    fn rehash(&mut self) {
-        if self.client_request_id.is_some() {
-            self.hash = body_hash(
-                self.kind,
-                self.finality,
-                self.payload.get(),
-                self.turn,
-                self.turn_hint,
-            );
-        }
-    }
-}
+pub use request::{body_hash, to_raw, AppendRequest, BodyHash};
 
 /// An event decided by the state machine, not yet committed (it has no timestamp).
 #[derive(Debug, Clone)]
@@ -205,7 +72,7 @@ pub struct IdemRecord {
 
 /// The small, cheaply cloned part of a conversation's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Core {
+pub struct TurnState {
     /// The latest seq (0: empty log).
     pub head: u64,
     /// The current turn (starts at 1).
@@ -234,6 +101,28 @@ pub struct Core {
 }
 
 /// A participant's message, kept as a sub-conversation's result.
+impl TurnState {
+    /// Whether time runs for the conversation: it is open and not paused. Turns are handed
+    /// out and timers fire only while it does.
+    pub fn is_running(&self) -> bool {
+        !self.closed && !self.paused
+    }
+
+    /// The turn to hand out, if one is due: the current turn and its speaker, while the
+    /// conversation runs and a speaker is named.
+    pub fn turn_to_hand_out(&self) -> Option<(&str, u64)> {
+        let speaker = self.speaker.as_deref()?;
+        self.is_running().then_some((speaker, self.turn))
+    }
+
+    /// Whether `agent` still holds turn `turn`: the conversation runs, the turn has not moved
+    /// on, and `agent` is its speaker. The one "is this turn still open" rule that offers,
+    /// claims and the executor's assignments follow.
+    pub fn holds_turn(&self, agent: &str, turn: u64) -> bool {
+        self.turn_to_hand_out() == Some((agent, turn))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastSaid {
     /// Its seq.
@@ -246,21 +135,21 @@ pub struct LastSaid {
 
 /// A conversation's state, rebuilt from its log.
 #[derive(Debug, Clone)]
-pub struct ConvState {
+pub struct ConvMachine {
     /// The conversation id.
     pub id: String,
     participants: Vec<String>,
     /// The same agents, for the membership check on every append.
     members: Members,
     /// Head, turn, speaker, status.
-    pub core: Core,
+    pub core: TurnState,
     idem: HashMap<(String, String), IdemRecord>,
     policy: Option<TurnPolicy>,
     parent: Option<ParentLink>,
 }
 
 /// Guidance for one agent, from the participants and the core state.
-pub fn guidance_for(participants: &[String], c: &Core, agent: &str) -> Guidance {
+pub fn guidance_for(participants: &[String], c: &TurnState, agent: &str) -> Guidance {
     let (status, reason) = if c.closed {
         (GuidanceStatus::Closed, None)
     } else if c.paused {
@@ -285,14 +174,14 @@ fn err(code: ErrorCode, message: impl Into<String>, data: Value) -> RpcError {
     RpcError::new(code, message).with_data(data)
 }
 
-impl ConvState {
+impl ConvMachine {
     /// An empty conversation, before its `created` event.
     pub fn new(id: impl Into<String>, participants: Vec<String>) -> Self {
-        ConvState {
+        ConvMachine {
             id: id.into(),
             members: Members::new(&participants),
             participants,
-            core: Core {
+            core: TurnState {
                 head: 0,
                 turn: 1,
                 speaker: None,
@@ -451,7 +340,7 @@ impl ConvState {
         })
     }
 
-    /// [`ConvState::apply`], pushing the new events onto `out` (nothing for a duplicate or a
+    /// [`ConvMachine::apply`], pushing the new events onto `out` (nothing for a duplicate or a
     /// refusal); the writer uses it to collect a batch without a vector per request.
     pub fn apply_into(
         &mut self,
@@ -648,89 +537,5 @@ impl ConvState {
             }
         }
         Ok(())
-    }
-
-    /// Moves the state past one committed event. Recovery calls this for every event in the log.
-    pub fn observe(&mut self, d: &Draft) {
-        let c = &mut self.core;
-        c.head = d.seq;
-        match d.kind {
-            EventKind::Message => match d.finality {
-                Some(Finality::Turn) => {
-                    c.turn = d.turn + 1;
-                    c.speaker = None;
-                    c.turn_timeout_ms = None;
-                    c.silent_turns = 0;
-                }
-                Some(Finality::Conversation) => c.closed = true,
-                _ => {}
-            },
-            EventKind::System => match SystemEvent::parse(d.payload.get()) {
-                Some(SystemEvent::Created(created)) => {
-                    self.participants = created.participants;
-                    self.members = Members::new(&self.participants);
-                    self.policy = created.policy.and_then(|p| serde_json::from_value(p).ok());
-                    self.parent = created.parent;
-                }
-                Some(SystemEvent::NextSpeaker(next)) => {
-                    c.turn_timeout_ms = next.timeout_ms;
-                    if next.reason.is_none() {
-                        c.pending_approval = None;
-                    }
-                    if let Some(p) = next.position {
-                        c.sequence_pos = Some(p as usize);
-                    }
-                    c.speaker = Some(next.speaker);
-                    c.speaker_seq = d.seq;
-                }
-                Some(SystemEvent::ApprovalRequested(ask)) => {
-                    c.pending_approval = Some(ask.for_speaker);
-                    if let Some(p) = ask.position {
-                        c.sequence_pos = Some(p as usize);
-                    }
-                }
-                Some(SystemEvent::TurnTimeout(_)) => {
-                    // The turn ends without an answer; the policy decides what follows.
-                    c.turn = d.turn + 1;
-                    c.speaker = None;
-                    c.turn_timeout_ms = None;
-                    c.silent_turns = c.silent_turns.saturating_add(1);
-                }
-                // A fork of a sub-conversation stands on its own.
-                Some(SystemEvent::ForkedFrom(_)) => self.parent = None,
-                Some(SystemEvent::Paused(_)) => c.paused = true,
-                Some(SystemEvent::Resumed(_)) => c.paused = false,
-                Some(SystemEvent::SubconversationStarted(_)) => c.children_open += 1,
-                Some(SystemEvent::SubconversationFinished(_)) => {
-                    c.children_open = c.children_open.saturating_sub(1)
-                }
-                Some(SystemEvent::IdleTimeout | SystemEvent::MaxDuration) | None => {}
-            },
-            EventKind::Trace => {}
-        }
-        // A sub-conversation keeps its last participant message: its result when it closes.
-        if d.kind == EventKind::Message && d.author != ORCHESTRATOR_AUTHOR && self.parent.is_some()
-        {
-            self.core.last_said = Some(Arc::new(LastSaid {
-                seq: d.seq,
-                author: d.author.clone(),
-                payload: d.payload.get().to_string(),
-            }));
-        }
-        if let (Some(key), Some(hash)) = (&d.client_request_id, d.hash) {
-            self.idem.insert(
-                (d.author.clone(), key.clone()),
-                IdemRecord {
-                    hash,
-                    seq: d.seq,
-                    turn: d.turn,
-                },
-            );
-        }
-    }
-
-    /// Forgets idempotency keys recorded at or after `seq` (undo of an uncommitted batch).
-    pub fn forget_keys_from(&mut self, seq: u64) {
-        self.idem.retain(|_, r| r.seq < seq);
     }
 }

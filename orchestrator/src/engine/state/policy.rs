@@ -1,5 +1,5 @@
 //! Speaker policies: who speaks next and when the conversation stops. Decided inside
-//! [`ConvState::apply`] from the policy recorded in the `created` event, so each decision
+//! [`ConvMachine::apply`] from the policy recorded in the `created` event, so each decision
 //! commits with the event that caused it and recovery reads it back from the log.
 
 use proto_spec::scenario::{approved, ApprovalSpec, OnTimeout, Order, RuleSpec};
@@ -10,7 +10,7 @@ use proto_spec::system::{
 use proto_spec::{EventKind, Finality, MessagePayload, ORCHESTRATOR_AUTHOR};
 use serde_json::Value;
 
-use super::{to_raw, ConvState, Draft};
+use super::{to_raw, ConvMachine, Draft};
 
 /// Who speaks next and when the conversation stops, decided in the state machine and logged as
 /// system events (`next_speaker`, `approval_requested`) or as the orchestrator's closing message,
@@ -173,7 +173,7 @@ impl TurnPolicy {
     }
 }
 
-impl ConvState {
+impl ConvMachine {
     /// The policy's decisions after `d` (already observed): the events that start the next
     /// turn (`next_speaker`, with `approval_requested` before it at a checkpoint) or the
     /// orchestrator's closing message.

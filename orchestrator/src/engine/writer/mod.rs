@@ -28,16 +28,19 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::error::{Error, Result};
-use crate::engine::hub::{ConvShared, Hub};
-use crate::engine::state::{AppendRequest, Applied, ConvState, Core, Draft, ShortKey, TurnPolicy};
+use crate::engine::hub::{ConvView, Hub};
+use crate::engine::state::{
+    AppendRequest, Applied, ConvMachine, Draft, ShortKey, TurnPolicy, TurnState,
+};
 use crate::engine::store::{now_ms, Durability, LogWriter, NewConversation, NewRow, Store};
 
 mod appending;
+mod batch;
 mod pipeline;
 pub use appending::Appending;
 use pipeline::{
-    answer, publish, publish_loop, refuse, sync, sync_loop, Committed, Reply, SyncQueue,
-    LOG_STOPPED,
+    answer, fail_all, publish, publish_loop, sync, sync_loop, Committed, CommittedConv, Reply,
+    SyncQueue, LOG_STOPPED,
 };
 
 /// The most jobs one transaction takes.
@@ -69,25 +72,32 @@ pub enum Job {
     },
     /// Create a conversation with its `created` event.
     Create {
-        /// Its id.
-        id: String,
-        /// Its participants.
-        participants: Vec<String>,
-        /// Its metadata.
-        metadata: Option<Value>,
-        /// Who creates it.
-        created_by: String,
-        /// Its turn policy, if any (boxed: it is large and rare).
-        policy: Option<Box<TurnPolicy>>,
-        /// For a fork: the prefix of another conversation it starts from.
-        fork: Option<Box<ForkFrom>>,
-        /// For a sub-conversation: its parent and the limits it is checked against.
-        child_of: Option<Box<ChildOf>>,
+        /// What to create (boxed: it is large and rare).
+        conv: Box<CreateJob>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
     /// Finish the queued work and stop.
     Stop,
+}
+
+/// A conversation to create.
+#[derive(Debug)]
+pub struct CreateJob {
+    /// Its id.
+    pub id: String,
+    /// Its participants.
+    pub participants: Vec<String>,
+    /// Its metadata.
+    pub metadata: Option<Value>,
+    /// Who creates it.
+    pub created_by: String,
+    /// Its turn policy, if any.
+    pub policy: Option<TurnPolicy>,
+    /// For a fork: the prefix of another conversation it starts from.
+    pub fork: Option<ForkFrom>,
+    /// For a sub-conversation: its parent and the limits it is checked against.
+    pub child_of: Option<ChildOf>,
 }
 
 /// The prefix a forked conversation starts from.
@@ -136,8 +146,8 @@ pub struct WriterHandle {
 
 struct Slot {
     num: i64,
-    state: ConvState,
-    shared: Arc<ConvShared>,
+    state: ConvMachine,
+    shared: Arc<ConvView>,
     /// While a batch runs: this conversation's place in its [`Touched`] list, plus one (0: not
     /// touched yet), so that each append finds its batch entry without a lookup.
     mark: usize,
@@ -173,33 +183,6 @@ impl Convs {
     }
 }
 
-/// A conversation touched by a batch: the events the batch appends to it, and its state before
-/// the batch (to roll back to if the commit fails).
-struct Touched {
-    slot: usize,
-    drafts: Vec<Draft>,
-    undo: Undo,
-}
-
-/// Marks `slot` touched by the batch (remembering its state before it); its entry in `touched`.
-fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<Touched>) -> usize {
-    let s = &mut slots[slot];
-    if s.mark == 0 {
-        touched.push(Touched {
-            slot,
-            drafts: Vec::new(),
-            undo: Undo::Core(s.state.core.clone()),
-        });
-        s.mark = touched.len();
-    }
-    s.mark - 1
-}
-
-enum Undo {
-    Created,
-    Core(Core),
-}
-
 struct Writer {
     log: Box<dyn LogWriter>,
     hub: Arc<Hub>,
@@ -226,7 +209,7 @@ impl WriterHandle {
         let mut log = store.writer()?;
         let mut convs = Convs::default();
         store.recover(&mut |record, events| {
-            let mut state = ConvState::new(record.id.clone(), record.participants.clone());
+            let mut state = ConvMachine::new(record.id.clone(), record.participants.clone());
             let mut turn_started = 0;
             for e in &events {
                 state.observe(&e.draft);
@@ -340,13 +323,15 @@ impl WriterHandle {
         child_of: Option<ChildOf>,
     ) -> Result<()> {
         self.send_create(|reply| Job::Create {
-            id,
-            participants,
-            metadata,
-            created_by,
-            policy: policy.map(Box::new),
-            fork: None,
-            child_of: child_of.map(Box::new),
+            conv: Box::new(CreateJob {
+                id,
+                participants,
+                metadata,
+                created_by,
+                policy,
+                fork: None,
+                child_of,
+            }),
             reply,
         })
         .await
@@ -362,13 +347,15 @@ impl WriterHandle {
         fork: ForkFrom,
     ) -> Result<()> {
         self.send_create(|reply| Job::Create {
-            id,
-            participants,
-            metadata: None,
-            created_by,
-            policy: None,
-            fork: Some(Box::new(fork)),
-            child_of: None,
+            conv: Box::new(CreateJob {
+                id,
+                participants,
+                metadata: None,
+                created_by,
+                policy: None,
+                fork: Some(fork),
+                child_of: None,
+            }),
             reply,
         })
         .await
@@ -396,98 +383,7 @@ impl WriterHandle {
     }
 }
 
-/// Appends one request to a conversation within the batch. When it closes a sub-conversation,
-/// the parent's `subconversation_finished` (with the child's result) joins the same batch, so
-/// the tree is never seen half-finished, whatever moment the process stops.
-fn append_one(
-    convs: &mut Convs,
-    conversation: &str,
-    request: AppendRequest,
-    touched: &mut Vec<Touched>,
-) -> Result<AppendResult, RpcError> {
-    let Some(at) = convs.find(conversation) else {
-        return Err(RpcError::new(
-            ErrorCode::ConversationNotFound,
-            format!("no conversation {conversation}"),
-        ));
-    };
-    let i = touch(&mut convs.slots, at, touched);
-    let slot = &mut convs.slots[at];
-    let drafts = &mut touched[i].drafts;
-    let before = drafts.len();
-    let was_closed = slot.state.core.closed;
-    let result = slot.state.apply_into(request, drafts);
-    if was_closed || !slot.state.core.closed {
-        return result;
-    }
-    let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) else {
-        return result;
-    };
-    let closing = drafts[before..]
-        .iter()
-        .find(|d| d.finality == Some(proto_spec::Finality::Conversation));
-    if let Some(closing) = closing {
-        let event = slot.state.finished_event(closing);
-        let report = append_one(convs, &parent, AppendRequest::system(&event), touched);
-        if let Err(e) = report {
-            // The parent closed first: nothing waits for this child any more.
-            tracing::debug!(child = conversation, %parent, error = %e.message, "a finished sub-conversation was not reported");
-        }
-    }
-    result
-}
-
 impl Writer {
-    /// Checks a new sub-conversation against its parent (open, depth, fan-out) and appends the
-    /// parent's `subconversation_started` to the batch; the child's depth.
-    fn start_child(
-        &mut self,
-        child: &str,
-        by: &str,
-        c: &ChildOf,
-        touched: &mut Vec<Touched>,
-    ) -> Result<u32, RpcError> {
-        let Some(parent) = self.convs.get(c.parent.as_str()) else {
-            return Err(RpcError::new(
-                ErrorCode::ConversationNotFound,
-                format!("no conversation {}", c.parent),
-            ));
-        };
-        let depth = parent.state.depth() + 1;
-        if depth > c.max_depth {
-            return Err(RpcError::new(
-                ErrorCode::SubconversationLimit,
-                format!(
-                    "parentConversationId: {} is at depth {}; sub-conversations go at most {} deep",
-                    c.parent,
-                    depth - 1,
-                    c.max_depth
-                ),
-            )
-            .with_data(json!({"limit": "depth", "max": c.max_depth, "depth": depth})));
-        }
-        let open = parent.state.core.children_open;
-        if open >= c.max_children {
-            return Err(RpcError::new(
-                ErrorCode::SubconversationLimit,
-                format!(
-                    "parentConversationId: {} has {open} sub-conversations open; at most {} at once",
-                    c.parent, c.max_children
-                ),
-            )
-            .with_data(json!({"limit": "fanOut", "max": c.max_children, "open": open})));
-        }
-        let started = AppendRequest::system(&SystemEvent::SubconversationStarted(
-            SubconversationStarted {
-                child: child.to_string(),
-                by: by.to_string(),
-                depth,
-            },
-        ));
-        append_one(&mut self.convs, &c.parent, started, touched)?;
-        Ok(depth)
-    }
-
     fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
         // Every committed batch is synced, published and answered before the writer is gone.
@@ -524,229 +420,4 @@ impl Writer {
             }
         }
     }
-
-    fn process(&mut self, batch: &mut Vec<Job>) {
-        if self.stopped.load(Ordering::Acquire) {
-            answer(batch.drain(..).filter_map(Reply::refusing).collect());
-            return;
-        }
-        let ts_ms = now_ms();
-        let num_before = self.next_num;
-        let slots_before = self.convs.slots.len();
-        // Per conversation touched by this batch, in order of first touch: its state before
-        // the batch, and the events it appends.
-        let mut touched: Vec<Touched> = Vec::with_capacity(batch.len());
-        let mut new_convs: Vec<NewConversation> = Vec::new();
-        let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
-        let jobs = batch.len() as u64;
-        for job in batch.drain(..) {
-            match job {
-                Job::Stop => {}
-                Job::Create {
-                    id,
-                    participants,
-                    metadata,
-                    created_by,
-                    policy,
-                    fork,
-                    child_of,
-                    reply,
-                } => {
-                    if self.convs.find(&id).is_some() {
-                        let e = RpcError::new(
-                            ErrorCode::ConversationExists,
-                            format!("conversation {id} exists already"),
-                        );
-                        replies.push(Reply::Create(reply, Err(e)));
-                        continue;
-                    }
-                    // A sub-conversation: checked against its parent, which logs its start in
-                    // this transaction (or the creation is refused and nothing is written).
-                    let mut link = None;
-                    if let Some(c) = &child_of {
-                        let started = self.start_child(&id, &created_by, c, &mut touched);
-                        match started {
-                            Ok(depth) => {
-                                link = Some(ParentLink {
-                                    conversation_id: c.parent.clone(),
-                                    depth,
-                                })
-                            }
-                            Err(e) => {
-                                replies.push(Reply::Create(reply, Err(e)));
-                                continue;
-                            }
-                        }
-                    }
-                    let num = self.next_num;
-                    self.next_num += 1;
-                    let mut state = ConvState::new(id.clone(), participants.clone());
-                    let drafts = match fork {
-                        None => {
-                            let created = Created {
-                                parent: link,
-                                ..ConvState::created(
-                                    &participants,
-                                    metadata.as_ref(),
-                                    &created_by,
-                                    policy.as_deref(),
-                                )
-                            };
-                            let created = AppendRequest::system(&SystemEvent::Created(created))
-                                .with_opening(child_of.and_then(|c| c.input));
-                            match state.apply(created) {
-                                Ok(Applied::Append(d, _)) => d,
-                                _ => Vec::new(),
-                            }
-                        }
-                        Some(f) => fork_drafts(&mut state, *f),
-                    };
-                    let declared = state
-                        .policy()
-                        .map(|p| p.agents.keys().cloned().collect())
-                        .unwrap_or_default();
-                    new_convs.push(NewConversation {
-                        id: id.clone(),
-                        num,
-                        participants,
-                        created_by: created_by.clone(),
-                        metadata,
-                        declared,
-                    });
-                    let empty = ConvState::new(id.clone(), Vec::new()).core;
-                    let shared = Hub::make(&id, state.participants().to_vec(), empty);
-                    if let Some(p) = state.policy() {
-                        shared.set_policy(p.clone());
-                    }
-                    if let Some(p) = state.parent() {
-                        shared.set_parent(p.conversation_id.clone());
-                    }
-                    let slot = self.convs.insert(
-                        &id,
-                        Slot {
-                            num,
-                            state,
-                            shared,
-                            mark: touched.len() + 1,
-                        },
-                    );
-                    touched.push(Touched {
-                        slot,
-                        drafts,
-                        undo: Undo::Created,
-                    });
-                    replies.push(Reply::Create(reply, Ok(())));
-                }
-                Job::Append {
-                    conversation,
-                    request,
-                    reply,
-                } => {
-                    let result = append_one(&mut self.convs, &conversation, *request, &mut touched);
-                    replies.push(Reply::Append(reply, result));
-                }
-            }
-        }
-        self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
-        for t in &touched {
-            self.convs.slots[t.slot].mark = 0;
-        }
-        // A conversation whose appends were all refused is as it was.
-        touched.retain(|t| !t.drafts.is_empty());
-        if touched.is_empty() {
-            answer(replies);
-            return;
-        }
-        let slots = &self.convs.slots;
-        let rows: Vec<NewRow<'_>> = touched
-            .iter()
-            .flat_map(|t| {
-                let conv = slots[t.slot].num;
-                t.drafts
-                    .iter()
-                    .map(move |draft| NewRow { conv, draft, ts_ms })
-            })
-            .collect();
-        let n_rows = rows.len() as u64;
-        let started = std::time::Instant::now();
-        let committed = self.log.commit(&new_convs, &rows);
-        drop(rows);
-        match committed {
-            Ok(()) => {
-                self.metrics
-                    .committed(jobs as usize, n_rows, started.elapsed());
-                self.stats.batches.fetch_add(1, Ordering::Relaxed);
-                self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
-                let mut convs = Vec::with_capacity(touched.len());
-                for t in touched {
-                    let slot = &self.convs.slots[t.slot];
-                    let new = matches!(t.undo, Undo::Created);
-                    convs.push((slot.shared.clone(), slot.state.core.clone(), t.drafts, new));
-                }
-                let committed = Committed {
-                    ts_ms,
-                    convs,
-                    replies,
-                };
-                // A small batch with nothing ahead of it in the pipeline is synced and
-                // published here, saving two thread hops on the path of a lone turn; larger
-                // ones go down the pipeline, so that syncing and publishing overlap the next
-                // commit. Commit order holds either way: the pipeline is empty when this
-                // thread publishes.
-                if jobs as usize <= INLINE_PUBLISH && self.queued.load(Ordering::Acquire) == 0 {
-                    if sync(&self.durability, &self.stopped) {
-                        publish(&self.hub, committed);
-                    } else {
-                        refuse(committed.replies, LOG_STOPPED);
-                    }
-                } else {
-                    self.queued.fetch_add(1, Ordering::AcqRel);
-                    self.syncer.push(committed);
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
-                for t in touched {
-                    if let Undo::Core(core) = t.undo {
-                        let state = &mut self.convs.slots[t.slot].state;
-                        let first_new = core.head + 1;
-                        state.core = core;
-                        state.forget_keys_from(first_new);
-                    }
-                }
-                self.convs.truncate(slots_before);
-                self.next_num = num_before;
-                refuse(replies, "the append could not be made durable");
-            }
-        }
-    }
-}
-
-/// The events of a fork: the prefix copied as it was (seq, kind, author, turn, finality,
-/// payload; idempotency keys are not carried over), then `forked_from`.
-fn fork_drafts(state: &mut ConvState, f: ForkFrom) -> Vec<Draft> {
-    let at_seq = f.events.last().map_or(0, |e| e.seq);
-    let mut drafts = Vec::with_capacity(f.events.len() + 1);
-    for e in f.events {
-        let d = Draft {
-            seq: e.seq,
-            kind: e.kind,
-            author: e.author,
-            turn: e.turn,
-            finality: e.finality,
-            payload: e.payload,
-            client_request_id: None,
-            hash: None,
-        };
-        state.observe(&d);
-        drafts.push(d);
-    }
-    let marker = AppendRequest::system(&SystemEvent::ForkedFrom(ForkedFrom {
-        from: f.from,
-        at_seq,
-    }));
-    if let Ok(Applied::Append(d, _)) = state.apply(marker) {
-        drafts.extend(d);
-    }
-    drafts
 }

@@ -9,16 +9,27 @@ use proto_spec::{AppendResult, ErrorCode, RpcError};
 use tokio::sync::oneshot;
 
 use super::{Job, SYNC_AHEAD};
-use crate::engine::hub::{ConvShared, Hub, NewEvents};
-use crate::engine::state::{Core, Draft};
+use crate::engine::hub::{ConvView, Hub, NewEvents};
+use crate::engine::state::{Draft, TurnState};
 use crate::engine::store::{format_ts, Durability};
 
 /// A committed batch, handed to the sync thread and then to the publisher thread, which makes
 /// the events visible to readers and subscribers, then answers the callers, in commit order.
 pub(super) struct Committed {
     pub(super) ts_ms: i64,
-    pub(super) convs: Vec<(Arc<ConvShared>, Core, Vec<Draft>, bool)>,
+    pub(super) convs: Vec<CommittedConv>,
     pub(super) replies: Vec<Reply>,
+}
+
+/// One conversation's part of a committed batch.
+pub(super) struct CommittedConv {
+    pub(super) shared: Arc<ConvView>,
+    /// Its state after the batch.
+    pub(super) core: TurnState,
+    /// The events the batch appended to it.
+    pub(super) drafts: Vec<Draft>,
+    /// Whether the batch created it.
+    pub(super) new: bool,
 }
 
 pub(super) enum Reply {
@@ -52,46 +63,53 @@ pub(super) fn sync(durability: &Mutex<Box<dyn Durability>>, stopped: &AtomicBool
 /// Written batches between the writer and the sync thread.
 #[derive(Default)]
 pub(super) struct SyncQueue {
-    state: Mutex<(Vec<Committed>, bool)>,
+    state: Mutex<Queued>,
     /// Signalled when batches come or the queue closes (for the sync thread), and when the
     /// sync thread takes them (for the writer).
     changed: std::sync::Condvar,
 }
 
+/// The batches waiting for a sync, and whether the queue is closed.
+#[derive(Default)]
+struct Queued {
+    batches: Vec<Committed>,
+    closed: bool,
+}
+
 impl SyncQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Committed>, bool)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits until fewer than [`SYNC_AHEAD`] written batches wait for a sync to start.
     pub(super) fn wait_room(&self) {
         let mut q = self.lock();
-        while q.0.len() >= SYNC_AHEAD {
+        while q.batches.len() >= SYNC_AHEAD {
             q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }
 
     pub(super) fn push(&self, batch: Committed) {
-        self.lock().0.push(batch);
+        self.lock().batches.push(batch);
         self.changed.notify_all();
     }
 
     /// Stops the sync thread once it has taken what is queued.
     pub(super) fn close(&self) {
-        self.lock().1 = true;
+        self.lock().closed = true;
         self.changed.notify_all();
     }
 
     /// Waits for batches and moves them all into `into`; false once closed and empty.
     pub(super) fn take_all(&self, into: &mut Vec<Committed>) -> bool {
         let mut q = self.lock();
-        while q.0.is_empty() && !q.1 {
+        while q.batches.is_empty() && !q.closed {
             q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
-        if q.0.is_empty() {
+        if q.batches.is_empty() {
             return false;
         }
-        into.append(&mut q.0);
+        into.append(&mut q.batches);
         drop(q);
         self.changed.notify_all();
         true
@@ -119,7 +137,7 @@ pub(super) fn sync_loop(
             };
             if let Some(b) = refused {
                 queued.fetch_sub(1, Ordering::AcqRel);
-                refuse(b.replies, LOG_STOPPED);
+                fail_all(b.replies, LOG_STOPPED);
             }
         }
     }
@@ -144,7 +162,13 @@ pub(super) fn publish_loop(
 pub(super) fn publish(hub: &Hub, batch: Committed) {
     {
         let ts = format_ts(batch.ts_ms);
-        for (shared, core, drafts, new) in batch.convs {
+        for CommittedConv {
+            shared,
+            core,
+            drafts,
+            new,
+        } in batch.convs
+        {
             if new {
                 shared.set_clock(batch.ts_ms, batch.ts_ms);
                 hub.register(shared.clone());
@@ -187,7 +211,7 @@ impl Reply {
 }
 
 /// Answers every caller with `Internal` and `message`, whatever their result was.
-pub(super) fn refuse(replies: Vec<Reply>, message: &str) {
+pub(super) fn fail_all(replies: Vec<Reply>, message: &str) {
     let internal = || RpcError::new(ErrorCode::Internal, message);
     for r in replies {
         match r {

@@ -15,13 +15,19 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
 use proto_spec::Event;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+mod checkpoint;
+mod seq_index;
+
+use checkpoint::{checkpoint, Checkpointer, WAL_SIZE_LIMIT};
+use seq_index::Run;
+pub use seq_index::SeqIndex;
 
 use super::migrations::{latest, MIGRATIONS};
 use super::{
@@ -55,115 +61,6 @@ impl Synchronous {
         match self {
             Synchronous::Full => "OFF",
             Synchronous::Normal => "NORMAL",
-        }
-    }
-}
-
-/// Where each conversation's events are in the log: `positions[seq - 1]`.
-///
-/// The writer only notes the runs of positions each commit wrote ([`SeqIndex::note`]); the
-/// thread that syncs them extends the lists ([`SeqIndex::index_noted`]) and then moves the
-/// durable mark, so the writer's thread does no per-conversation work here.
-#[derive(Debug)]
-pub struct SeqIndex {
-    /// Each conversation's number, by id.
-    nums: DashMap<String, i64, ahash::RandomState>,
-    /// Each conversation's positions, by number.
-    lists: DashMap<i64, Arc<RwLock<Vec<i64>>>, ahash::RandomState>,
-    /// The last position known durable: readers see nothing after it.
-    durable: AtomicI64,
-    /// Runs written and not yet in the lists.
-    noted: Mutex<Vec<Run>>,
-}
-
-/// `count` events of conversation `conv` from `first_seq` on, at `first_pos` onwards.
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    conv: i64,
-    first_seq: u64,
-    first_pos: i64,
-    count: usize,
-}
-
-impl Default for SeqIndex {
-    fn default() -> Self {
-        SeqIndex {
-            nums: DashMap::default(),
-            lists: DashMap::default(),
-            durable: AtomicI64::new(i64::MAX),
-            noted: Mutex::default(),
-        }
-    }
-}
-
-impl SeqIndex {
-    fn positions(&self, conversation: &str, after: u64, limit: usize) -> Vec<i64> {
-        let Some(num) = self.nums.get(conversation).map(|n| *n) else {
-            return Vec::new();
-        };
-        let Some(list) = self.lists.get(&num).map(|l| l.clone()) else {
-            return Vec::new();
-        };
-        let durable = self.durable.load(Ordering::Acquire);
-        let list = list.read().unwrap_or_else(|p| p.into_inner());
-        let start = (after as usize).min(list.len());
-        let end = start.saturating_add(limit).min(list.len());
-        // Positions grow with seq: the durable ones are a prefix.
-        let durable_end = start + list[start..end].partition_point(|&pos| pos <= durable);
-        list[start..durable_end].to_vec()
-    }
-
-    /// Records the number of conversation `id`.
-    fn name(&self, id: &str, num: i64) {
-        self.nums.insert(id.to_string(), num);
-    }
-
-    /// Records that a conversation's events from `run.first_seq` on are at `run.first_pos`
-    /// onwards.
-    fn push_run(&self, run: Run) -> Result<()> {
-        let existing = self.lists.get(&run.conv).map(|l| l.clone());
-        let list = existing.unwrap_or_else(|| self.lists.entry(run.conv).or_default().clone());
-        let mut list = list.write().unwrap_or_else(|p| p.into_inner());
-        if list.len() as u64 + 1 != run.first_seq {
-            return Err(Error::Corrupt(format!(
-                "conversation number {}: seq {} follows seq {} in the log",
-                run.conv,
-                run.first_seq,
-                list.len()
-            )));
-        }
-        list.extend((0..run.count as i64).map(|i| run.first_pos + i));
-        Ok(())
-    }
-
-    /// Notes the runs of a commit's rows (grouped by conversation, in seq order) that start at
-    /// `first_pos`, for [`SeqIndex::index_noted`].
-    fn note(&self, rows: &[NewRow<'_>], first_pos: i64) {
-        let mut noted = self.noted.lock().unwrap_or_else(|p| p.into_inner());
-        let mut start = 0;
-        while start < rows.len() {
-            let conv = rows[start].conv;
-            let end = rows[start..]
-                .iter()
-                .position(|r| r.conv != conv)
-                .map_or(rows.len(), |n| start + n);
-            noted.push(Run {
-                conv,
-                first_seq: rows[start].draft.seq,
-                first_pos: first_pos + start as i64,
-                count: end - start,
-            });
-            start = end;
-        }
-    }
-
-    /// Puts every noted run in the lists.
-    fn index_noted(&self) {
-        let runs = std::mem::take(&mut *self.noted.lock().unwrap_or_else(|p| p.into_inner()));
-        for run in runs {
-            if let Err(e) = self.push_run(run) {
-                tracing::error!(error = %e, "seq index out of step with the log");
-            }
         }
     }
 }
@@ -296,108 +193,6 @@ pub struct SqliteWriter {
     _checkpointer: Option<Checkpointer>,
     /// Held while this writer lives: one writer per database, across processes.
     _lock: std::fs::File,
-}
-
-/// Copies the WAL back into the database file on its own thread, so that the writer's commits
-/// only append to the WAL and sync it. (SQLite would otherwise checkpoint inside a commit.)
-///
-/// A background checkpoint never catches up with a busy writer: by the time it has copied the
-/// frames it saw, the writer has committed more, and SQLite only starts the WAL over (writes
-/// from its first frame again) when a write transaction begins with every frame copied. Left
-/// alone, the WAL of a busy server grows without bound, and every commit extends the file, so
-/// its sync also has to write the file's new size. So when the WAL is past [`RESTART_FRAMES`]
-/// and a background checkpoint has copied all it saw, the checkpointer asks the writer (through
-/// `restart_due`) to copy the few frames committed since, between two of its commits; the
-/// writer's next transaction then starts the WAL over, and from then on commits overwrite a
-/// file of a steady size.
-#[derive(Debug)]
-struct Checkpointer {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// How often the checkpointer runs.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// A WAL this long (in frames, one page each: 16 MiB at 16 KiB pages) is started over.
-const RESTART_FRAMES: i64 = 1_024;
-
-/// The writer's part of a restart syncs the database file, which can take milliseconds on a
-/// busy disk: at most four a second keeps that out of all but a few commits' latency. (The WAL
-/// file then settles at what a quarter of a second of commits writes, and is overwritten.)
-const RESTART_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// The restart is asked for once a checkpoint pass has found at most this many new frames.
-const WRITER_COPIES: i64 = 16;
-
-/// The WAL file is cut back to this size when it starts over after growing past it (a burst,
-/// or a long read that held a restart off).
-const WAL_SIZE_LIMIT: i64 = 256 << 20;
-
-/// Runs a checkpoint; answers the frames in the WAL and how many of them are copied.
-fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64, i64)> {
-    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
-        Ok((r.get(1)?, r.get(2)?))
-    })
-}
-
-impl Checkpointer {
-    fn start(
-        path: &Path,
-        sync: Synchronous,
-        restart_due: Arc<std::sync::atomic::AtomicBool>,
-    ) -> Result<Checkpointer> {
-        let conn = open_conn(path, sync, false)?;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("wal-checkpoint".into())
-            .spawn(move || {
-                let mut asked: Option<std::time::Instant> = None;
-                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::thread::sleep(CHECKPOINT_EVERY);
-                    // Passes again while the last one left many new frames behind, so that
-                    // what the writer copies itself between two commits is little.
-                    let mut seen = 0;
-                    for _ in 0..8 {
-                        match checkpoint(&conn, "PASSIVE") {
-                            Ok((frames, copied)) => {
-                                if frames < RESTART_FRAMES
-                                    || copied < frames
-                                    || asked.is_some_and(|t| t.elapsed() < RESTART_AT_MOST_EVERY)
-                                {
-                                    break;
-                                }
-                                if frames - seen <= WRITER_COPIES {
-                                    restart_due.store(true, std::sync::atomic::Ordering::Relaxed);
-                                    asked = Some(std::time::Instant::now());
-                                    break;
-                                }
-                                seen = frames;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
-                                break;
-                            }
-                        }
-                    }
-                }
-                let _ = checkpoint(&conn, "TRUNCATE");
-            })?;
-        Ok(Checkpointer {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 impl LogWriter for SqliteWriter {

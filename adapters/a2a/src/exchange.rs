@@ -1,0 +1,315 @@
+//! One exchange of the A2A adapter: `SendMessage` (and its streaming form) turned into a
+//! message in the conversation and a wait for the reply, `GetTask`, `CancelTask`, and the
+//! stream of a task's updates, each read back from the log.
+
+use super::*;
+
+/// Text (and the first data part) of an A2A message.
+fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aError> {
+    let m = params
+        .get("message")
+        .ok_or_else(|| A2aError::invalid_params("message: required"))?;
+    let message_id = m["messageId"]
+        .as_str()
+        .filter(|s| !s.is_empty() && s.len() <= 200)
+        .ok_or_else(|| A2aError::invalid_params("message.messageId: required (1-200 characters)"))?
+        .to_string();
+    let parts = m["parts"]
+        .as_array()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| A2aError::invalid_params("message.parts: at least one part"))?;
+    let text: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+    let data = parts.iter().find_map(|p| p.get("data").cloned());
+    if text.is_empty() && data.is_none() {
+        return Err(A2aError::invalid_params(
+            "message.parts: a text or data part is required",
+        ));
+    }
+    Ok((message_id, text.join("\n"), data))
+}
+
+/// Posts the peer's message (starting a conversation when it names no context) and returns
+/// the task it opens or continues.
+pub(crate) async fn start_exchange(
+    app: &App,
+    scenario: &str,
+    params: &Value,
+) -> Result<TaskView, A2aError> {
+    let (message_id, text, data) = read_message(params)?;
+    let m = &params["message"];
+    let existing_task = match m["taskId"].as_str() {
+        Some(t) => Some(TaskId::parse(t).ok_or_else(|| A2aError::task_not_found(t))?),
+        None => None,
+    };
+    let fresh = m["contextId"].as_str().is_none() && existing_task.is_none();
+    let conversation = match (m["contextId"].as_str(), &existing_task) {
+        (_, Some(t)) => t.conversation.clone(),
+        (Some(c), None) => c.to_string(),
+        (None, None) => {
+            // A new context: a new conversation from the scenario. Its id comes from the
+            // messageId, so a retried first message finds the same conversation.
+            let id = format!("a2a-{}", short_hash(&message_id));
+            let created = app
+                .client
+                .create_conversation(CreateConversationParams {
+                    conversation_id: Some(id.clone()),
+                    scenario: None,
+                    scenario_name: Some(scenario.to_string()),
+                    participants: None,
+                    metadata: Some(json!({"a2a": {"scenario": scenario, "messageId": message_id}})),
+                    parent_conversation_id: None,
+                    input: None,
+                })
+                .await;
+            match created {
+                Ok(r) => r.conversation_id,
+                Err(e) if e.code() == Some(ErrorCode::ConversationExists) => id,
+                Err(e) => return Err(A2aError::upstream(e)),
+            }
+        }
+    };
+    if let Some(t) = &existing_task {
+        // The task must be the peer's, in this context.
+        let view = tasks::read(&app.client, &app.me, t)
+            .await
+            .map_err(|e| A2aError::from_read(e, &t.wire()))?;
+        if view.state.terminal() {
+            return Err(A2aError::new(
+                -32600,
+                "TASK_TERMINAL",
+                format!(
+                    "task {} is {}; start a new task",
+                    t.wire(),
+                    view.state.wire()
+                ),
+            ));
+        }
+    }
+    if fresh {
+        // A scenario may open with others speaking: wait (briefly) for the peer's turn.
+        wait_for_turn(app, &conversation).await;
+    }
+    let mut payload = MessagePayload::text(text);
+    payload.data = data;
+    let posted = app
+        .client
+        .send_message(SendMessageParams {
+            conversation_id: conversation.clone(),
+            payload,
+            finality: Finality::Turn,
+            turn_hint: None,
+            client_request_id: Some(format!("{KEY_PREFIX}{message_id}")),
+        })
+        .await
+        .map_err(A2aError::upstream)?;
+    let task = existing_task.unwrap_or(TaskId {
+        conversation,
+        start: posted.seq,
+    });
+    tasks::read(&app.client, &app.me, &task)
+        .await
+        .map_err(|e| A2aError::from_read(e, &task.wire()))
+}
+
+fn short_hash(s: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+async fn wait_for_turn(app: &App, conversation: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut since = 0;
+    while Instant::now() < deadline {
+        let Ok(snap) = app.client.get_conversation(conversation).await else {
+            return;
+        };
+        if snap.guidance.status != GuidanceStatus::Wait {
+            return;
+        }
+        since = since.max(snap.latest_seq);
+        let _ = app
+            .client
+            .wait_for_change(WaitForChangeParams {
+                conversation_id: conversation.to_string(),
+                since_seq: since,
+                timeout_ms: 2_000,
+            })
+            .await;
+    }
+}
+
+/// Waits until the task settles (or `until`), following the log from `view.latest_seq`.
+async fn settle(app: &App, mut view: TaskView, until: Instant) -> Result<TaskView, A2aError> {
+    while !view.state.settled() && Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        let _ = app
+            .client
+            .wait_for_change(WaitForChangeParams {
+                conversation_id: view.id.conversation.clone(),
+                since_seq: view.latest_seq,
+                timeout_ms: (left.as_millis() as u64).clamp(1, POLL_MS),
+            })
+            .await
+            .map_err(A2aError::upstream)?;
+        view = tasks::read(&app.client, &app.me, &view.id)
+            .await
+            .map_err(|e| A2aError::from_read(e, &view.id.wire()))?;
+    }
+    Ok(view)
+}
+
+pub(crate) async fn send_message(
+    app: &App,
+    scenario: &str,
+    params: &Value,
+) -> Result<Value, A2aError> {
+    let view = start_exchange(app, scenario, params).await?;
+    let immediate = params["configuration"]["returnImmediately"].as_bool() == Some(true);
+    let view = if immediate {
+        view
+    } else {
+        settle(app, view, Instant::now() + BLOCKING_WAIT).await?
+    };
+    let history = history_length(&params["configuration"]);
+    Ok(json!({"task": view.wire(&app.me, history)}))
+}
+
+fn history_length(v: &Value) -> Option<usize> {
+    v["historyLength"].as_u64().map(|n| n as usize)
+}
+
+/// The task that `params.id` names, read from the log.
+pub(crate) async fn task_of(app: &App, params: &Value) -> Result<TaskView, A2aError> {
+    let task = params["id"]
+        .as_str()
+        .ok_or_else(|| A2aError::invalid_params("id: the task id is required"))?;
+    let tid = TaskId::parse(task).ok_or_else(|| A2aError::task_not_found(task))?;
+    tasks::read(&app.client, &app.me, &tid)
+        .await
+        .map_err(|e| A2aError::from_read(e, task))
+}
+
+pub(crate) async fn get_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let view = task_of(app, params).await?;
+    Ok(view.wire(&app.me, history_length(params)))
+}
+
+pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let view = task_of(app, params).await?;
+    let task = view.id.wire();
+    let tid = view.id.clone();
+    if view.state.terminal() {
+        return Err(A2aError::new(
+            -32002,
+            "TASK_NOT_CANCELABLE",
+            format!("task {task} is already {}", view.state.wire()),
+        ));
+    }
+    app.client
+        .send_trace(SendTraceParams {
+            conversation_id: tid.conversation.clone(),
+            payload: json!({"type": CANCEL_TRACE, "taskId": task}),
+            turn: None,
+            client_request_id: Some(format!("a2a-cancel:{task}")),
+            finality: None,
+        })
+        .await
+        .map_err(A2aError::upstream)?;
+    let view = tasks::read(&app.client, &app.me, &tid)
+        .await
+        .map_err(|e| A2aError::from_read(e, &task))?;
+    Ok(view.wire(&app.me, None))
+}
+
+/// An SSE answer: the task first, then a `working` update for each new message from the
+/// others, then the settling update (`input-required`, `completed` or `canceled`). It follows
+/// the log, so a peer that subscribes again gets the task as it is and then the rest.
+pub(crate) fn stream(app: Shared, id: Value, view: TaskView) -> Response {
+    let frame = move |result: Value| -> Result<SseEvent, Infallible> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        Ok(SseEvent::default().data(body.to_string()))
+    };
+    let mut resp = Sse::new(follow(app, view, frame)).into_response();
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    resp
+}
+
+struct Follow<F> {
+    app: Shared,
+    frame: F,
+    view: TaskView,
+    /// Messages from the others up to this seq are sent.
+    sent: u64,
+    queue: std::collections::VecDeque<Value>,
+    done: bool,
+}
+
+fn follow<F>(
+    app: Shared,
+    view: TaskView,
+    frame: F,
+) -> impl futures::Stream<Item = Result<SseEvent, Infallible>>
+where
+    F: Fn(Value) -> Result<SseEvent, Infallible> + Send + 'static,
+{
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(json!({"task": view.wire(&app.me, None)}));
+    let state = Follow {
+        sent: view.latest_seq,
+        done: view.state.settled(),
+        app,
+        frame,
+        view,
+        queue,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(result) = st.queue.pop_front() {
+                let item = (st.frame)(result);
+                return Some((item, st));
+            }
+            if st.done {
+                return None;
+            }
+            let waited = st
+                .app
+                .client
+                .wait_for_change(WaitForChangeParams {
+                    conversation_id: st.view.id.conversation.clone(),
+                    since_seq: st.view.latest_seq,
+                    timeout_ms: POLL_MS,
+                })
+                .await;
+            if waited.is_err() {
+                return None;
+            }
+            let next = tasks::read(&st.app.client, &st.app.me, &st.view.id)
+                .await
+                .ok()?;
+            let me = st.app.me.clone();
+            for m in next
+                .messages
+                .iter()
+                .filter(|m| m.seq > st.sent && m.author != me)
+            {
+                let mut update = next.status_update(&me);
+                let status = &mut update["statusUpdate"]["status"];
+                status["state"] = json!(TaskState::Working.wire());
+                status["message"] = tasks::message(&me, &next.id, m);
+                status["timestamp"] = json!(m.ts);
+                st.queue.push_back(update);
+            }
+            st.sent = st.sent.max(next.latest_seq);
+            if next.state.settled() {
+                st.queue.push_back(next.status_update(&me));
+                st.done = true;
+            }
+            st.view = next;
+        }
+    })
+}

@@ -1,0 +1,211 @@
+//! `createConversation`: who may create what, the scenario (by name or inline, checked
+//! whole), the id, the participants and, for a sub-conversation, its parent; then one job for
+//! the writer, which decides the rest (an id in use, the depth and fan-out limits) in the
+//! transaction that creates it.
+
+use proto_spec::*;
+
+use super::Orchestrator;
+use crate::engine::auth::{valid_id, Identity};
+use crate::engine::error::{refuse, Error, Result};
+use crate::engine::scenario::Scenario;
+use crate::engine::writer::ChildOf;
+
+impl Orchestrator {
+    /// `createConversation`: admins create any conversation; any agent may open a
+    /// sub-conversation of one it takes part in. Only an admin's scenario or the server's
+    /// library may declare participants that run code, and no participant the server runs may
+    /// have the id of an agent with a token (docs/security.md).
+    pub async fn create_conversation(
+        &self,
+        who: &Identity,
+        p: CreateConversationParams,
+    ) -> Result<CreateConversationResult> {
+        self.check_creator(who, &p)?;
+        let scenario = self.scenario_of(who, &p).await?;
+        let id = conversation_id(p.conversation_id)?;
+        let (participants, policy) = match scenario {
+            Some(s) => (s.participants, s.policy),
+            None => (p.participants.unwrap_or_default(), None),
+        };
+        self.check_participants(&participants)?;
+        if let Some(m) = &p.metadata {
+            if m.to_string().len() > self.limits.max_payload_bytes {
+                return Err(refuse(
+                    ErrorCode::PayloadTooLarge,
+                    "metadata is over the payload limit",
+                ));
+            }
+        }
+        let child_of = match p.parent_conversation_id {
+            Some(parent) => Some(self.child_of(parent, p.input)?),
+            None => None,
+        };
+        self.writer
+            .create(
+                id.clone(),
+                participants,
+                p.metadata,
+                who.agent_id.clone(),
+                policy,
+                child_of,
+            )
+            .await?;
+        Ok(CreateConversationResult {
+            conversation_id: id,
+        })
+    }
+
+    /// Admins create conversations; a participant of an open conversation may open a
+    /// sub-conversation of it; only a sub-conversation takes an input.
+    fn check_creator(&self, who: &Identity, p: &CreateConversationParams) -> Result<()> {
+        match &p.parent_conversation_id {
+            Some(parent) => {
+                self.check_writable(who, parent)?;
+                let conv = self.readable(who, parent)?;
+                if !who.admin && !conv.is_participant(&who.agent_id) {
+                    return Err(refuse(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "{} does not take part in conversation {parent}",
+                            who.agent_id
+                        ),
+                    ));
+                }
+            }
+            None if !who.admin => {
+                return Err(refuse(
+                    ErrorCode::Forbidden,
+                    "only admins create conversations; an agent may open a sub-conversation (parentConversationId) of one it takes part in",
+                ));
+            }
+            None => {}
+        }
+        if p.input.is_some() && p.parent_conversation_id.is_none() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "input: only a sub-conversation (with parentConversationId) takes an input",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The scenario by name from the library, if one is named.
+    fn named_scenario(&self, p: &CreateConversationParams) -> Result<Option<serde_json::Value>> {
+        let Some(name) = &p.scenario_name else {
+            return Ok(None);
+        };
+        if p.scenario.is_some() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "scenarioName: give a scenario by name or inline, not both",
+            ));
+        }
+        let found = self
+            .scenarios
+            .read()
+            .ok()
+            .and_then(|s| s.get(name).cloned());
+        match found {
+            Some(v) => Ok(Some(v)),
+            None => Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::InvalidParams,
+                    format!("scenarioName: no scenario named {name:?} on this server"),
+                )
+                .with_data(serde_json::json!({"known": self.scenario_names()})),
+            )),
+        }
+    }
+
+    /// The scenario, by name or inline, checked whole: who may declare what first (before any
+    /// setting is looked at), then every setting, then the ids it declares; its policy records
+    /// on whose authority its agents act.
+    async fn scenario_of(
+        &self,
+        who: &Identity,
+        p: &CreateConversationParams,
+    ) -> Result<Option<Scenario>> {
+        let named = self.named_scenario(p)?;
+        let Some(v) = named.as_ref().or(p.scenario.as_ref()) else {
+            return Ok(None);
+        };
+        if p.participants.is_some() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "participants: give them in the scenario or as participants, not both",
+            ));
+        }
+        let authority = who.authority(named.is_some());
+        if !authority.trusted {
+            Self::check_kinds(v)?;
+        }
+        let mut s = self.check_scenario(v.clone()).await?;
+        self.check_declared(&s).await?;
+        if let Some(policy) = &mut s.policy {
+            policy.authority = Some(authority);
+        }
+        Ok(Some(s))
+    }
+
+    /// At least one participant, within the limit, each a usable id listed once.
+    fn check_participants(&self, participants: &[String]) -> Result<()> {
+        if participants.is_empty() {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "participants: at least one agent id is needed",
+            ));
+        }
+        if participants.len() > self.limits.max_participants {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                format!(
+                    "participants: at most {} agents",
+                    self.limits.max_participants
+                ),
+            ));
+        }
+        for (i, a) in participants.iter().enumerate() {
+            if !valid_id(a) || a == ORCHESTRATOR_AUTHOR {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!("participants[{i}]: {a:?} is not a usable agent id"),
+                ));
+            }
+            if participants[..i].contains(a) {
+                return Err(refuse(
+                    ErrorCode::InvalidParams,
+                    format!("participants[{i}]: {a:?} is listed twice"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A sub-conversation's link to `parent`, its input checked as a payload, and the limits
+    /// the writer holds it to.
+    fn child_of(&self, parent: String, input: Option<MessagePayload>) -> Result<ChildOf> {
+        let input = input.map(|i| serde_json::to_value(i).unwrap_or_default());
+        if let Some(i) = &input {
+            self.check_payload(&i.to_string())?;
+        }
+        Ok(ChildOf {
+            parent,
+            input,
+            max_depth: self.limits.max_depth,
+            max_children: self.limits.max_children,
+        })
+    }
+}
+
+/// The id asked for (checked), or a new one.
+fn conversation_id(asked: Option<String>) -> Result<String> {
+    match asked {
+        Some(id) if valid_id(&id) => Ok(id),
+        Some(id) => Err(refuse(
+            ErrorCode::InvalidParams,
+            format!("conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"),
+        )),
+        None => Ok(uuid::Uuid::new_v4().simple().to_string()),
+    }
+}

@@ -1,0 +1,95 @@
+//! The fold: how each committed event moves a conversation's state. Recovery replays the log
+//! through it; the writer runs every event it appends through it.
+
+use std::sync::Arc;
+
+use proto_spec::system::SystemEvent;
+use proto_spec::{EventKind, Finality, ORCHESTRATOR_AUTHOR};
+
+use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members};
+
+impl ConvMachine {
+    /// Moves the state past one committed event. Recovery calls this for every event in the log.
+    pub fn observe(&mut self, d: &Draft) {
+        let c = &mut self.core;
+        c.head = d.seq;
+        match d.kind {
+            EventKind::Message => match d.finality {
+                Some(Finality::Turn) => {
+                    c.turn = d.turn + 1;
+                    c.speaker = None;
+                    c.turn_timeout_ms = None;
+                    c.silent_turns = 0;
+                }
+                Some(Finality::Conversation) => c.closed = true,
+                _ => {}
+            },
+            EventKind::System => match SystemEvent::parse(d.payload.get()) {
+                Some(SystemEvent::Created(created)) => {
+                    self.participants = created.participants;
+                    self.members = Members::new(&self.participants);
+                    self.policy = created.policy.and_then(|p| serde_json::from_value(p).ok());
+                    self.parent = created.parent;
+                }
+                Some(SystemEvent::NextSpeaker(next)) => {
+                    c.turn_timeout_ms = next.timeout_ms;
+                    if next.reason.is_none() {
+                        c.pending_approval = None;
+                    }
+                    if let Some(p) = next.position {
+                        c.sequence_pos = Some(p as usize);
+                    }
+                    c.speaker = Some(next.speaker);
+                    c.speaker_seq = d.seq;
+                }
+                Some(SystemEvent::ApprovalRequested(ask)) => {
+                    c.pending_approval = Some(ask.for_speaker);
+                    if let Some(p) = ask.position {
+                        c.sequence_pos = Some(p as usize);
+                    }
+                }
+                Some(SystemEvent::TurnTimeout(_)) => {
+                    // The turn ends without an answer; the policy decides what follows.
+                    c.turn = d.turn + 1;
+                    c.speaker = None;
+                    c.turn_timeout_ms = None;
+                    c.silent_turns = c.silent_turns.saturating_add(1);
+                }
+                // A fork of a sub-conversation stands on its own.
+                Some(SystemEvent::ForkedFrom(_)) => self.parent = None,
+                Some(SystemEvent::Paused(_)) => c.paused = true,
+                Some(SystemEvent::Resumed(_)) => c.paused = false,
+                Some(SystemEvent::SubconversationStarted(_)) => c.children_open += 1,
+                Some(SystemEvent::SubconversationFinished(_)) => {
+                    c.children_open = c.children_open.saturating_sub(1)
+                }
+                Some(SystemEvent::IdleTimeout | SystemEvent::MaxDuration) | None => {}
+            },
+            EventKind::Trace => {}
+        }
+        // A sub-conversation keeps its last participant message: its result when it closes.
+        if d.kind == EventKind::Message && d.author != ORCHESTRATOR_AUTHOR && self.parent.is_some()
+        {
+            self.core.last_said = Some(Arc::new(LastSaid {
+                seq: d.seq,
+                author: d.author.clone(),
+                payload: d.payload.get().to_string(),
+            }));
+        }
+        if let (Some(key), Some(hash)) = (&d.client_request_id, d.hash) {
+            self.idem.insert(
+                (d.author.clone(), key.clone()),
+                IdemRecord {
+                    hash,
+                    seq: d.seq,
+                    turn: d.turn,
+                },
+            );
+        }
+    }
+
+    /// Forgets idempotency keys recorded at or after `seq` (undo of an uncommitted batch).
+    pub fn forget_keys_from(&mut self, seq: u64) {
+        self.idem.retain(|_, r| r.seq < seq);
+    }
+}

@@ -1,0 +1,143 @@
+//! A request to append one event, and the digest that tells a retry from a reuse of its
+//! idempotency key.
+
+use proto_spec::system::SystemEvent;
+use proto_spec::{EventKind, Finality, ORCHESTRATOR_AUTHOR};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Serializes a value into the stored form.
+pub fn to_raw(v: &impl serde::Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(v).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+/// A digest of a request's body, to tell a retry from a reuse of its idempotency key.
+pub type BodyHash = [u8; 16];
+
+/// Hashes the parts of a request that make it "the same request".
+pub fn body_hash(
+    kind: EventKind,
+    finality: Option<Finality>,
+    payload_json: &str,
+    turn: Option<u64>,
+    turn_hint: Option<u64>,
+) -> BodyHash {
+    let mut h = Sha256::new();
+    h.update(kind.as_str().as_bytes());
+    h.update([0]);
+    h.update(finality.map(Finality::as_str).unwrap_or("-").as_bytes());
+    h.update([0]);
+    h.update(turn.map(|t| t as i128).unwrap_or(-1).to_le_bytes());
+    h.update(turn_hint.map(|t| t as i128).unwrap_or(-1).to_le_bytes());
+    h.update(payload_json.as_bytes());
+    let full = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// A request to append one event.
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    /// The authenticated author (never a param).
+    pub author: String,
+    /// `message`, `trace` or `system`.
+    pub kind: EventKind,
+    /// Finality; required for messages, refused for anything else.
+    pub finality: Option<Finality>,
+    /// The payload as stored (serialized once, by the caller).
+    pub payload: Box<RawValue>,
+    /// For traces and system events: the turn they name (the current one when absent).
+    pub turn: Option<u64>,
+    /// For messages: append only in this turn.
+    pub turn_hint: Option<u64>,
+    /// The idempotency key.
+    pub client_request_id: Option<String>,
+    /// Digest of the body, for idempotency (computed only when a key is set).
+    pub hash: BodyHash,
+    /// System events the orchestrator appends in the same transaction after this one
+    /// (a policy decision such as `next_speaker`).
+    pub follow_ups: Vec<SystemEvent>,
+    /// A message from the orchestrator appended right after this event and before the
+    /// policy's decision, with finality `none`: a sub-conversation's input, after its `created`.
+    pub opening: Option<Box<RawValue>>,
+}
+
+impl AppendRequest {
+    /// Builds a request, serializing and hashing the payload.
+    pub fn new(
+        author: impl Into<String>,
+        kind: EventKind,
+        finality: Option<Finality>,
+        payload: Value,
+    ) -> Self {
+        AppendRequest::from_raw(author, kind, finality, to_raw(&payload))
+    }
+
+    /// Builds a request from an already serialized payload.
+    pub fn from_raw(
+        author: impl Into<String>,
+        kind: EventKind,
+        finality: Option<Finality>,
+        payload: Box<RawValue>,
+    ) -> Self {
+        AppendRequest {
+            author: author.into(),
+            kind,
+            finality,
+            payload,
+            turn: None,
+            turn_hint: None,
+            client_request_id: None,
+            hash: [0; 16],
+            follow_ups: Vec::new(),
+            opening: None,
+        }
+    }
+
+    /// A system event written by the orchestrator.
+    pub fn system(event: &SystemEvent) -> Self {
+        AppendRequest::from_raw(ORCHESTRATOR_AUTHOR, EventKind::System, None, to_raw(event))
+    }
+
+    /// Gives a sub-conversation's `created` event its input, as the opening message.
+    pub fn with_opening(mut self, input: Option<Value>) -> Self {
+        self.opening = input.map(|i| to_raw(&i));
+        self
+    }
+
+    /// Sets the named turn (traces, system events).
+    pub fn with_turn(mut self, turn: Option<u64>) -> Self {
+        self.turn = turn;
+        self.rehash();
+        self
+    }
+
+    /// Sets the turn hint (messages).
+    pub fn with_turn_hint(mut self, hint: Option<u64>) -> Self {
+        self.turn_hint = hint;
+        self.rehash();
+        self
+    }
+
+    /// Sets the idempotency key.
+    pub fn with_client_request_id(mut self, key: Option<String>) -> Self {
+        self.client_request_id = key;
+        self.rehash();
+        self
+    }
+
+    /// Digests the body; only a keyed request needs it, so unkeyed ones skip the work.
+    fn rehash(&mut self) {
+        if self.client_request_id.is_some() {
+            self.hash = body_hash(
+                self.kind,
+                self.finality,
+                self.payload.get(),
+                self.turn,
+                self.turn_hint,
+            );
+        }
+    }
+}

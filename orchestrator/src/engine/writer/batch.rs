@@ -1,0 +1,366 @@
+//! One batch through the writer: each job applied to the state machine (creations, appends,
+//! the parent's side of a sub-conversation), one transaction for all of it, then the batch
+//! handed on to be synced and published; on a failed commit, every touched state rolled back.
+
+use super::*;
+
+/// What one batch does, as the writer goes through its jobs: the conversations it touches (in
+/// order of first touch, with their state before the batch and the events they append), the
+/// conversations it creates, and the answers it owes.
+struct BatchWork {
+    touched: Vec<Touched>,
+    new_convs: Vec<NewConversation>,
+    replies: Vec<Reply>,
+}
+
+/// A conversation touched by a batch: the events the batch appends to it, and its state before
+/// the batch (to roll back to if the commit fails).
+struct Touched {
+    slot: usize,
+    drafts: Vec<Draft>,
+    undo: Undo,
+}
+
+/// Marks `slot` touched by the batch (remembering its state before it); its entry in `touched`.
+fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<Touched>) -> usize {
+    let s = &mut slots[slot];
+    if s.mark == 0 {
+        touched.push(Touched {
+            slot,
+            drafts: Vec::new(),
+            undo: Undo::TurnState(s.state.core.clone()),
+        });
+        s.mark = touched.len();
+    }
+    s.mark - 1
+}
+
+enum Undo {
+    Created,
+    TurnState(TurnState),
+}
+
+/// Appends one request to a conversation within the batch. When it closes a sub-conversation,
+/// the parent's `subconversation_finished` (with the child's result) joins the same batch, so
+/// the tree is never seen half-finished, whatever moment the process stops.
+fn append_one(
+    convs: &mut Convs,
+    conversation: &str,
+    request: AppendRequest,
+    touched: &mut Vec<Touched>,
+) -> Result<AppendResult, RpcError> {
+    let Some(at) = convs.find(conversation) else {
+        return Err(RpcError::new(
+            ErrorCode::ConversationNotFound,
+            format!("no conversation {conversation}"),
+        ));
+    };
+    let i = touch(&mut convs.slots, at, touched);
+    let slot = &mut convs.slots[at];
+    let drafts = &mut touched[i].drafts;
+    let before = drafts.len();
+    let was_closed = slot.state.core.closed;
+    let result = slot.state.apply_into(request, drafts);
+    if was_closed || !slot.state.core.closed {
+        return result;
+    }
+    let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) else {
+        return result;
+    };
+    let closing = drafts[before..]
+        .iter()
+        .find(|d| d.finality == Some(proto_spec::Finality::Conversation));
+    if let Some(closing) = closing {
+        let event = slot.state.finished_event(closing);
+        let report = append_one(convs, &parent, AppendRequest::system(&event), touched);
+        if let Err(e) = report {
+            // The parent closed first: nothing waits for this child any more.
+            tracing::debug!(child = conversation, %parent, error = %e.message, "a finished sub-conversation was not reported");
+        }
+    }
+    result
+}
+
+/// The events of a fork: the prefix copied as it was (seq, kind, author, turn, finality,
+/// payload; idempotency keys are not carried over), then `forked_from`.
+fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
+    let at_seq = f.events.last().map_or(0, |e| e.seq);
+    let mut drafts = Vec::with_capacity(f.events.len() + 1);
+    for e in f.events {
+        let d = Draft {
+            seq: e.seq,
+            kind: e.kind,
+            author: e.author,
+            turn: e.turn,
+            finality: e.finality,
+            payload: e.payload,
+            client_request_id: None,
+            hash: None,
+        };
+        state.observe(&d);
+        drafts.push(d);
+    }
+    let marker = AppendRequest::system(&SystemEvent::ForkedFrom(ForkedFrom {
+        from: f.from,
+        at_seq,
+    }));
+    if let Ok(Applied::Append(d, _)) = state.apply(marker) {
+        drafts.extend(d);
+    }
+    drafts
+}
+
+impl Writer {
+    /// Checks a new sub-conversation against its parent (open, depth, fan-out) and appends the
+    /// parent's `subconversation_started` to the batch; the child's depth.
+    fn start_child(
+        &mut self,
+        child: &str,
+        by: &str,
+        c: &ChildOf,
+        touched: &mut Vec<Touched>,
+    ) -> Result<u32, RpcError> {
+        let Some(parent) = self.convs.get(c.parent.as_str()) else {
+            return Err(RpcError::new(
+                ErrorCode::ConversationNotFound,
+                format!("no conversation {}", c.parent),
+            ));
+        };
+        let depth = parent.state.depth() + 1;
+        if depth > c.max_depth {
+            return Err(RpcError::new(
+                ErrorCode::SubconversationLimit,
+                format!(
+                    "parentConversationId: {} is at depth {}; sub-conversations go at most {} deep",
+                    c.parent,
+                    depth - 1,
+                    c.max_depth
+                ),
+            )
+            .with_data(json!({"limit": "depth", "max": c.max_depth, "depth": depth})));
+        }
+        let open = parent.state.core.children_open;
+        if open >= c.max_children {
+            return Err(RpcError::new(
+                ErrorCode::SubconversationLimit,
+                format!(
+                    "parentConversationId: {} has {open} sub-conversations open; at most {} at once",
+                    c.parent, c.max_children
+                ),
+            )
+            .with_data(json!({"limit": "fanOut", "max": c.max_children, "open": open})));
+        }
+        let started = AppendRequest::system(&SystemEvent::SubconversationStarted(
+            SubconversationStarted {
+                child: child.to_string(),
+                by: by.to_string(),
+                depth,
+            },
+        ));
+        append_one(&mut self.convs, &c.parent, started, touched)?;
+        Ok(depth)
+    }
+
+    pub(super) fn process(&mut self, batch: &mut Vec<Job>) {
+        if self.stopped.load(Ordering::Acquire) {
+            answer(batch.drain(..).filter_map(Reply::refusing).collect());
+            return;
+        }
+        let ts_ms = now_ms();
+        let num_before = self.next_num;
+        let slots_before = self.convs.slots.len();
+        let mut work = BatchWork {
+            touched: Vec::with_capacity(batch.len()),
+            new_convs: Vec::new(),
+            replies: Vec::with_capacity(batch.len()),
+        };
+        let jobs = batch.len() as u64;
+        for job in batch.drain(..) {
+            match job {
+                Job::Stop => {}
+                Job::Create { conv, reply } => {
+                    let created = self.create_one(*conv, &mut work);
+                    work.replies.push(Reply::Create(reply, created));
+                }
+                Job::Append {
+                    conversation,
+                    request,
+                    reply,
+                } => {
+                    let result =
+                        append_one(&mut self.convs, &conversation, *request, &mut work.touched);
+                    work.replies.push(Reply::Append(reply, result));
+                }
+            }
+        }
+        self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
+        for t in &work.touched {
+            self.convs.slots[t.slot].mark = 0;
+        }
+        // A conversation whose appends were all refused is as it was.
+        work.touched.retain(|t| !t.drafts.is_empty());
+        if work.touched.is_empty() {
+            answer(work.replies);
+            return;
+        }
+        let slots = &self.convs.slots;
+        let rows: Vec<NewRow<'_>> = work
+            .touched
+            .iter()
+            .flat_map(|t| {
+                let conv = slots[t.slot].num;
+                t.drafts
+                    .iter()
+                    .map(move |draft| NewRow { conv, draft, ts_ms })
+            })
+            .collect();
+        let n_rows = rows.len() as u64;
+        let started = std::time::Instant::now();
+        let committed = self.log.commit(&work.new_convs, &rows);
+        drop(rows);
+        match committed {
+            Ok(()) => {
+                self.metrics
+                    .committed(jobs as usize, n_rows, started.elapsed());
+                self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
+                self.hand_on(ts_ms, jobs as usize, work);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
+                for t in work.touched {
+                    if let Undo::TurnState(core) = t.undo {
+                        let state = &mut self.convs.slots[t.slot].state;
+                        let first_new = core.head + 1;
+                        state.core = core;
+                        state.forget_keys_from(first_new);
+                    }
+                }
+                self.convs.truncate(slots_before);
+                self.next_num = num_before;
+                fail_all(work.replies, "the append could not be made durable");
+            }
+        }
+    }
+
+    /// Applies one creation to the batch: the new conversation's state and events (and, for a
+    /// sub-conversation, its parent's `subconversation_started`), or the refusal.
+    fn create_one(&mut self, c: CreateJob, work: &mut BatchWork) -> Result<(), RpcError> {
+        let CreateJob {
+            id,
+            participants,
+            metadata,
+            created_by,
+            policy,
+            fork,
+            child_of,
+        } = c;
+        if self.convs.find(&id).is_some() {
+            return Err(RpcError::new(
+                ErrorCode::ConversationExists,
+                format!("conversation {id} exists already"),
+            ));
+        }
+        // A sub-conversation: checked against its parent, which logs its start in this
+        // transaction (or the creation is refused and nothing is written).
+        let link = match &child_of {
+            Some(c) => Some(ParentLink {
+                conversation_id: c.parent.clone(),
+                depth: self.start_child(&id, &created_by, c, &mut work.touched)?,
+            }),
+            None => None,
+        };
+        let num = self.next_num;
+        self.next_num += 1;
+        let mut state = ConvMachine::new(id.clone(), participants.clone());
+        let drafts = match fork {
+            None => {
+                let created = Created {
+                    parent: link,
+                    ..ConvMachine::created(
+                        &participants,
+                        metadata.as_ref(),
+                        &created_by,
+                        policy.as_ref(),
+                    )
+                };
+                let created = AppendRequest::system(&SystemEvent::Created(created))
+                    .with_opening(child_of.and_then(|c| c.input));
+                match state.apply(created) {
+                    Ok(Applied::Append(d, _)) => d,
+                    _ => Vec::new(),
+                }
+            }
+            Some(f) => fork_drafts(&mut state, f),
+        };
+        let declared = state
+            .policy()
+            .map(|p| p.agents.keys().cloned().collect())
+            .unwrap_or_default();
+        work.new_convs.push(NewConversation {
+            id: id.clone(),
+            num,
+            participants,
+            created_by,
+            metadata,
+            declared,
+        });
+        let empty = ConvMachine::new(id.clone(), Vec::new()).core;
+        let shared = Hub::make(&id, state.participants().to_vec(), empty);
+        if let Some(p) = state.policy() {
+            shared.set_policy(p.clone());
+        }
+        if let Some(p) = state.parent() {
+            shared.set_parent(p.conversation_id.clone());
+        }
+        let slot = self.convs.insert(
+            &id,
+            Slot {
+                num,
+                state,
+                shared,
+                mark: work.touched.len() + 1,
+            },
+        );
+        work.touched.push(Touched {
+            slot,
+            drafts,
+            undo: Undo::Created,
+        });
+        Ok(())
+    }
+
+    /// Hands a committed batch on to be synced and published. A small batch with nothing ahead
+    /// of it in the pipeline is synced and published here, saving two thread hops on the path
+    /// of a lone turn; larger ones go down the pipeline, so that syncing and publishing overlap
+    /// the next commit. Commit order holds either way: the pipeline is empty when this thread
+    /// publishes.
+    fn hand_on(&mut self, ts_ms: i64, jobs: usize, work: BatchWork) {
+        let mut convs = Vec::with_capacity(work.touched.len());
+        for t in work.touched {
+            let slot = &self.convs.slots[t.slot];
+            let new = matches!(t.undo, Undo::Created);
+            convs.push(CommittedConv {
+                shared: slot.shared.clone(),
+                core: slot.state.core.clone(),
+                drafts: t.drafts,
+                new,
+            });
+        }
+        let committed = Committed {
+            ts_ms,
+            convs,
+            replies: work.replies,
+        };
+        if jobs <= INLINE_PUBLISH && self.queued.load(Ordering::Acquire) == 0 {
+            if sync(&self.durability, &self.stopped) {
+                publish(&self.hub, committed);
+            } else {
+                fail_all(committed.replies, LOG_STOPPED);
+            }
+        } else {
+            self.queued.fetch_add(1, Ordering::AcqRel);
+            self.syncer.push(committed);
+        }
+    }
+}
