@@ -251,6 +251,39 @@ impl ConvMachine {
         self.parent.as_ref()
     }
 
+    /// Whether this conversation may open one more sub-conversation (`id` names it in the
+    /// refusal): the child's depth, or `SubconversationLimit` past `max_depth` deep or with
+    /// `max_children` open already. The one place the tree's limits are decided.
+    pub fn admit_child(
+        &self,
+        id: &str,
+        max_depth: u32,
+        max_children: u32,
+    ) -> Result<u32, RpcError> {
+        let depth = self.depth() + 1;
+        if depth > max_depth {
+            return Err(RpcError::new(
+                ErrorCode::SubconversationLimit,
+                format!(
+                    "parentConversationId: {id} is at depth {}; sub-conversations go at most {max_depth} deep",
+                    depth - 1
+                ),
+            )
+            .with_data(json!({"limit": "depth", "max": max_depth, "depth": depth})));
+        }
+        let open = self.core.children_open;
+        if open >= max_children {
+            return Err(RpcError::new(
+                ErrorCode::SubconversationLimit,
+                format!(
+                    "parentConversationId: {id} has {open} sub-conversations open; at most {max_children} at once"
+                ),
+            )
+            .with_data(json!({"limit": "fanOut", "max": max_children, "open": open})));
+        }
+        Ok(depth)
+    }
+
     /// How deep in a tree this conversation is (0 at the top).
     pub fn depth(&self) -> u32 {
         self.parent.as_ref().map_or(0, |p| p.depth)

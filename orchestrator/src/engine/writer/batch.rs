@@ -126,30 +126,9 @@ impl Writer {
                 format!("no conversation {}", c.parent),
             ));
         };
-        let depth = parent.state.depth() + 1;
-        if depth > c.max_depth {
-            return Err(RpcError::new(
-                ErrorCode::SubconversationLimit,
-                format!(
-                    "parentConversationId: {} is at depth {}; sub-conversations go at most {} deep",
-                    c.parent,
-                    depth - 1,
-                    c.max_depth
-                ),
-            )
-            .with_data(json!({"limit": "depth", "max": c.max_depth, "depth": depth})));
-        }
-        let open = parent.state.core.children_open;
-        if open >= c.max_children {
-            return Err(RpcError::new(
-                ErrorCode::SubconversationLimit,
-                format!(
-                    "parentConversationId: {} has {open} sub-conversations open; at most {} at once",
-                    c.parent, c.max_children
-                ),
-            )
-            .with_data(json!({"limit": "fanOut", "max": c.max_children, "open": open})));
-        }
+        let depth = parent
+            .state
+            .admit_child(&c.parent, c.max_depth, c.max_children)?;
         let started = AppendRequest::system(&SystemEvent::SubconversationStarted(
             SubconversationStarted {
                 child: child.to_string(),

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use proto_spec::system::{Created, ForkedFrom, ParentLink, SubconversationStarted, SystemEvent};
 use proto_spec::{AppendResult, ErrorCode, RpcError};
 use rustc_hash::FxHashMap as HashMap;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::error::{Error, Result};
