@@ -60,6 +60,18 @@ impl Default for ExecPolicy {
     }
 }
 
+impl ExecPolicy {
+    /// How long to wait before the attempt after failed attempt `attempt` (1 for the first):
+    /// `backoff`, doubled for each retry before; `None` when the retry would start at or past
+    /// `deadline` (the turn's time is up, so the run fails now).
+    pub fn retry_after(&self, attempt: u32, now: Instant, deadline: Instant) -> Option<Duration> {
+        let delay = self
+            .backoff
+            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
+        (now + delay < deadline).then_some(delay)
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunReport {
@@ -252,10 +264,10 @@ impl ExecutorCore {
                     last_error = e.to_string();
                     self.trace_error(client.as_ref(), a, attempt, &last_error)
                         .await;
-                    let delay = self.policy.backoff * 2u32.saturating_pow(attempt - 1);
-                    if Instant::now() + delay >= a.deadline {
+                    let Some(delay) = self.policy.retry_after(attempt, Instant::now(), a.deadline)
+                    else {
                         return RunReport::Failed(last_error);
-                    }
+                    };
                     tokio::time::sleep(delay).await;
                 }
                 Ok(Ok(outcome)) => {
@@ -363,5 +375,55 @@ impl ExecutorCore {
             Err(e) => tracing::debug!(error = %e, "executor trace not written"),
             Ok(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_doubling_until_the_deadline() {
+        let policy = ExecPolicy {
+            backoff: Duration::from_millis(50),
+            ..ExecPolicy::default()
+        };
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(300);
+        // 50 ms after the first failure, 100 after the second, 200 after the third.
+        assert_eq!(
+            policy.retry_after(1, start, deadline),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(
+            policy.retry_after(2, start, deadline),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            policy.retry_after(3, start, deadline),
+            Some(Duration::from_millis(200))
+        );
+        // A retry that would start at the deadline or later is not made.
+        assert_eq!(
+            policy.retry_after(3, start + Duration::from_millis(100), deadline),
+            None
+        );
+        assert_eq!(policy.retry_after(4, start, deadline), None);
+        // On the paused clock, a run that keeps failing waits 50 ms, then 100 ms, and then
+        // stops: a third retry would start 350 ms in, past the 300 ms deadline.
+        let mut now = start;
+        let mut waits = Vec::new();
+        let mut attempt = 1;
+        while let Some(wait) = policy.retry_after(attempt, now, deadline) {
+            tokio::time::sleep(wait).await;
+            now = Instant::now();
+            waits.push(wait);
+            attempt += 1;
+        }
+        assert_eq!(
+            waits,
+            [Duration::from_millis(50), Duration::from_millis(100)]
+        );
+        assert_eq!(now - start, Duration::from_millis(150));
     }
 }

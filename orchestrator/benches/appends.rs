@@ -461,6 +461,55 @@ fn print_phase(name: &str, p: &Phase, ceiling: f64, goal: &str) {
     );
 }
 
+/// The load of the single-path runs (`BENCH_ONLY`).
+struct Knobs {
+    secs: f64,
+    clients: usize,
+    depth: usize,
+    inproc_workers: usize,
+    ws_workers: usize,
+}
+
+/// Measures one path alone (`BENCH_ONLY`: `websocket`, `websocket-jsonrpsee`, `in-process`,
+/// `ceiling`), for profiling; false for any other value.
+fn run_only(only: &str, k: &Knobs, dir: &std::path::Path) -> anyhow::Result<bool> {
+    let (secs, clients, depth) = (k.secs, k.clients, k.depth);
+    match only {
+        "websocket" | "websocket-jsonrpsee" => {
+            let client = if only == "websocket" {
+                Client::Raw
+            } else {
+                Client::Jsonrpsee
+            };
+            let ws = runtime(k.ws_workers)?
+                .block_on(websocket(dir, "ws.db", secs, clients, depth, client))?;
+            println!(
+                "{only}: {:.0} appends/s, mean batch {:.0}",
+                ws.rate, ws.mean_batch
+            );
+        }
+        "in-process" => {
+            let p = runtime(k.inproc_workers)?.block_on(in_process(
+                dir,
+                "inproc.db",
+                secs,
+                clients,
+                depth,
+            ))?;
+            println!(
+                "in-process: {:.0} appends/s, mean batch {:.0}",
+                p.rate, p.mean_batch
+            );
+        }
+        "ceiling" => {
+            let rate = raw_ceiling(dir, "raw.db", secs, false)?;
+            println!("ceiling: {rate:.0} rows/s");
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; nothing else to parse.
     let secs = env("BENCH_SECS", 4) as f64;
@@ -477,47 +526,17 @@ fn main() -> anyhow::Result<()> {
          {clients} clients x {depth} appends in flight, {secs} s per phase, {rounds} rounds, {cores} cores"
     );
     // For profiling one path alone.
-    match std::env::var("BENCH_ONLY").as_deref() {
-        Ok(only @ ("websocket" | "websocket-jsonrpsee")) => {
-            let client = if only == "websocket" {
-                Client::Raw
-            } else {
-                Client::Jsonrpsee
-            };
-            let ws = runtime(ws_workers)?.block_on(websocket(
-                dir.path(),
-                "ws.db",
-                secs,
-                clients,
-                depth,
-                client,
-            ))?;
-            println!(
-                "{only}: {:.0} appends/s, mean batch {:.0}",
-                ws.rate, ws.mean_batch
-            );
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let knobs = Knobs {
+            secs,
+            clients,
+            depth,
+            inproc_workers,
+            ws_workers,
+        };
+        if run_only(&only, &knobs, dir.path())? {
             return Ok(());
         }
-        Ok("in-process") => {
-            let p = runtime(inproc_workers)?.block_on(in_process(
-                dir.path(),
-                "inproc.db",
-                secs,
-                clients,
-                depth,
-            ))?;
-            println!(
-                "in-process: {:.0} appends/s, mean batch {:.0}",
-                p.rate, p.mean_batch
-            );
-            return Ok(());
-        }
-        Ok("ceiling") => {
-            let rate = raw_ceiling(dir.path(), "raw.db", secs, false)?;
-            println!("ceiling: {rate:.0} rows/s");
-            return Ok(());
-        }
-        _ => {}
     }
     // The machine is shared and noisy (its speed swings by a fifth from one minute to the
     // next): each round measures the ceiling right before and right after the in-process

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use proto_spec::system::{SystemEvent, TurnTimeout};
 
-use crate::engine::hub::Hub;
+use crate::engine::hub::{ConvView, Hub};
 use crate::engine::state::AppendRequest;
+use crate::engine::state::TurnState;
 use crate::engine::store::now_ms;
 use crate::engine::writer::WriterHandle;
 
@@ -45,36 +46,10 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
             }
             let now = now_ms();
             for conv in hub.all() {
-                // Only a policy sets timers; most conversations are passed over here.
-                let timed = conv.policy().is_some_and(|p| {
-                    p.timeout_ms.is_some()
-                        || p.idle_timeout_ms.is_some()
-                        || p.max_duration_ms.is_some()
-                });
-                if !timed {
-                    continue;
-                }
                 let core = conv.core();
-                if !core.is_running() {
+                let Some(event) = due(&conv, &core, now) else {
                     continue;
-                }
-                let (idle, max) = conv.stop_deadlines();
-                let due = if max.is_some_and(|m| now >= m) {
-                    Some(SystemEvent::MaxDuration)
-                } else if idle.is_some_and(|i| now >= i) {
-                    Some(SystemEvent::IdleTimeout)
-                } else if conv
-                    .turn_deadline_ms(&core)
-                    .is_some_and(|d| now >= d + TURN_TIMEOUT_GRACE_MS)
-                {
-                    Some(SystemEvent::TurnTimeout(TurnTimeout {
-                        turn: core.turn,
-                        speaker: core.speaker.clone().unwrap_or_default(),
-                    }))
-                } else {
-                    None
                 };
-                let Some(event) = due else { continue };
                 let key = (core.head, event.type_name());
                 if fired.get(&conv.id) == Some(&key) {
                     continue;
@@ -93,4 +68,110 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
             fired.retain(|id, _| hub.get(id).is_some_and(|c| !c.core().closed));
         }
     });
+}
+
+/// What timer event is due for `conv` at `now` (ms since the epoch), if any: its maximum
+/// duration, then its idle timeout, then its turn's timeout (a grace after the deadline). The
+/// whole decision, from logged times and the recorded policy; nothing is due while the
+/// conversation is closed or paused.
+pub fn due(conv: &ConvView, core: &TurnState, now: i64) -> Option<SystemEvent> {
+    // Only a policy sets timers; most conversations are passed over here.
+    let timed = conv.policy().is_some_and(|p| {
+        p.timeout_ms.is_some() || p.idle_timeout_ms.is_some() || p.max_duration_ms.is_some()
+    });
+    if !timed || !core.is_running() {
+        return None;
+    }
+    let (idle, max) = conv.stop_deadlines();
+    if max.is_some_and(|m| now >= m) {
+        Some(SystemEvent::MaxDuration)
+    } else if idle.is_some_and(|i| now >= i) {
+        Some(SystemEvent::IdleTimeout)
+    } else if conv
+        .turn_deadline_ms(core)
+        .is_some_and(|d| now >= d + TURN_TIMEOUT_GRACE_MS)
+    {
+        Some(SystemEvent::TurnTimeout(TurnTimeout {
+            turn: core.turn,
+            speaker: core.speaker.clone().unwrap_or_default(),
+        }))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proto_spec::system::SystemEvent;
+
+    use super::*;
+    use crate::engine::scenario::Scenario;
+    use crate::engine::state::{AppendRequest, Applied, ConvMachine};
+
+    /// A conversation of this scenario, created at `created_ms`, as the hub holds it.
+    fn conversation(scenario: serde_json::Value, created_ms: i64) -> (ConvMachine, Arc<ConvView>) {
+        let s = Scenario::parse(&scenario, &Default::default()).expect("scenario");
+        let mut state = ConvMachine::new("c", s.participants.clone());
+        let created =
+            ConvMachine::created_event_with(&s.participants, None, "admin", s.policy.as_ref());
+        assert!(matches!(state.apply(created), Ok(Applied::Append(..))));
+        let view = Hub::make("c", s.participants.clone(), state.core.clone());
+        if let Some(p) = state.policy() {
+            view.set_policy(p.clone());
+        }
+        view.set_clock(created_ms, created_ms);
+        view.set_turn_started(created_ms);
+        (state, view)
+    }
+
+    #[test]
+    fn a_turn_times_out_a_grace_after_its_logged_deadline() {
+        let (state, view) = conversation(
+            serde_json::json!({"participants": ["a", "b"], "policy": {"order": "round_robin"}, "turn": {"timeout": "1s"}}),
+            1_000_000,
+        );
+        let core = state.core.clone();
+        assert_eq!(core.speaker.as_deref(), Some("a"));
+        let deadline = 1_001_000;
+        assert_eq!(due(&view, &core, deadline), None);
+        assert_eq!(
+            due(&view, &core, deadline + TURN_TIMEOUT_GRACE_MS - 1),
+            None
+        );
+        assert_eq!(
+            due(&view, &core, deadline + TURN_TIMEOUT_GRACE_MS),
+            Some(SystemEvent::TurnTimeout(TurnTimeout {
+                turn: 1,
+                speaker: "a".into()
+            }))
+        );
+    }
+
+    #[test]
+    fn idleness_and_the_maximum_duration_come_from_logged_times_and_wait_while_paused() {
+        let (mut state, view) = conversation(
+            serde_json::json!({"participants": ["a", "b"], "stop": {"idleTimeout": "5s", "maxDuration": "1m"}}),
+            1_000_000,
+        );
+        let core = state.core.clone();
+        assert_eq!(due(&view, &core, 1_004_999), None);
+        assert_eq!(due(&view, &core, 1_005_000), Some(SystemEvent::IdleTimeout));
+        // A participant spoke at 1,004,000: idleness counts from there; the duration from
+        // creation.
+        view.set_clock(0, 1_004_000);
+        assert_eq!(due(&view, &core, 1_008_999), None);
+        assert_eq!(due(&view, &core, 1_060_000), Some(SystemEvent::MaxDuration));
+        // Paused, nothing is due.
+        let paused = AppendRequest::system(&SystemEvent::Paused(proto_spec::system::ChangedBy {
+            by: "admin".into(),
+        }));
+        assert!(matches!(state.apply(paused), Ok(Applied::Append(..))));
+        assert_eq!(due(&view, &state.core, 2_000_000), None);
+    }
+
+    #[test]
+    fn a_conversation_without_timers_is_never_due() {
+        let (state, view) = conversation(serde_json::json!({"participants": ["a", "b"]}), 0);
+        assert_eq!(due(&view, &state.core, i64::MAX / 2), None);
+    }
 }
