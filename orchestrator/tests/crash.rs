@@ -340,11 +340,9 @@ async fn ext_answers(ext: &WsJsonRpcClient, child: &str, text: &str) {
     .expect("ext answers");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tree_of_sub_conversations_resumes_after_sigkill_and_finishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("tree.db");
-    let scenarios = dir.path().join("scenarios");
+/// The scenario library of the tree test: `tree` (a planner calling `leaf` twice) and `leaf`.
+fn tree_library(dir: &std::path::Path) -> std::path::PathBuf {
+    let scenarios = dir.join("scenarios");
     std::fs::create_dir(&scenarios).unwrap();
     let tree = serde_json::json!({
         "participants": [
@@ -365,6 +363,35 @@ async fn a_tree_of_sub_conversations_resumes_after_sigkill_and_finishes() {
     });
     std::fs::write(scenarios.join("tree.json"), tree.to_string()).unwrap();
     std::fs::write(scenarios.join("leaf.json"), leaf.to_string()).unwrap();
+    scenarios
+}
+
+/// The whole log of `id` once it is closed (within 30 s).
+async fn closed_log(admin: &WsJsonRpcClient, id: &str) -> Vec<proto_spec::Event> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let snap = admin.get_conversation(id).await.expect("snapshot");
+        if snap.status == ConversationStatus::Closed {
+            return admin
+                .tail(TailParams {
+                    conversation_id: id.into(),
+                    since_seq: 0,
+                    limit: None,
+                })
+                .await
+                .expect("tail")
+                .events;
+        }
+        assert!(tokio::time::Instant::now() < until, "{id} did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_of_sub_conversations_resumes_after_sigkill_and_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tree.db");
+    let scenarios = tree_library(dir.path());
     let admin_token = token(&db, "admin", true);
     let ext_token = token(&db, "ext", false);
     let port = free_port();
@@ -415,26 +442,7 @@ async fn a_tree_of_sub_conversations_resumes_after_sigkill_and_finishes() {
 
     // The tree finishes: two children, each started and finished once; the planner answers.
     let finished = tree_events(&admin, "tree", "subconversation_finished", 2).await;
-    let until = tokio::time::Instant::now() + Duration::from_secs(30);
-    let log = loop {
-        let snap = admin.get_conversation("tree").await.expect("snapshot");
-        if snap.status == ConversationStatus::Closed {
-            break admin
-                .tail(TailParams {
-                    conversation_id: "tree".into(),
-                    since_seq: 0,
-                    limit: None,
-                })
-                .await
-                .expect("tail")
-                .events;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the tree did not finish"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let log = closed_log(&admin, "tree").await;
     let count = |kind: &str| {
         log.iter()
             .filter(|e| e.payload_value()["type"] == kind)

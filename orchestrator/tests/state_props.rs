@@ -111,6 +111,127 @@ fn code(r: &Result<Applied, proto_spec::RpcError>) -> Option<ErrorCode> {
     r.as_ref().err().map(|e| e.code)
 }
 
+/// What every append must satisfy: seq dense from the head, nothing after the close, finality
+/// only on messages, traces and system events in the open turn, only the speaker speaks.
+fn check_append(
+    before: &ConvMachine,
+    state: &ConvMachine,
+    req: &AppendRequest,
+    drafts: &[Draft],
+    res: &proto_spec::AppendResult,
+    participants: &[String],
+) -> Result<(), TestCaseError> {
+    prop_assert!(!drafts.is_empty());
+    // Seq dense and strictly increasing.
+    for (i, d) in drafts.iter().enumerate() {
+        prop_assert_eq!(d.seq, before.core.head + 1 + i as u64);
+    }
+    prop_assert_eq!(res.seq, drafts[0].seq);
+    prop_assert!(!res.duplicate);
+    prop_assert_eq!(state.core.head, drafts.last().unwrap().seq);
+    // Nothing after finality conversation.
+    prop_assert!(!before.core.closed, "appended to a closed conversation");
+    for d in drafts {
+        // Only messages carry finality.
+        prop_assert!(d.kind == EventKind::Message || d.finality.is_none());
+        prop_assert!(d.kind != EventKind::Message || d.finality.is_some());
+        // No trace or system event for a closed turn: it lands in the open turn.
+        if d.kind != EventKind::Message {
+            prop_assert_eq!(d.turn, before.core.turn);
+        }
+        // The author is a participant, or the orchestrator for system events.
+        prop_assert!(participants.contains(&d.author) || d.author == ORCHESTRATOR_AUTHOR);
+    }
+    let d = &drafts[0];
+    if d.kind == EventKind::Message {
+        // A stale turnHint never appends; only the speaker speaks.
+        if let Some(h) = req.turn_hint {
+            prop_assert_eq!(h, before.core.turn);
+        }
+        if let Some(s) = &before.core.speaker {
+            prop_assert_eq!(s, &d.author);
+        }
+        prop_assert!(!before.core.paused);
+        match d.finality {
+            Some(Finality::Turn) => prop_assert_eq!(state.core.turn, before.core.turn + 1),
+            Some(Finality::Conversation) => prop_assert!(state.core.closed),
+            _ => prop_assert_eq!(state.core.turn, before.core.turn),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the outcome of `req` is the one the rules give: a retried key answers the original
+/// result, a reused key with another body is refused, and each refusal has its code.
+fn check_outcome(
+    before: &ConvMachine,
+    req: &AppendRequest,
+    result: &Result<Applied, proto_spec::RpcError>,
+    known: Option<([u8; 16], u64, u64)>,
+    participants: &[String],
+) -> Result<(), TestCaseError> {
+    // Idempotency: a retried key returns the original result, whatever happened since;
+    // the same key with another body is IdempotencyKeyReused.
+    let finality_ok = match req.kind {
+        EventKind::Message => req.finality.is_some(),
+        _ => req.finality.is_none(),
+    };
+    let is_member = participants.contains(&req.author) || req.author == ORCHESTRATOR_AUTHOR;
+    if let (Some((hash, seq, turn)), true, true) = (known, finality_ok, is_member) {
+        if hash == req.hash {
+            match result {
+                Ok(Applied::Duplicate(r)) => {
+                    prop_assert_eq!((r.seq, r.turn, r.duplicate), (seq, turn, true));
+                }
+                other => prop_assert!(false, "retry not recognised: {:?}", other),
+            }
+        } else {
+            prop_assert_eq!(code(result), Some(ErrorCode::IdempotencyKeyReused));
+        }
+        return Ok(());
+    }
+    if !finality_ok {
+        prop_assert_eq!(code(result), Some(ErrorCode::InvalidFinality));
+        return Ok(());
+    }
+    if !is_member {
+        prop_assert_eq!(code(result), Some(ErrorCode::Forbidden));
+        return Ok(());
+    }
+    if before.core.closed {
+        prop_assert_eq!(code(result), Some(ErrorCode::ConversationClosed));
+        return Ok(());
+    }
+    match req.kind {
+        EventKind::Message => {
+            if before.core.paused {
+                prop_assert_eq!(code(result), Some(ErrorCode::ConversationPaused));
+            } else if req.turn_hint.is_some_and(|h| h != before.core.turn) {
+                prop_assert_eq!(code(result), Some(ErrorCode::TurnMismatch));
+            } else if before
+                .core
+                .speaker
+                .as_deref()
+                .is_some_and(|s| s != req.author)
+            {
+                prop_assert_eq!(code(result), Some(ErrorCode::NotYourTurn));
+            } else {
+                prop_assert!(result.is_ok());
+            }
+        }
+        _ => match req.turn {
+            Some(t) if t < before.core.turn => {
+                prop_assert_eq!(code(result), Some(ErrorCode::TurnClosed))
+            }
+            Some(t) if t > before.core.turn => {
+                prop_assert_eq!(code(result), Some(ErrorCode::TurnMismatch))
+            }
+            _ => prop_assert!(result.is_ok()),
+        },
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -140,39 +261,7 @@ proptest! {
                     prop_assert_eq!(state.idempotency_keys(), before.idempotency_keys());
                 }
                 Ok(Applied::Append(drafts, res)) => {
-                    prop_assert!(!drafts.is_empty());
-                    // Seq dense and strictly increasing.
-                    for (i, d) in drafts.iter().enumerate() {
-                        prop_assert_eq!(d.seq, before.core.head + 1 + i as u64);
-                    }
-                    prop_assert_eq!(res.seq, drafts[0].seq);
-                    prop_assert!(!res.duplicate);
-                    prop_assert_eq!(state.core.head, drafts.last().unwrap().seq);
-                    // Nothing after finality conversation.
-                    prop_assert!(!before.core.closed, "appended to a closed conversation");
-                    for d in drafts {
-                        // Only messages carry finality.
-                        prop_assert!(d.kind == EventKind::Message || d.finality.is_none());
-                        prop_assert!(d.kind != EventKind::Message || d.finality.is_some());
-                        // No trace or system event for a closed turn: it lands in the open turn.
-                        if d.kind != EventKind::Message {
-                            prop_assert_eq!(d.turn, before.core.turn);
-                        }
-                        // The author is a participant, or the orchestrator for system events.
-                        prop_assert!(participants.contains(&d.author) || d.author == ORCHESTRATOR_AUTHOR);
-                    }
-                    let d = &drafts[0];
-                    if d.kind == EventKind::Message {
-                        // A stale turnHint never appends; only the speaker speaks.
-                        if let Some(h) = req.turn_hint { prop_assert_eq!(h, before.core.turn); }
-                        if let Some(s) = &before.core.speaker { prop_assert_eq!(s, &d.author); }
-                        prop_assert!(!before.core.paused);
-                        match d.finality {
-                            Some(Finality::Turn) => prop_assert_eq!(state.core.turn, before.core.turn + 1),
-                            Some(Finality::Conversation) => prop_assert!(state.core.closed),
-                            _ => prop_assert_eq!(state.core.turn, before.core.turn),
-                        }
-                    }
+                    check_append(&before, &state, &req, drafts, res, &participants)?;
                     prop_assert!(known.is_none(), "a known key appended again");
                     if let Some(k) = key.clone() {
                         keys.insert(k, (req.hash, res.seq, res.turn));
@@ -181,56 +270,7 @@ proptest! {
                 }
             }
 
-            // Idempotency: a retried key returns the original result, whatever happened since;
-            // the same key with another body is IdempotencyKeyReused.
-            let finality_ok = match req.kind {
-                EventKind::Message => req.finality.is_some(),
-                _ => req.finality.is_none(),
-            };
-            let is_member = participants.contains(&req.author) || req.author == ORCHESTRATOR_AUTHOR;
-            if let (Some((hash, seq, turn)), true, true) = (known, finality_ok, is_member) {
-                if hash == req.hash {
-                    match &result {
-                        Ok(Applied::Duplicate(r)) => {
-                            prop_assert_eq!((r.seq, r.turn, r.duplicate), (seq, turn, true));
-                        }
-                        other => prop_assert!(false, "retry not recognised: {:?}", other),
-                    }
-                } else {
-                    prop_assert_eq!(code(&result), Some(ErrorCode::IdempotencyKeyReused));
-                }
-                continue;
-            }
-            if !finality_ok {
-                prop_assert_eq!(code(&result), Some(ErrorCode::InvalidFinality));
-                continue;
-            }
-            if !is_member {
-                prop_assert_eq!(code(&result), Some(ErrorCode::Forbidden));
-                continue;
-            }
-            if before.core.closed {
-                prop_assert_eq!(code(&result), Some(ErrorCode::ConversationClosed));
-                continue;
-            }
-            match req.kind {
-                EventKind::Message => {
-                    if before.core.paused {
-                        prop_assert_eq!(code(&result), Some(ErrorCode::ConversationPaused));
-                    } else if req.turn_hint.is_some_and(|h| h != before.core.turn) {
-                        prop_assert_eq!(code(&result), Some(ErrorCode::TurnMismatch));
-                    } else if before.core.speaker.as_deref().is_some_and(|s| s != req.author) {
-                        prop_assert_eq!(code(&result), Some(ErrorCode::NotYourTurn));
-                    } else {
-                        prop_assert!(result.is_ok());
-                    }
-                }
-                _ => match req.turn {
-                    Some(t) if t < before.core.turn => prop_assert_eq!(code(&result), Some(ErrorCode::TurnClosed)),
-                    Some(t) if t > before.core.turn => prop_assert_eq!(code(&result), Some(ErrorCode::TurnMismatch)),
-                    _ => prop_assert!(result.is_ok()),
-                },
-            }
+            check_outcome(&before, &req, &result, known, &participants)?;
         }
 
         // The log is dense from 1, and folding it again rebuilds the same state (recovery).

@@ -225,7 +225,12 @@ async fn parity_internal_and_external_executors_write_the_same_log() {
         assert_eq!(i, p, "behaviour {b}: internal and push-claim logs differ");
         assert_eq!(i, l, "behaviour {b}: internal and pull logs differ");
     }
-    // And the logs say what each behaviour did.
+    check_behaviours(&inside);
+}
+
+/// The logs say what each behaviour did: a reply between its traces, two progress messages, a
+/// yield, tool traces, a retry after a failure, an overrun stopped at the deadline, a close.
+fn check_behaviours(inside: &BTreeMap<String, Vec<Value>>) {
     let types = |b: &str| -> Vec<String> {
         inside[b]
             .iter()
@@ -450,6 +455,68 @@ async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
     );
 }
 
+/// Ten tasks appending `n` messages between them to `cut`, each answering its seqs.
+fn spawn_writers(
+    writer: &agent_sdk::WsJsonRpcClient,
+    sent: &Arc<AtomicU64>,
+    n: u64,
+) -> Vec<tokio::task::JoinHandle<Vec<u64>>> {
+    (0..10)
+        .map(|w| {
+            let (writer, sent) = (writer.clone(), sent.clone());
+            tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for i in 0..n / 10 {
+                    let r = writer
+                        .send_message(SendMessageParams {
+                            conversation_id: "cut".into(),
+                            payload: MessagePayload::text(format!("w{w} m{i}")),
+                            finality: Finality::None,
+                            turn_hint: None,
+                            client_request_id: None,
+                        })
+                        .await
+                        .expect("append survives the cuts");
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    seqs.push(r.seq);
+                }
+                seqs
+            })
+        })
+        .collect()
+}
+
+/// Cuts every connection through `proxy` every 2 ms until the writers are done; the number of
+/// connections cut. A machine too slow to reconnect and answer within 2 ms would never see an
+/// append through, so after 50 cuts in a row with no append answered the proxy holds off until
+/// one is.
+async fn cut_until_done(
+    proxy: &Proxy,
+    writers: &[tokio::task::JoinHandle<Vec<u64>>],
+    sent: &AtomicU64,
+    n: u64,
+) -> usize {
+    let mut cuts = 0;
+    let (mut seen, mut fruitless) = (0, 0);
+    let until = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !writers.iter().all(|w| w.is_finished()) {
+        let now = sent.load(Ordering::Relaxed);
+        assert!(
+            tokio::time::Instant::now() < until,
+            "appends stalled at {now} of {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if now > seen {
+            (seen, fruitless) = (now, 0);
+        } else if fruitless >= 50 {
+            continue;
+        }
+        fruitless += 1;
+        cuts += proxy.cut();
+    }
+    cuts
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ws_client_resumes_across_cut_connections_with_no_gap_duplicate_or_double_append() {
     const N: u64 = 300;
@@ -474,48 +541,8 @@ async fn ws_client_resumes_across_cut_connections_with_no_gap_duplicate_or_doubl
     // Ten writers append concurrently while the proxy cuts every connection every 2 ms, often
     // while a reconnected client is still subscribing again and re-sending its calls.
     let sent = Arc::new(AtomicU64::new(0));
-    let mut writers = Vec::new();
-    for w in 0..10 {
-        let (writer, sent) = (writer.clone(), sent.clone());
-        writers.push(tokio::spawn(async move {
-            let mut seqs = Vec::new();
-            for i in 0..N / 10 {
-                let r = writer
-                    .send_message(SendMessageParams {
-                        conversation_id: "cut".into(),
-                        payload: MessagePayload::text(format!("w{w} m{i}")),
-                        finality: Finality::None,
-                        turn_hint: None,
-                        client_request_id: None,
-                    })
-                    .await
-                    .expect("append survives the cuts");
-                sent.fetch_add(1, Ordering::Relaxed);
-                seqs.push(r.seq);
-            }
-            seqs
-        }));
-    }
-    // A machine too slow to reconnect and answer within 2 ms would never see an append through,
-    // so after 50 cuts in a row with no append answered the proxy holds off until one is.
-    let mut cuts = 0;
-    let (mut seen, mut fruitless) = (0, 0);
-    let until = tokio::time::Instant::now() + Duration::from_secs(120);
-    while !writers.iter().all(|w| w.is_finished()) {
-        let now = sent.load(Ordering::Relaxed);
-        assert!(
-            tokio::time::Instant::now() < until,
-            "appends stalled at {now} of {N}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        if now > seen {
-            (seen, fruitless) = (now, 0);
-        } else if fruitless >= 50 {
-            continue;
-        }
-        fruitless += 1;
-        cuts += proxy.cut();
-    }
+    let writers = spawn_writers(&writer, &sent, N);
+    let cuts = cut_until_done(&proxy, &writers, &sent, N).await;
     let mut seqs = Vec::new();
     for w in writers {
         seqs.extend(w.await.unwrap());
@@ -587,9 +614,19 @@ async fn a_long_wait_outlives_a_cut_connection_and_sees_the_change() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cut while the wait is parked on the server, then post once the client has sent it again.
+    let conv = server
+        .running()
+        .orchestrator()
+        .hub()
+        .get("wait")
+        .expect("the conversation");
+    tests::eventually("the wait is parked", || conv.waiters() > 0).await;
     assert!(proxy.cut() > 0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tests::eventually("the wait is sent again", || {
+        alice.stats().resent.load(Ordering::Relaxed) > 0
+    })
+    .await;
     let bob = server.sdk("bob", None).await;
     bob.send_message(SendMessageParams {
         conversation_id: "wait".into(),

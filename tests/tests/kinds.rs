@@ -72,13 +72,8 @@ async fn a_process_agent_answers_each_turn_from_its_context() {
     assert_eq!(answer["schema"], "calc.result.v1");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn context_sources_assemble_exactly_what_they_declare() {
-    let server = TestServer::start().await;
-    let admin = server.sdk("admin", None).await;
-    let alice = server.sdk("alice", None).await;
-    let bob = server.sdk("bob", None).await;
-    // Another conversation the agent reads from.
+/// A conversation `notes` of four messages, three tagged `finding`, for the reader to read.
+async fn notes_to_read(server: &TestServer, alice: &agent_sdk::WsJsonRpcClient) {
     server.create("notes", &["alice", "reader"]).await;
     for (i, tags) in [
         (1, json!(["finding"])),
@@ -98,6 +93,16 @@ async fn context_sources_assemble_exactly_what_they_declare() {
             .await
             .unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_sources_assemble_exactly_what_they_declare() {
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let alice = server.sdk("alice", None).await;
+    let bob = server.sdk("bob", None).await;
+    // Another conversation the agent reads from.
+    notes_to_read(&server, &alice).await;
     create_scenario(
         &admin,
         "ctx",

@@ -147,6 +147,46 @@ async fn run(server: &TestServer, id: &str, assistant: Value, timeout: &str) -> 
     full_log(&admin, id).await
 }
 
+/// A key missing from the environment, and a key the endpoint refuses (401, not retried):
+/// each a turn error that says so.
+async fn keys_missing_or_refused_are_said_plainly(server: &TestServer, base: &str) {
+    let log = run(
+        server,
+        "badkey",
+        llm(base, "echo", json!({"apiKeyEnv": "LLM_KIND_TEST_WRONG"})),
+        "3s",
+    )
+    .await;
+    let errors = turn_errors(&log);
+    assert!(
+        errors.iter().any(|e| e.contains("LLM_KIND_TEST_WRONG")),
+        "{errors:?}"
+    );
+    // A key the endpoint refuses: 401, not retried, said plainly.
+    std::env::set_var("LLM_KIND_TEST_BAD_KEY", "not-the-key");
+    let refused = llm(
+        base,
+        "echo",
+        json!({"apiKeyEnv": "LLM_KIND_TEST_BAD_KEY", "stream": false}),
+    );
+    let log = run(server, "refused", refused, "3s").await;
+    let errors = turn_errors(&log);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("refused the API key") && e.contains("401")),
+        "{errors:?}"
+    );
+    let statuses: Vec<Value> = traces(&log, "llm_call")
+        .iter()
+        .map(|t| t["status"].clone())
+        .collect();
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| *s == json!(401)),
+        "{statuses:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llm_streams_answers_retries_and_reports_errors() {
     std::env::set_var("LLM_KIND_TEST_KEY", "test-key");
@@ -214,41 +254,7 @@ async fn llm_streams_answers_retries_and_reports_errors() {
         );
         assert!(assistant_messages(&log).is_empty(), "{id}: posted");
     }
-    let log = run(
-        &server,
-        "badkey",
-        llm(&base, "echo", json!({"apiKeyEnv": "LLM_KIND_TEST_WRONG"})),
-        "3s",
-    )
-    .await;
-    let errors = turn_errors(&log);
-    assert!(
-        errors.iter().any(|e| e.contains("LLM_KIND_TEST_WRONG")),
-        "{errors:?}"
-    );
-    // A key the endpoint refuses: 401, not retried, said plainly.
-    std::env::set_var("LLM_KIND_TEST_BAD_KEY", "not-the-key");
-    let refused = llm(
-        &base,
-        "echo",
-        json!({"apiKeyEnv": "LLM_KIND_TEST_BAD_KEY", "stream": false}),
-    );
-    let log = run(&server, "refused", refused, "3s").await;
-    let errors = turn_errors(&log);
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("refused the API key") && e.contains("401")),
-        "{errors:?}"
-    );
-    let statuses: Vec<Value> = traces(&log, "llm_call")
-        .iter()
-        .map(|t| t["status"].clone())
-        .collect();
-    assert!(
-        !statuses.is_empty() && statuses.iter().all(|s| *s == json!(401)),
-        "{statuses:?}"
-    );
+    keys_missing_or_refused_are_said_plainly(&server, &base).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,52 +15,9 @@ fn code(v: &Value) -> i64 {
         .unwrap_or_else(|| panic!("not an error: {v}"))
 }
 
-#[tokio::test]
-async fn malformed_input_gets_its_error_and_others_keep_being_served() {
-    let ts = TestServer::start().await;
-    ts.create("c1", &["alice", "bob"]).await;
-    // Another connection, busy the whole time.
-    let bob = ts.client("bob").await;
-
-    let mut raw = ts.raw().await;
-    // Calls before authenticate.
-    let r = raw
-        .call(1, "tail", json!({"conversationId": "c1", "sinceSeq": 0}))
-        .await;
-    assert_eq!(code(&r), codes::UNAUTHENTICATED as i64);
-    assert_eq!(r["error"]["data"]["error"], "Unauthenticated");
-    let r = raw.call(2, "authenticate", json!({"token": "nope"})).await;
-    assert_eq!(code(&r), codes::UNAUTHENTICATED as i64);
-    raw.authenticate(ts.token("alice")).await;
-
-    // Invalid JSON.
-    raw.send_text("{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": ")
-        .await;
-    assert_eq!(code(&raw.recv().await), codes::PARSE_ERROR as i64);
-    raw.send_text("not json at all").await;
-    assert_eq!(code(&raw.recv().await), codes::PARSE_ERROR as i64);
-    // Not a request object.
-    raw.send_text("{\"jsonrpc\": \"2.0\", \"id\": 4}").await;
-    assert_eq!(code(&raw.recv().await), codes::INVALID_REQUEST as i64);
-    // A batch, empty or not: one call per frame.
-    raw.send_text("[]").await;
-    assert_eq!(code(&raw.recv().await), codes::BATCH_NOT_SUPPORTED as i64);
-    raw.send_text(
-        &json!([
-            {"jsonrpc": "2.0", "id": 5, "method": "getConversation", "params": {"conversationId": "c1"}},
-            {"jsonrpc": "2.0", "id": 6, "method": "noSuchMethod"}
-        ])
-        .to_string(),
-    )
-    .await;
-    let r = raw.recv().await;
-    assert_eq!(code(&r), codes::BATCH_NOT_SUPPORTED as i64, "{r}");
-    // Wrong param types.
-    let r = raw.call(7, "tail", json!({"conversationId": 42})).await;
-    assert_eq!(code(&r), codes::INVALID_PARAMS as i64);
-    // Unknown method.
-    let r = raw.call(8, "dropTables", json!({})).await;
-    assert_eq!(code(&r), codes::METHOD_NOT_FOUND as i64);
+/// Wrong param types, missing fields, positional params and a forged author: each refused
+/// with `InvalidParams` and a message that names the problem.
+async fn bad_params_are_refused(raw: &mut tests::RawWs) {
     // Wrong param types, missing fields, positional params.
     let r = raw
         .call(
@@ -108,6 +65,55 @@ async fn malformed_input_gets_its_error_and_others_keep_being_served() {
         r["error"]["message"].as_str().unwrap().contains("author"),
         "{r}"
     );
+}
+
+#[tokio::test]
+async fn malformed_input_gets_its_error_and_others_keep_being_served() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    // Another connection, busy the whole time.
+    let bob = ts.client("bob").await;
+
+    let mut raw = ts.raw().await;
+    // Calls before authenticate.
+    let r = raw
+        .call(1, "tail", json!({"conversationId": "c1", "sinceSeq": 0}))
+        .await;
+    assert_eq!(code(&r), codes::UNAUTHENTICATED as i64);
+    assert_eq!(r["error"]["data"]["error"], "Unauthenticated");
+    let r = raw.call(2, "authenticate", json!({"token": "nope"})).await;
+    assert_eq!(code(&r), codes::UNAUTHENTICATED as i64);
+    raw.authenticate(ts.token("alice")).await;
+
+    // Invalid JSON.
+    raw.send_text("{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": ")
+        .await;
+    assert_eq!(code(&raw.recv().await), codes::PARSE_ERROR as i64);
+    raw.send_text("not json at all").await;
+    assert_eq!(code(&raw.recv().await), codes::PARSE_ERROR as i64);
+    // Not a request object.
+    raw.send_text("{\"jsonrpc\": \"2.0\", \"id\": 4}").await;
+    assert_eq!(code(&raw.recv().await), codes::INVALID_REQUEST as i64);
+    // A batch, empty or not: one call per frame.
+    raw.send_text("[]").await;
+    assert_eq!(code(&raw.recv().await), codes::BATCH_NOT_SUPPORTED as i64);
+    raw.send_text(
+        &json!([
+            {"jsonrpc": "2.0", "id": 5, "method": "getConversation", "params": {"conversationId": "c1"}},
+            {"jsonrpc": "2.0", "id": 6, "method": "noSuchMethod"}
+        ])
+        .to_string(),
+    )
+    .await;
+    let r = raw.recv().await;
+    assert_eq!(code(&r), codes::BATCH_NOT_SUPPORTED as i64, "{r}");
+    // Wrong param types.
+    let r = raw.call(7, "tail", json!({"conversationId": 42})).await;
+    assert_eq!(code(&r), codes::INVALID_PARAMS as i64);
+    // Unknown method.
+    let r = raw.call(8, "dropTables", json!({})).await;
+    assert_eq!(code(&r), codes::METHOD_NOT_FOUND as i64);
+    bad_params_are_refused(&mut raw).await;
     // A well-formed call on the same connection still works, and is authored by alice.
     let r = raw
         .call(
@@ -177,7 +183,13 @@ async fn in_flight_limit_per_connection() {
     for id in [1, 2] {
         raw.send_text(&json!({"jsonrpc": "2.0", "id": id, "method": "waitForChange", "params": {"conversationId": "c1", "sinceSeq": 1, "timeoutMs": 1500}}).to_string()).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let conv = ts
+        .running()
+        .orchestrator()
+        .hub()
+        .get("c1")
+        .expect("the conversation");
+    tests::eventually("both waits are parked", || conv.waiters() >= 2).await;
     let r = raw
         .call(3, "getConversation", json!({"conversationId": "c1"}))
         .await;

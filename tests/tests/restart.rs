@@ -6,6 +6,26 @@ use proto_spec::codes;
 use serde_json::{json, Value};
 use tests::{error_code, TestServer, P};
 
+/// A retry of `k7` (acknowledged as `acked`) answers the original result; the same key with
+/// another body is refused.
+async fn retries_are_recognised(alice: &jsonrpsee::ws_client::WsClient, acked: &Value) {
+    let retry: Value = alice
+        .request("sendMessage", P(json!({"conversationId": "c1", "payload": {"text": "m7"}, "finality": "none", "clientRequestId": "k7"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry,
+        json!({"seq": acked["seq"], "turn": acked["turn"], "duplicate": true})
+    );
+    let reused = alice
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "c1", "payload": {"text": "other"}, "finality": "none", "clientRequestId": "k7"})),
+        )
+        .await;
+    assert_eq!(error_code(reused), codes::IDEMPOTENCY_KEY_REUSED);
+}
+
 #[tokio::test]
 async fn everything_acknowledged_survives_a_restart() {
     let mut ts = TestServer::start().await;
@@ -56,21 +76,7 @@ async fn everything_acknowledged_survives_a_restart() {
     assert_eq!(snap["turn"], 5);
     assert_eq!(snap["participants"], json!(["alice", "bob"]));
     // A retry of an acknowledged append is recognised after the restart.
-    let retry: Value = alice
-        .request("sendMessage", P(json!({"conversationId": "c1", "payload": {"text": "m7"}, "finality": "none", "clientRequestId": "k7"})))
-        .await
-        .unwrap();
-    assert_eq!(
-        retry,
-        json!({"seq": acked[7]["seq"], "turn": acked[7]["turn"], "duplicate": true})
-    );
-    let reused = alice
-        .request::<Value, _>(
-            "sendMessage",
-            P(json!({"conversationId": "c1", "payload": {"text": "other"}, "finality": "none", "clientRequestId": "k7"})),
-        )
-        .await;
-    assert_eq!(error_code(reused), codes::IDEMPOTENCY_KEY_REUSED);
+    retries_are_recognised(&alice, &acked[7]).await;
     // Seq continues without a gap.
     let next: Value = alice
         .request(

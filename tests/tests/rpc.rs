@@ -16,26 +16,8 @@ async fn send(c: &jsonrpsee::ws_client::WsClient, conv: &str, text: &str, finali
     .expect("sendMessage")
 }
 
-#[tokio::test]
-async fn append_read_and_guidance() {
-    let ts = TestServer::start().await;
-    ts.create("c1", &["alice", "bob"]).await;
-    let alice = ts.client("alice").await;
-    let bob = ts.client("bob").await;
-
-    let r = send(&alice, "c1", "hello", "none").await;
-    assert_eq!(r, json!({"seq": 2, "turn": 1, "duplicate": false}));
-    let r = send(&alice, "c1", "hello, done", "turn").await;
-    assert_eq!(r, json!({"seq": 3, "turn": 1, "duplicate": false}));
-    let tr: Value = bob
-        .request(
-            "sendTrace",
-            P(json!({"conversationId": "c1", "payload": {"type": "thinking"}})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(tr["turn"], 2);
-
+/// `tail` reads the four events in seq order, and `limit` caps a page.
+async fn tail_reads_in_order(bob: &jsonrpsee::ws_client::WsClient) {
     let tail: Value = bob
         .request("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
         .await
@@ -58,6 +40,29 @@ async fn append_read_and_guidance() {
         .await
         .unwrap();
     assert_eq!(limited["events"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn append_read_and_guidance() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let alice = ts.client("alice").await;
+    let bob = ts.client("bob").await;
+
+    let r = send(&alice, "c1", "hello", "none").await;
+    assert_eq!(r, json!({"seq": 2, "turn": 1, "duplicate": false}));
+    let r = send(&alice, "c1", "hello, done", "turn").await;
+    assert_eq!(r, json!({"seq": 3, "turn": 1, "duplicate": false}));
+    let tr: Value = bob
+        .request(
+            "sendTrace",
+            P(json!({"conversationId": "c1", "payload": {"type": "thinking"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tr["turn"], 2);
+
+    tail_reads_in_order(&bob).await;
 
     let snap: Value = bob
         .request("getConversation", P(json!({"conversationId": "c1"})))
@@ -176,6 +181,28 @@ async fn idempotent_retries_and_invariant_errors() {
     );
 }
 
+/// A wrong token is refused, and so is every call on that connection.
+async fn a_wrong_token_is_refused(ts: &TestServer) {
+    let c = jsonrpsee::ws_client::WsClientBuilder::default()
+        .build(ts.url())
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(
+            c.request::<Value, _>("authenticate", P(json!({"token": "oct_wrong"})))
+                .await
+        ),
+        codes::UNAUTHENTICATED
+    );
+    assert_eq!(
+        error_code(
+            c.request::<Value, _>("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
+                .await
+        ),
+        codes::UNAUTHENTICATED
+    );
+}
+
 #[tokio::test]
 async fn access_is_checked() {
     let ts = TestServer::start().await;
@@ -260,25 +287,7 @@ async fn access_is_checked() {
         .await
         .unwrap();
     assert_eq!(snap["latestSeq"], 1);
-    // A wrong token.
-    let c = jsonrpsee::ws_client::WsClientBuilder::default()
-        .build(ts.url())
-        .await
-        .unwrap();
-    assert_eq!(
-        error_code(
-            c.request::<Value, _>("authenticate", P(json!({"token": "oct_wrong"})))
-                .await
-        ),
-        codes::UNAUTHENTICATED
-    );
-    assert_eq!(
-        error_code(
-            c.request::<Value, _>("tail", P(json!({"conversationId": "c1", "sinceSeq": 0})))
-                .await
-        ),
-        codes::UNAUTHENTICATED
-    );
+    a_wrong_token_is_refused(&ts).await;
 }
 
 #[tokio::test]
@@ -323,7 +332,14 @@ async fn wait_for_change_wakes_on_append_and_times_out() {
             .unwrap();
         r
     });
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // The waiter is parked on the head before the trace and the answer are appended.
+    let conv = ts
+        .running()
+        .orchestrator()
+        .hub()
+        .get("c1")
+        .expect("the conversation");
+    tests::eventually("the waiter is parked", || conv.waiters() > 0).await;
     let _: Value = bob2
         .request(
             "sendTrace",
