@@ -11,6 +11,7 @@
 //! - `tests/fanout.rs`: slow subscribers resumed from the log.
 //! - `python/`: black-box clients in Python against the release binary.
 
+pub mod pg;
 pub mod proxy;
 
 use std::collections::HashMap;

@@ -1,0 +1,211 @@
+//! A PostgreSQL of the test's own, started from the machine's binaries: a temporary data
+//! directory, a free port on 127.0.0.1, fsync and `synchronous_commit` on. As root it runs as
+//! the `postgres` user (PostgreSQL refuses to run as root). `ORCHESTRATOR_TEST_PG` (a
+//! `postgres://` URL) uses a running server instead. A test that cannot have one fails with the
+//! reason: nothing is skipped.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running PostgreSQL for one test (stopped when dropped), or the one `ORCHESTRATOR_TEST_PG`
+/// names.
+#[derive(Debug)]
+pub struct TestPostgres {
+    url: String,
+    child: Option<Child>,
+    /// The data directory and the server's log; removed when dropped.
+    dir: Option<tempfile::TempDir>,
+}
+
+/// The directory holding `initdb` and `postgres`: on the `PATH`, else the newest
+/// `/usr/lib/postgresql/*/bin` (Debian's `postgresql` package).
+pub fn binaries() -> Result<PathBuf, String> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .find(|d| d.join("initdb").is_file() && d.join("postgres").is_file())
+    });
+    if let Some(dir) = on_path {
+        return Ok(dir);
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|e| format!("no PostgreSQL on the PATH and none under /usr/lib/postgresql ({e}); install Debian's `postgresql` package"))?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin).ok_or_else(|| {
+        "no initdb under /usr/lib/postgresql/*/bin; install Debian's `postgresql` package".into()
+    })
+}
+
+/// Who the server runs as: the `postgres` user when this process is root, else this user.
+fn server_user() -> Result<Option<(u32, u32)>, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let user = nix::unistd::User::from_name("postgres")
+        .map_err(|e| format!("looking up the postgres user: {e}"))?
+        .ok_or("running as root, and there is no `postgres` user to run PostgreSQL as")?;
+    Ok(Some((user.uid.as_raw(), user.gid.as_raw())))
+}
+
+fn as_server_user(cmd: &mut Command, user: Option<(u32, u32)>) -> &mut Command {
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// The last lines of the server's log, for a failure message.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+impl TestPostgres {
+    /// Starts a server (or uses `ORCHESTRATOR_TEST_PG`) and waits until it answers.
+    pub async fn start() -> Result<TestPostgres, String> {
+        if let Ok(url) = std::env::var("ORCHESTRATOR_TEST_PG") {
+            let pg = TestPostgres {
+                url,
+                child: None,
+                dir: None,
+            };
+            pg.wait_ready(Duration::from_secs(10)).await?;
+            return Ok(pg);
+        }
+        let bin = binaries()?;
+        let user = server_user()?;
+        let dir = tempfile::Builder::new()
+            .prefix("orchestrator-pg-")
+            .tempdir()
+            .map_err(|e| format!("a temporary directory: {e}"))?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .map_err(|e| format!("giving {} to postgres: {e}", dir.path().display()))?;
+        }
+        let data = dir.path().join("data");
+        let log = dir.path().join("server.log");
+        let init = as_server_user(
+            Command::new(bin.join("initdb")).current_dir(dir.path()),
+            user,
+        )
+        .args([
+            "--username=postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-instructions",
+        ])
+        .arg("--pgdata")
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("running {}: {e}", bin.join("initdb").display()))?;
+        if !init.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&init.stderr)
+            ));
+        }
+        let port = free_port()?;
+        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
+        }
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = as_server_user(
+            Command::new(bin.join("postgres")).current_dir(dir.path()),
+            user,
+        )
+        .arg("-D")
+        .arg(&data)
+        .args(["-p", &port.to_string()])
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .arg("-c")
+        .arg(format!("unix_socket_directories={}", dir.path().display()))
+        .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+        .args(["-c", "max_connections=200"])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.join("postgres").display()))?;
+        let pg = TestPostgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            child: Some(child),
+            dir: Some(dir),
+        };
+        if let Err(e) = pg.wait_ready(Duration::from_secs(30)).await {
+            return Err(format!("{e}; the server's log:\n{}", log_tail(&log)));
+        }
+        Ok(pg)
+    }
+
+    /// The URL to connect to (`postgres://…`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A connection, with its driver task spawned.
+    pub async fn connect(&self) -> Result<tokio_postgres::Client, String> {
+        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("connecting to {}: {e}", self.url))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(client)
+    }
+
+    async fn wait_ready(&self, within: Duration) -> Result<(), String> {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            match self.connect().await {
+                Ok(c) => match c.simple_query("SELECT 1").await {
+                    Ok(_) => return Ok(()),
+                    Err(e) if tokio::time::Instant::now() >= until => {
+                        return Err(format!("PostgreSQL did not answer: {e}"))
+                    }
+                    Err(_) => {}
+                },
+                Err(e) if tokio::time::Instant::now() >= until => {
+                    return Err(format!("PostgreSQL did not start within {within:?}: {e}"))
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for TestPostgres {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            // SIGINT: a fast shutdown (open sessions are ended, the data is consistent).
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGINT,
+            );
+            for _ in 0..200 {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        drop(self.dir.take());
+    }
+}
