@@ -11,6 +11,10 @@ pub enum Error {
     /// The storage failed; the caller sees `Internal`, the details go to the log.
     #[error("storage: {0}")]
     Store(#[from] rusqlite::Error),
+    /// PostgreSQL failed (the connection, a statement, a constraint); the caller sees
+    /// `Internal`, the details go to the log.
+    #[error("database: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
     /// An I/O failure (files, sockets).
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

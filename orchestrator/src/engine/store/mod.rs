@@ -5,6 +5,7 @@
 //! second backend implements the same two traits without touching the state machine.
 
 pub mod migrations;
+pub mod postgres;
 pub mod sqlite;
 
 use proto_spec::{Event, EventKind, Finality};

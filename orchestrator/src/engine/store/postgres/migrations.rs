@@ -1,0 +1,91 @@
+//! The PostgreSQL schema, versioned. Each entry moves the schema from version `i` to `i + 1`;
+//! the version lives in `orchestrator_schema`. Every node runs [`migrate`] at start: the
+//! pending steps run in one transaction that first takes a transaction-scoped advisory lock, so
+//! nodes starting together run them once, one after the other, and a node that finds the
+//! schema newer than it knows refuses to start.
+
+use tokio_postgres::Client;
+
+use crate::engine::error::{Error, Result};
+
+/// The advisory lock the migration holds (an arbitrary constant: "orch" in ASCII).
+pub const MIGRATION_LOCK: i64 = 0x6f72_6368;
+
+/// The schema steps, oldest first. Never edit a released step: add a new one.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: conversations, the event log, tokens and declared agents, as on SQLite, but with the
+    // (conversation, seq) primary key as the last line of defence: several nodes write here,
+    // and a second writer of the same seq must fail in the database, not be trusted away.
+    r#"
+    CREATE TABLE conversations (
+        num          BIGINT PRIMARY KEY,
+        id           TEXT NOT NULL UNIQUE,
+        created_by   TEXT NOT NULL,
+        participants JSONB NOT NULL,
+        metadata     JSONB
+    );
+    CREATE TABLE events (
+        conv              BIGINT NOT NULL REFERENCES conversations(num),
+        seq               BIGINT NOT NULL,
+        kind              TEXT NOT NULL,
+        author            TEXT NOT NULL,
+        turn              BIGINT NOT NULL,
+        finality          TEXT,
+        payload           TEXT NOT NULL,
+        client_request_id TEXT,
+        request_hash      BYTEA,
+        ts_ms             BIGINT NOT NULL,
+        PRIMARY KEY (conv, seq)
+    );
+    CREATE UNIQUE INDEX events_idempotency ON events (conv, author, client_request_id)
+        WHERE client_request_id IS NOT NULL;
+    CREATE TABLE tokens (
+        hash       TEXT PRIMARY KEY,
+        agent_id   TEXT NOT NULL,
+        admin      BOOLEAN NOT NULL,
+        created_ms BIGINT NOT NULL
+    );
+    CREATE INDEX tokens_agent ON tokens (agent_id);
+    CREATE TABLE declared_agents (
+        agent_id TEXT PRIMARY KEY
+    );
+    "#,
+];
+
+/// The schema version this build writes.
+pub fn latest() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// Brings the schema to [`latest`], once across every node that starts at the same time;
+/// answers the version found before.
+pub async fn migrate(client: &mut Client) -> Result<i64> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS orchestrator_schema (version BIGINT NOT NULL)")
+        .await?;
+    let found: i64 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM orchestrator_schema",
+            &[],
+        )
+        .await?
+        .get(0);
+    if found > latest() {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: latest(),
+        });
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(step).await?;
+        tx.execute(
+            "INSERT INTO orchestrator_schema (version) VALUES ($1)",
+            &[&(i as i64 + 1)],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(found)
+}
