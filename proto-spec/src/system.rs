@@ -389,16 +389,6 @@ pub enum ExecutorTrace {
 }
 
 impl ExecutorTrace {
-    /// Parses a trace payload; `None` when it is not an executor's trace.
-    pub fn parse(payload: &str) -> Option<ExecutorTrace> {
-        serde_json::from_str(payload).ok()
-    }
-
-    /// [`ExecutorTrace::parse`] from a parsed value.
-    pub fn from_value(payload: &Value) -> Option<ExecutorTrace> {
-        ExecutorTrace::deserialize(payload).ok()
-    }
-
     /// The payload as JSON.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)

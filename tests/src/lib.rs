@@ -166,6 +166,18 @@ impl TestServer {
         self.boot().await;
     }
 
+    /// Waits until at least `n` waits (long-polls, `waitForChange`, `getUpdatesOrGuidance`)
+    /// are parked on the head of conversation `id`; fails after [`WAIT`].
+    pub async fn wait_for_waiters(&self, id: &str, n: usize) {
+        let conv = self
+            .running()
+            .orchestrator()
+            .hub()
+            .get(id)
+            .unwrap_or_else(|| panic!("no conversation {id}"));
+        eventually(&format!("{n} waits parked on {id}"), || conv.waiters() >= n).await;
+    }
+
     /// The running server.
     pub fn running(&self) -> &RunningServer {
         self.server.as_ref().expect("server running")

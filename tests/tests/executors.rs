@@ -615,13 +615,7 @@ async fn a_long_wait_outlives_a_cut_connection_and_sees_the_change() {
         }
     });
     // Cut while the wait is parked on the server, then post once the client has sent it again.
-    let conv = server
-        .running()
-        .orchestrator()
-        .hub()
-        .get("wait")
-        .expect("the conversation");
-    tests::eventually("the wait is parked", || conv.waiters() > 0).await;
+    server.wait_for_waiters("wait", 1).await;
     assert!(proxy.cut() > 0);
     tests::eventually("the wait is sent again", || {
         alice.stats().resent.load(Ordering::Relaxed) > 0

@@ -183,13 +183,7 @@ async fn in_flight_limit_per_connection() {
     for id in [1, 2] {
         raw.send_text(&json!({"jsonrpc": "2.0", "id": id, "method": "waitForChange", "params": {"conversationId": "c1", "sinceSeq": 1, "timeoutMs": 1500}}).to_string()).await;
     }
-    let conv = ts
-        .running()
-        .orchestrator()
-        .hub()
-        .get("c1")
-        .expect("the conversation");
-    tests::eventually("both waits are parked", || conv.waiters() >= 2).await;
+    ts.wait_for_waiters("c1", 2).await;
     let r = raw
         .call(3, "getConversation", json!({"conversationId": "c1"}))
         .await;

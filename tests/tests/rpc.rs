@@ -333,13 +333,7 @@ async fn wait_for_change_wakes_on_append_and_times_out() {
         r
     });
     // The waiter is parked on the head before the trace and the answer are appended.
-    let conv = ts
-        .running()
-        .orchestrator()
-        .hub()
-        .get("c1")
-        .expect("the conversation");
-    tests::eventually("the waiter is parked", || conv.waiters() > 0).await;
+    ts.wait_for_waiters("c1", 1).await;
     let _: Value = bob2
         .request(
             "sendTrace",
@@ -462,13 +456,7 @@ async fn stop_ends_open_subscriptions_promptly() {
         })
     };
     // The wait is parked on the conversation's head.
-    let conv = ts
-        .running()
-        .orchestrator()
-        .hub()
-        .get("c1")
-        .expect("the conversation");
-    tests::eventually("the wait is parked", || conv.waiters() > 0).await;
+    ts.wait_for_waiters("c1", 1).await;
     // The server stops without waiting out the minute-long wait (bounded by WAIT, far below it).
     tokio::time::timeout(WAIT, ts.stop())
         .await

@@ -132,14 +132,4 @@ impl LiveSet {
     pub fn leave(&self, sub: &Arc<dyn LiveSubscriber>) {
         self.lock().subs.retain(|(s, _)| !Arc::ptr_eq(s, sub));
     }
-
-    /// How many subscribers the publisher writes to.
-    pub fn len(&self) -> usize {
-        self.lock().subs.len()
-    }
-
-    /// Whether the publisher writes to none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
