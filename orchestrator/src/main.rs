@@ -2,13 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use orchestrator::engine::auth;
 use orchestrator::engine::config::Limits;
-use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::store::{self, sqlite::Synchronous};
 use orchestrator::host;
 use orchestrator::transport::server;
 
@@ -33,9 +32,9 @@ enum Command {
         /// Address to listen on.
         #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:7300")]
         listen: SocketAddr,
-        /// The SQLite database file (created if missing).
+        /// The database: a SQLite file (created if missing) or postgres://USER@HOST:PORT/DB.
         #[arg(long, env = "ORCHESTRATOR_DB", default_value = "orchestrator.db")]
-        db: PathBuf,
+        db: String,
         /// full: every acknowledged event survives power loss; normal: survives a process crash.
         #[arg(long, env = "ORCHESTRATOR_SYNC", value_enum, default_value_t = SyncMode::Full)]
         sync: SyncMode,
@@ -172,9 +171,10 @@ impl SandboxOpts {
 
 #[derive(clap::Args, Debug)]
 struct RunOpts {
-    /// Keep the conversation in this SQLite file (default: a temporary database).
-    #[arg(long)]
-    db: Option<PathBuf>,
+    /// Keep the conversation in this database: a SQLite file or postgres://USER@HOST:PORT/DB
+    /// (default: a temporary SQLite file).
+    #[arg(long, env = "ORCHESTRATOR_DB")]
+    db: Option<String>,
     /// Where external participants connect, when the scenario has any.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -198,9 +198,9 @@ enum TokenCommand {
         /// Let it create conversations and read every conversation.
         #[arg(long)]
         admin: bool,
-        /// The SQLite database file.
+        /// The database: a SQLite file or postgres://USER@HOST:PORT/DB.
         #[arg(long, env = "ORCHESTRATOR_DB", default_value = "orchestrator.db")]
-        db: PathBuf,
+        db: String,
     },
 }
 
@@ -230,9 +230,9 @@ fn main() -> anyhow::Result<()> {
                 auth::valid_id(&agent),
                 "--agent: 1-128 characters of letters, digits and . _ : @ -"
             );
-            let store = SqliteStore::open(&db, Synchronous::Full)
-                .with_context(|| format!("opening {}", db.display()))?;
-            let token = auth::create_token(&store, &agent, admin)?;
+            let store = store::open(&db, Synchronous::Full)
+                .with_context(|| format!("opening {}", store::display(&db)))?;
+            let token = auth::create_token(store.as_ref(), &agent, admin)?;
             println!("{token}");
             Ok(())
         }
@@ -330,11 +330,11 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
         _ => std::io::stdout().is_terminal(),
     };
     let temp = tempfile::tempdir()?;
-    let db = opts.db.unwrap_or_else(|| temp.path().join("run.db"));
-    let store = Arc::new(
-        SqliteStore::open(&db, Synchronous::Full)
-            .with_context(|| format!("opening {}", db.display()))?,
-    );
+    let db = opts
+        .db
+        .unwrap_or_else(|| temp.path().join("run.db").display().to_string());
+    let store = store::open(&db, Synchronous::Full)
+        .with_context(|| format!("opening {}", store::display(&db)))?;
     let sandbox = opts.sandbox.sandbox()?;
     let spec = orchestrator::engine::scenario::Scenario::parse(&scenario, &sandbox)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
@@ -387,14 +387,13 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
 
 async fn serve(
     listen: SocketAddr,
-    db: PathBuf,
+    db: String,
     sync: Synchronous,
     limits: Limits,
     scenarios: Vec<(String, serde_json::Value)>,
 ) -> anyhow::Result<()> {
-    let store = Arc::new(
-        SqliteStore::open(&db, sync).with_context(|| format!("opening {}", db.display()))?,
-    );
+    let store =
+        store::open(&db, sync).with_context(|| format!("opening {}", store::display(&db)))?;
     // The scenario library is in place before the first turn runs: turns taken again from the
     // log at start may open sub-conversations by scenario name.
     let options = host::Options {
@@ -414,7 +413,7 @@ async fn serve(
     println!(
         "orchestrator listening on ws://{}/rpc (database {}, {} conversations)",
         running.local_addr(),
-        db.display(),
+        store::display(&db),
         conversations
     );
     use std::io::Write;

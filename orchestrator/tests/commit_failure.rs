@@ -55,8 +55,8 @@ impl LogWriter for FlakyWriter {
         self.inner.commit(convs, rows)
     }
 
-    fn max_conversation_num(&mut self) -> Result<i64> {
-        self.inner.max_conversation_num()
+    fn conversation_num(&mut self) -> Result<i64> {
+        self.inner.conversation_num()
     }
 
     fn durability(&mut self) -> Result<Box<dyn Durability>> {

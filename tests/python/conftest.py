@@ -28,11 +28,29 @@ def spawn_listening(args, pattern, token=None):
     return proc, match.group(1)
 
 
+def test_database(path):
+    """The database a test server runs on: the SQLite file `path`, or, when
+    ORCHESTRATOR_TEST_BACKEND=postgres, a new database on the PostgreSQL that
+    ORCHESTRATOR_TEST_PG names (scripts/test starts one)."""
+    backend = os.environ.get("ORCHESTRATOR_TEST_BACKEND", "sqlite")
+    if backend == "sqlite":
+        return str(path)
+    assert backend == "postgres", f"ORCHESTRATOR_TEST_BACKEND={backend}: expected sqlite or postgres"
+    url = os.environ.get("ORCHESTRATOR_TEST_PG")
+    assert url, "ORCHESTRATOR_TEST_BACKEND=postgres needs ORCHESTRATOR_TEST_PG (a postgres:// URL)"
+    name = f"py_{os.getpid()}_{next(_databases)}_{time.time_ns()}"
+    subprocess.run(["psql", url, "-qc", f"CREATE DATABASE {name}"], check=True, timeout=30)
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+_databases = itertools.count()
+
+
 class Server:
-    """One `orchestrator serve` process over a database in a temporary folder."""
+    """One `orchestrator serve` process over a database of its own (see `test_database`)."""
 
     def __init__(self, db):
-        self.db = str(db)
+        self.db = test_database(db)
         self.proc = None
         self.url = None
 

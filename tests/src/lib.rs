@@ -1,8 +1,12 @@
 //! End-to-end tests across crates, and the shared test harness.
 //!
-//! The harness starts the real server on `127.0.0.1:0` over a fresh SQLite database, mints
-//! tokens, and hands out clients: the jsonrpsee WebSocket client for what a library would send,
-//! and a raw WebSocket for what a library would never send. Every wait is bounded.
+//! The harness starts the real server on `127.0.0.1:0` over a fresh database, mints tokens, and
+//! hands out clients: the jsonrpsee WebSocket client for what a library would send, and a raw
+//! WebSocket for what a library would never send. Every wait is bounded.
+//!
+//! The backend is SQLite unless `ORCHESTRATOR_TEST_BACKEND=postgres`: then every server gets a
+//! new database on the PostgreSQL `ORCHESTRATOR_TEST_PG` names, or on one the harness starts for
+//! it ([`pg::TestPostgres`]). `scripts/test` runs the suites both ways.
 //!
 //! # Layout
 //! - `tests/rpc.rs`: methods, subscriptions and access over WebSocket.
@@ -15,7 +19,6 @@ pub mod pg;
 pub mod proxy;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +28,7 @@ use jsonrpsee::core::client::ClientT;
 use jsonrpsee::core::traits::ToRpcParams;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use orchestrator::engine::config::Limits;
-use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::engine::store::sqlite::Synchronous;
 use orchestrator::engine::turns::TurnConfig;
 use orchestrator::transport::server::{self, RunningServer};
 use serde_json::{json, Value};
@@ -60,8 +63,8 @@ impl std::fmt::Debug for Agents {
 pub struct TestServer {
     /// The running server (None while stopped).
     pub server: Option<RunningServer>,
-    /// The database file.
-    pub db: PathBuf,
+    /// The database: a SQLite file or a PostgreSQL URL.
+    pub db: String,
     /// Tokens by agent id.
     pub tokens: std::collections::HashMap<String, String>,
     /// The limits it runs with.
@@ -71,6 +74,55 @@ pub struct TestServer {
     /// Agents run inside the server (started again after each restart).
     pub agents: Agents,
     _dir: tempfile::TempDir,
+    /// The PostgreSQL started for this server alone (when no shared one is named).
+    _pg: Option<pg::TestPostgres>,
+}
+
+/// Which backend the suites run on (`ORCHESTRATOR_TEST_BACKEND`: `sqlite`, the default, or
+/// `postgres`).
+pub fn on_postgres() -> bool {
+    match std::env::var("ORCHESTRATOR_TEST_BACKEND").as_deref() {
+        Ok("postgres") => true,
+        Ok("sqlite") | Err(_) => false,
+        Ok(other) => panic!("ORCHESTRATOR_TEST_BACKEND={other}: expected sqlite or postgres"),
+    }
+}
+
+/// A fresh database for one test server on the backend the suites run on: a SQLite file in
+/// `dir`, or a new PostgreSQL database (with the server started for it, when
+/// `ORCHESTRATOR_TEST_PG` names none).
+pub async fn test_database(dir: &std::path::Path) -> (String, Option<pg::TestPostgres>) {
+    if !on_postgres() {
+        return (dir.join("test.db").display().to_string(), None);
+    }
+    postgres_database().await
+}
+
+/// A new PostgreSQL database, whatever the suites' backend: on `ORCHESTRATOR_TEST_PG`, or on a
+/// server started for it (returned, to be kept while it is used). Fails with the reason when
+/// there can be none.
+pub async fn postgres_database() -> (String, Option<pg::TestPostgres>) {
+    let server = match std::env::var("ORCHESTRATOR_TEST_PG") {
+        Ok(_) => None,
+        Err(_) => Some(
+            pg::TestPostgres::start()
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL could not be started: {e}")),
+        ),
+    };
+    let url = match &server {
+        Some(pg) => pg.fresh_database().await,
+        None => {
+            pg::fresh_database(&std::env::var("ORCHESTRATOR_TEST_PG").unwrap_or_default()).await
+        }
+    }
+    .unwrap_or_else(|e| panic!("a PostgreSQL database for the test: {e}"));
+    (url, server)
+}
+
+/// Opens the store a test server runs on.
+pub fn open_store(db: &str) -> Arc<dyn orchestrator::engine::store::Store> {
+    orchestrator::engine::store::open(db, Synchronous::Normal).expect("open store")
 }
 
 /// The environment variables the tests' scenarios read (`--agent-env`).
@@ -111,8 +163,47 @@ impl TestServer {
         agents: HashMap<String, Arc<dyn Agent>>,
     ) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("test.db");
-        let store = SqliteStore::open(&db, Synchronous::Normal).expect("open store");
+        let (db, pg) = test_database(dir.path()).await;
+        TestServer::on_database(db, pg, dir, limits, turn_config, agents).await
+    }
+
+    /// Starts a server on a PostgreSQL database of its own (whatever the suites' backend), the
+    /// first node of a cluster ([`TestServer::another_node`]).
+    pub async fn on_postgres(
+        limits: Limits,
+        agents: HashMap<String, Arc<dyn Agent>>,
+    ) -> TestServer {
+        let (db, pg) = postgres_database().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        TestServer::on_database(db, pg, dir, limits, TurnConfig::default(), agents).await
+    }
+
+    /// Another node on this server's (PostgreSQL) database, with the same tokens, limits and
+    /// agents.
+    pub async fn another_node(&self) -> TestServer {
+        let mut node = TestServer {
+            server: None,
+            db: self.db.clone(),
+            tokens: self.tokens.clone(),
+            limits: self.limits.clone(),
+            turn_config: self.turn_config.clone(),
+            agents: self.agents.clone(),
+            _dir: tempfile::tempdir().expect("tempdir"),
+            _pg: None,
+        };
+        node.boot().await;
+        node
+    }
+
+    async fn on_database(
+        db: String,
+        pg: Option<pg::TestPostgres>,
+        dir: tempfile::TempDir,
+        limits: Limits,
+        turn_config: TurnConfig,
+        agents: HashMap<String, Arc<dyn Agent>>,
+    ) -> TestServer {
+        let store = open_store(&db);
         let mut tokens = std::collections::HashMap::new();
         for (agent, admin) in [
             ("admin", true),
@@ -120,7 +211,8 @@ impl TestServer {
             ("bob", false),
             ("carol", false),
         ] {
-            let t = orchestrator::engine::auth::create_token(&store, agent, admin).expect("token");
+            let t = orchestrator::engine::auth::create_token(store.as_ref(), agent, admin)
+                .expect("token");
             tokens.insert(agent.to_string(), t);
         }
         let mut ts = TestServer {
@@ -131,13 +223,14 @@ impl TestServer {
             turn_config,
             agents: Agents(agents),
             _dir: dir,
+            _pg: pg,
         };
         ts.boot().await;
         ts
     }
 
     async fn boot(&mut self) {
-        let store = Arc::new(SqliteStore::open(&self.db, Synchronous::Normal).expect("open store"));
+        let store = open_store(&self.db);
         let options = orchestrator::host::Options {
             limits: self.limits.clone(),
             turn_config: self.turn_config.clone(),
@@ -284,6 +377,17 @@ impl RawWs {
         let r = self.call(0, "authenticate", json!({"token": token})).await;
         assert_eq!(r["result"]["ok"], true, "{r}");
     }
+}
+
+/// A `subscribe` with these params on a jsonrpsee client.
+pub async fn subscribe(
+    c: &WsClient,
+    params: Value,
+) -> jsonrpsee::core::client::Subscription<Value> {
+    use jsonrpsee::core::client::SubscriptionClientT;
+    c.subscribe::<Value, _>("subscribe", P(params), "unsubscribe")
+        .await
+        .expect("subscribe")
 }
 
 /// The JSON-RPC error code of a jsonrpsee client result.

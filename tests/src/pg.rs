@@ -152,6 +152,11 @@ impl TestPostgres {
         Ok(pg)
     }
 
+    /// A new, empty database on this server; its URL.
+    pub async fn fresh_database(&self) -> Result<String, String> {
+        fresh_database(&self.url).await
+    }
+
     /// The URL to connect to (`postgres://…`).
     pub fn url(&self) -> &str {
         &self.url
@@ -159,13 +164,7 @@ impl TestPostgres {
 
     /// A connection, with its driver task spawned.
     pub async fn connect(&self) -> Result<tokio_postgres::Client, String> {
-        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .map_err(|e| format!("connecting to {}: {e}", self.url))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(client)
+        connect(&self.url).await
     }
 
     async fn wait_ready(&self, within: Duration) -> Result<(), String> {
@@ -187,6 +186,43 @@ impl TestPostgres {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// A connection to `url`, with its driver task spawned.
+pub async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// A new, empty database (a unique name) on the server `url` points at; the URL of it.
+pub async fn fresh_database(url: &str) -> Result<String, String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = format!(
+        "t_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        chrono::Utc::now().timestamp_micros()
+    );
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("connecting to {url}: {e}"))?;
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .map_err(|e| format!("creating database {name}: {e}"))?;
+    drop(client);
+    let _ = driver.await;
+    let mut u = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    u.set_path(&name);
+    Ok(u.to_string())
 }
 
 impl Drop for TestPostgres {

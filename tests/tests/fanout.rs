@@ -8,16 +8,22 @@ use orchestrator::engine::auth::Identity;
 use orchestrator::engine::config::Limits;
 use orchestrator::engine::hub::{GLOBAL_BUFFER, RECENT_EVENTS};
 use orchestrator::engine::service::Orchestrator;
-use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use proto_spec::{
     CreateConversationParams, Finality, MessagePayload, SendMessageParams, SubscribeParams,
 };
 use tests::WAIT;
 
-async fn orchestrator() -> (Arc<Orchestrator>, tempfile::TempDir) {
+async fn orchestrator() -> (
+    Arc<Orchestrator>,
+    (tempfile::TempDir, Option<tests::pg::TestPostgres>),
+) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(dir.path().join("f.db"), Synchronous::Normal).unwrap());
-    (Orchestrator::open(store, Limits::default()).unwrap(), dir)
+    let (db, pg) = tests::test_database(dir.path()).await;
+    let store = tests::open_store(&db);
+    (
+        Orchestrator::open(store, Limits::default()).unwrap(),
+        (dir, pg),
+    )
 }
 
 /// Creates a conversation of alice's, as admin.

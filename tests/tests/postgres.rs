@@ -1,14 +1,15 @@
 //! The harness's own PostgreSQL (tests/src/pg.rs): it starts from the machine's binaries, is
 //! durable (fsync and synchronous_commit on), and is stopped and removed with the test.
 
-use tests::pg::TestPostgres;
+use tests::pg::{connect, TestPostgres};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_harness_starts_a_durable_postgres_of_its_own() {
     let pg = TestPostgres::start()
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL could not be started: {e}"));
-    let db = pg.connect().await.expect("a connection");
+    let url = pg.fresh_database().await.expect("a database");
+    let db = connect(&url).await.expect("a connection");
     let show = |name: &'static str| {
         let db = &db;
         async move {
@@ -47,9 +48,10 @@ async fn nodes_starting_together_migrate_the_schema_once() {
     let pg = TestPostgres::start()
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL could not be started: {e}"));
+    let url = pg.fresh_database().await.expect("a database");
     let mut nodes = Vec::new();
     for _ in 0..8 {
-        let mut db = pg.connect().await.expect("a connection");
+        let mut db = connect(&url).await.expect("a connection");
         nodes.push(tokio::spawn(async move { migrate(&mut db).await }));
     }
     let mut found = Vec::new();
@@ -61,7 +63,7 @@ async fn nodes_starting_together_migrate_the_schema_once() {
     let mut expected = vec![latest(); 8];
     expected[0] = 0;
     assert_eq!(found, expected);
-    let db = pg.connect().await.expect("a connection");
+    let db = connect(&url).await.expect("a connection");
     let versions: Vec<i64> = db
         .query(
             "SELECT version FROM orchestrator_schema ORDER BY version",
@@ -95,7 +97,7 @@ async fn nodes_starting_together_migrate_the_schema_once() {
     )
     .await
     .expect("a version from the future");
-    let mut old = pg.connect().await.expect("a connection");
+    let mut old = connect(&url).await.expect("a connection");
     let e = migrate(&mut old)
         .await
         .expect_err("a newer schema is refused");

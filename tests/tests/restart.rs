@@ -119,14 +119,33 @@ async fn everything_acknowledged_survives_a_restart() {
     assert_eq!(tail["events"][0]["payload"]["text"], "after");
 }
 
-#[tokio::test]
-async fn a_second_server_on_the_same_database_refuses_to_start() {
+/// SQLite: one server per database file (a second refuses to start until the first stops).
+/// PostgreSQL: several nodes share a database, so a second one starts and serves what the
+/// first wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_database_refuses_on_sqlite_and_joins_on_postgres() {
     use orchestrator::engine::config::Limits;
     use orchestrator::engine::service::Orchestrator;
-    use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
     let mut ts = TestServer::start().await;
-    let store = SqliteStore::open(&ts.db, Synchronous::Full).unwrap();
-    let second = Orchestrator::open(std::sync::Arc::new(store), Limits::default());
+    let alice = ts.client("admin").await;
+    let _: Value = alice
+        .request(
+            "createConversation",
+            P(json!({"conversationId": "shared", "participants": ["alice"]})),
+        )
+        .await
+        .unwrap();
+    let second = Orchestrator::open(tests::open_store(&ts.db), Limits::default());
+    if tests::on_postgres() {
+        let second = second.expect("a second node on the same PostgreSQL database");
+        let view = second
+            .hub()
+            .get("shared")
+            .expect("the first node's conversation");
+        assert_eq!(view.head(), 1);
+        second.shutdown().await;
+        return;
+    }
     let err = second.expect_err("a second writer on the same database");
     assert!(
         matches!(err, orchestrator::engine::error::Error::Locked(_)),
@@ -138,7 +157,6 @@ async fn a_second_server_on_the_same_database_refuses_to_start() {
     );
     // Once the first stops, the database can be opened again.
     ts.stop().await;
-    let store = SqliteStore::open(&ts.db, Synchronous::Full).unwrap();
-    let third = Orchestrator::open(std::sync::Arc::new(store), Limits::default()).unwrap();
+    let third = Orchestrator::open(tests::open_store(&ts.db), Limits::default()).unwrap();
     third.shutdown().await;
 }

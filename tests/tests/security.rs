@@ -372,12 +372,8 @@ async fn an_agent_id_names_one_principal() {
         .unwrap()
         .contains("the private plan"));
     // No token can be made for an id a scenario declared.
-    let store = orchestrator::engine::store::sqlite::SqliteStore::open(
-        &server.db,
-        orchestrator::engine::store::sqlite::Synchronous::Normal,
-    )
-    .unwrap();
-    let e = orchestrator::engine::auth::create_token(&store, "reader", false).unwrap_err();
+    let store = tests::open_store(&server.db);
+    let e = orchestrator::engine::auth::create_token(store.as_ref(), "reader", false).unwrap_err();
     assert!(e.to_rpc().message.contains("one principal"), "{e}");
 }
 

@@ -54,10 +54,18 @@ pub enum Error {
     /// Another process holds the database's writer lock.
     #[error("{0}")]
     Locked(String),
+    /// The database cannot be used (unreachable, or it did not answer in time): nothing was
+    /// acknowledged; the caller may retry, on this node or another.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     /// The writer thread is gone (the server is stopping).
     #[error("the log writer has stopped")]
     WriterGone,
 }
+
+/// What a caller is told when the database cannot be used: nothing was acknowledged.
+pub const UNAVAILABLE: &str =
+    "the database is unavailable; nothing was written: retry (on this node or another)";
 
 /// The orchestrator's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -69,6 +77,10 @@ impl Error {
         match self {
             Error::Rpc(e) => e.clone(),
             Error::WriterGone => RpcError::new(ErrorCode::Internal, "the server is shutting down"),
+            Error::Unavailable(why) => {
+                tracing::warn!(error = %why, "the database is unavailable");
+                RpcError::new(ErrorCode::Internal, UNAVAILABLE)
+            }
             other => {
                 tracing::error!(error = %other, "internal error");
                 RpcError::new(ErrorCode::Internal, "internal error")

@@ -113,6 +113,22 @@ fn api_error(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError(RpcError::new(code, message))
 }
 
+/// The conversation id in the path, met by this node first ([`Orchestrator::meet`]).
+#[derive(Debug)]
+pub struct Known(pub String);
+
+impl FromRequestParts<Shared> for Known {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Known, Response> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        state.orch.meet(&id).await;
+        Ok(Known(id))
+    }
+}
+
 /// The caller, from `Authorization: Bearer <token>`.
 #[derive(Debug)]
 pub struct Caller(pub Identity);
@@ -307,7 +323,7 @@ async fn create(
 async fn snapshot(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Path(id): Path<String>,
+    Known(id): Known,
 ) -> ApiResult<Response> {
     let snap = s.orch.get_conversation(
         &who,
@@ -321,7 +337,7 @@ async fn snapshot(
 async fn post_message(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Path(id): Path<String>,
+    Known(id): Known,
     headers: HeaderMap,
     raw: Body,
 ) -> ApiResult<Response> {
@@ -379,7 +395,7 @@ async fn set_paused(s: Shared, who: Identity, id: String, pause: bool) -> ApiRes
 async fn pause(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Path(id): Path<String>,
+    Known(id): Known,
 ) -> ApiResult<Response> {
     set_paused(s, who, id, true).await
 }
@@ -387,7 +403,7 @@ async fn pause(
 async fn resume(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Path(id): Path<String>,
+    Known(id): Known,
 ) -> ApiResult<Response> {
     set_paused(s, who, id, false).await
 }
@@ -395,7 +411,7 @@ async fn resume(
 async fn wait(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Path(id): Path<String>,
+    Known(id): Known,
     uri: Uri,
 ) -> ApiResult<Response> {
     let q: WaitQuery = query(&uri)?;
@@ -410,7 +426,7 @@ async fn wait(
 async fn events(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Path(id): Path<String>,
+    Known(id): Known,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {

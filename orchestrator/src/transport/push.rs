@@ -169,6 +169,9 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
         )
         .with_data(serde_json::json!({"limit": limit})));
     }
+    if let Some(id) = &p.conversation_id {
+        orch.meet(id).await;
+    }
     let feed = orch.subscribe(&who, p).map_err(|e| e.to_rpc())?;
     // Random, below 2^53 so that JavaScript clients read it exactly, like jsonrpsee's own ids.
     let sub_id = rand::random::<u64>() & ((1 << 53) - 1);

@@ -44,10 +44,23 @@ where
                 .map_err(wire)?;
             let who = session.identity().map_err(wire)?;
             let p: P = parse(&params).map_err(wire)?;
+            if let Some(id) = conversation_named(&params) {
+                orch.meet(&id).await;
+            }
             f(orch, who, p).await.map_err(|e| wire(e.to_rpc()))
         }
     })?;
     Ok(())
+}
+
+/// The conversation a call's params name (`conversationId`), if any.
+pub(crate) fn conversation_named(params: &Params<'_>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Named {
+        conversation_id: Option<String>,
+    }
+    params.parse::<Named>().ok().and_then(|n| n.conversation_id)
 }
 
 /// The subscription id `unsubscribe` names: `[id]` (as jsonrpsee clients send it), `{"subscription": id}`

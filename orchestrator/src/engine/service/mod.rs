@@ -148,6 +148,18 @@ impl Orchestrator {
         }
     }
 
+    /// Makes sure this node knows conversation `id` when the log has it: on a log several nodes
+    /// write, one created through another node moments ago may not have reached this one yet.
+    /// Transports call it before a method that names a conversation.
+    pub async fn meet(&self, id: &str) {
+        if !self.writer.is_shared() || self.hub.get(id).is_some() {
+            return;
+        }
+        if let Err(e) = self.writer.meet(id.to_string()).await {
+            tracing::debug!(conversation = id, error = %e, "could not look the conversation up");
+        }
+    }
+
     /// `getConversation`.
     pub fn get_conversation(&self, who: &Identity, p: ConversationParams) -> Result<Snapshot> {
         Ok(self

@@ -76,17 +76,69 @@ pub struct TokenRecord {
 }
 
 /// The writer side: owned by the writer thread.
+///
+/// A backend that several nodes share ([`LogWriter::shared`]) runs each batch in a transaction
+/// that [`LogWriter::lock`] begins: the writer then catches up each conversation whose head in
+/// the log is past its own view ([`LogWriter::read_since`]) before it decides anything, and
+/// [`LogWriter::commit`] (or [`LogWriter::release`], when the batch writes nothing) ends it.
+/// A backend with a single writer (SQLite) needs none of that: its defaults do nothing.
 pub trait LogWriter: Send {
     /// Commits new conversations and events in one transaction. The commit is in the log when
     /// this returns, but durable (and readable through [`Store::read_events`]) only once a
     /// [`Durability::sync`] that starts after it has returned: nothing may be acknowledged
     /// before that.
     fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()>;
-    /// The largest conversation number in use (numbers are assigned by the writer).
-    fn max_conversation_num(&mut self) -> Result<i64>;
+    /// A number for a new conversation (numbers are never reused; a failed batch may leave a
+    /// gap).
+    fn conversation_num(&mut self) -> Result<i64>;
     /// What makes this writer's commits durable, for the thread that answers callers (taken
     /// once, before the first commit).
     fn durability(&mut self) -> Result<Box<dyn Durability>>;
+    /// Whether other nodes write the same log (the writer must lock and catch up).
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Begins a batch: locks the conversations numbered `nums` and the ids in `new_ids` (to be
+    /// created) until the batch ends, and answers their heads in the log and which of the ids
+    /// exist already.
+    fn lock(&mut self, nums: &[i64], new_ids: &[String]) -> Result<Locked> {
+        let _ = (nums, new_ids);
+        Ok(Locked::default())
+    }
+    /// The events of conversation `num` after seq `after`, in seq order (to catch up on what
+    /// another node appended).
+    fn read_since(&mut self, num: i64, after: u64) -> Result<Vec<RecoveredEvent>> {
+        let _ = (num, after);
+        Ok(Vec::new())
+    }
+    /// A conversation and all its events, when this node has not seen it yet.
+    fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let _ = id;
+        Ok(None)
+    }
+    /// A conversation and all its events, by number (one another node created).
+    fn load_num(&mut self, num: i64) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let _ = num;
+        Ok(None)
+    }
+    /// The conversations written lately (by any node) with their heads: what a node compares
+    /// with its own view when a notification may have been lost.
+    fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
+        Ok(Vec::new())
+    }
+    /// Ends a batch that writes nothing (its locks are let go).
+    fn release(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What a batch found when it locked its conversations ([`LogWriter::lock`]).
+#[derive(Debug, Default)]
+pub struct Locked {
+    /// Each locked conversation's number and the seq of its last event in the log.
+    pub heads: Vec<(i64, u64)>,
+    /// The ids asked to be created that exist already.
+    pub existing: Vec<String>,
 }
 
 /// Makes a writer's commits durable, on a thread of its own, so that the writer's next
@@ -113,6 +165,43 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
     /// Finds a token by its hash.
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
+    /// For a log other nodes write too: calls `changed` with the conversations (numbers and
+    /// new heads) another node committed to, as it learns of them, or with `None` when some may
+    /// have been missed (look at everything changed lately); until `changed` answers false.
+    fn follow(&self, changed: Changed) -> Result<()> {
+        let _ = changed;
+        Ok(())
+    }
+}
+
+/// Told what other nodes committed ([`Store::follow`]); answers false when it no longer wants
+/// to know.
+pub type Changed = Box<dyn Fn(Option<Vec<(i64, u64)>>) -> bool + Send + Sync>;
+
+/// Opens the store `db` names: a `postgres://` URL selects PostgreSQL (`sync` does not apply:
+/// every commit is synced, `synchronous_commit=on`), anything else is a SQLite file (created if
+/// missing).
+pub fn open(db: &str, sync: sqlite::Synchronous) -> Result<std::sync::Arc<dyn Store>> {
+    if postgres::is_url(db) {
+        Ok(std::sync::Arc::new(postgres::PgStore::open(db)?))
+    } else {
+        Ok(std::sync::Arc::new(sqlite::SqliteStore::open(db, sync)?))
+    }
+}
+
+/// The refusal of a token for an id a scenario declared as a participant the server runs.
+pub(crate) fn declared_refusal(agent_id: &str) -> crate::engine::error::Error {
+    crate::engine::error::refuse(
+        proto_spec::ErrorCode::Forbidden,
+        format!(
+            "{agent_id:?} is a participant a scenario declared for the server to run; an agent id names one principal, so it cannot also have a token"
+        ),
+    )
+}
+
+/// `db` as it may be shown (a URL without its password).
+pub fn display(db: &str) -> String {
+    postgres::redacted(db)
 }
 
 /// Formats milliseconds since the epoch as RFC 3339 UTC with milliseconds.

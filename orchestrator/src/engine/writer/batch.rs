@@ -145,8 +145,18 @@ impl Writer {
             answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
+        if self.shared {
+            // Another node may have written the conversations this batch touches: lock them
+            // and catch up before deciding anything (see `shared`).
+            if let Err(e) = self.begin_shared(batch) {
+                tracing::warn!(error = %e, "a batch could not lock its conversations; refused");
+                let message = shared::failure_message(&e);
+                let replies = batch.drain(..).filter_map(Reply::refusing).collect();
+                fail_all(replies, message);
+                return;
+            }
+        }
         let ts_ms = now_ms();
-        let num_before = self.next_num;
         let slots_before = self.convs.slots.len();
         let mut work = BatchWork {
             touched: Vec::with_capacity(batch.len()),
@@ -156,7 +166,10 @@ impl Writer {
         let jobs = batch.len() as u64;
         for job in batch.drain(..) {
             match job {
-                Job::Stop => {}
+                Job::Stop | Job::Refresh(_) => {}
+                // Loaded before the batch (`begin_shared`); answered after what was loaded is
+                // published.
+                Job::Meet { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),
                 Job::Create { conv, reply } => {
                     let created = self.create_one(*conv, &mut work);
                     work.replies.push(Reply::Create(reply, created));
@@ -179,7 +192,20 @@ impl Writer {
         // A conversation whose appends were all refused is as it was.
         work.touched.retain(|t| !t.drafts.is_empty());
         if work.touched.is_empty() {
-            answer(work.replies);
+            if let Err(e) = self.log.release() {
+                tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
+            }
+            if self.shared {
+                // Answered after what this batch caught up on is published.
+                let nothing = Committed {
+                    ts_ms,
+                    convs: Vec::new(),
+                    replies: work.replies,
+                };
+                self.hand_on_committed(nothing, 0);
+            } else {
+                answer(work.replies);
+            }
             return;
         }
         let slots = &self.convs.slots;
@@ -216,8 +242,7 @@ impl Writer {
                     }
                 }
                 self.convs.truncate(slots_before);
-                self.next_num = num_before;
-                fail_all(work.replies, "the append could not be made durable");
+                fail_all(work.replies, shared::failure_message(&e));
             }
         }
     }
@@ -249,8 +274,7 @@ impl Writer {
             }),
             None => None,
         };
-        let num = self.next_num;
-        self.next_num += 1;
+        let num = self.log.conversation_num().map_err(|e| e.to_rpc())?;
         let mut state = ConvMachine::new(id.clone(), participants.clone());
         let drafts = match fork {
             None => {
@@ -331,6 +355,12 @@ impl Writer {
             convs,
             replies: work.replies,
         };
+        self.hand_on_committed(committed, jobs);
+    }
+
+    /// Publishes a committed batch of `jobs` jobs here when it is small and nothing is ahead
+    /// of it, else queues it for the sync and publisher threads (see [`Writer::hand_on`]).
+    pub(super) fn hand_on_committed(&mut self, committed: Committed, jobs: usize) {
         if jobs <= INLINE_PUBLISH && self.queued.load(Ordering::Acquire) == 0 {
             if sync(&self.durability, &self.stopped) {
                 publish(&self.hub, committed);

@@ -37,6 +37,7 @@ use crate::engine::store::{now_ms, Durability, LogWriter, NewConversation, NewRo
 mod appending;
 mod batch;
 mod pipeline;
+mod shared;
 pub use appending::Appending;
 use pipeline::{
     answer, fail_all, publish, publish_loop, sync, sync_loop, Committed, CommittedConv, Reply,
@@ -77,6 +78,17 @@ pub enum Job {
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
+    /// Load a conversation another node created, if the log has it; answered once it is
+    /// published here (or not found).
+    Meet {
+        /// Its id.
+        id: String,
+        /// Answered after the conversation's events are published here.
+        reply: oneshot::Sender<Result<(), RpcError>>,
+    },
+    /// Catch up on what other nodes committed (conversation numbers with their new heads, or
+    /// everything changed lately when `None`).
+    Refresh(Option<Vec<(i64, u64)>>),
     /// Finish the queued work and stop.
     Stop,
 }
@@ -142,6 +154,8 @@ pub struct WriterHandle {
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
     /// The writer's counters.
     pub stats: Arc<WriterStats>,
+    /// Whether other nodes write the same log.
+    shared: bool,
 }
 
 struct Slot {
@@ -153,11 +167,13 @@ struct Slot {
     mark: usize,
 }
 
-/// The writer's conversations: their states side by side, found by id once per append.
+/// The writer's conversations: their states side by side, found by id once per append (and
+/// by number when another node's commits are caught up on).
 #[derive(Default)]
 struct Convs {
     slots: Vec<Slot>,
     by_id: HashMap<ShortKey, usize>,
+    by_num: HashMap<i64, usize>,
 }
 
 impl Convs {
@@ -170,6 +186,7 @@ impl Convs {
     }
 
     fn insert(&mut self, id: &str, slot: Slot) -> usize {
+        self.by_num.insert(slot.num, self.slots.len());
         self.slots.push(slot);
         self.by_id.insert(ShortKey::new(id), self.slots.len() - 1);
         self.slots.len() - 1
@@ -179,6 +196,7 @@ impl Convs {
     fn truncate(&mut self, len: usize) {
         for slot in self.slots.drain(len.min(self.slots.len())..) {
             self.by_id.remove(slot.state.id.as_str());
+            self.by_num.remove(&slot.num);
         }
     }
 }
@@ -197,9 +215,52 @@ struct Writer {
     syncer: Arc<SyncQueue>,
     threads: Vec<JoinHandle<()>>,
     convs: Convs,
-    next_num: i64,
+    /// Whether other nodes write the same log: each batch locks and catches up first.
+    shared: bool,
     stats: Arc<WriterStats>,
     metrics: crate::engine::telemetry::CommitMetrics,
+}
+
+/// A conversation's slot, its state rebuilt from its events (at start, or when this node first
+/// meets a conversation another node created); not yet registered in the hub.
+fn slot_from(
+    record: crate::engine::store::ConversationRecord,
+    events: &[crate::engine::store::RecoveredEvent],
+) -> Slot {
+    let mut state = ConvMachine::new(record.id.clone(), record.participants.clone());
+    let mut turn_started = 0;
+    for e in events {
+        state.observe(&e.draft);
+        if state.core.speaker_seq == e.draft.seq {
+            turn_started = e.ts_ms;
+        }
+    }
+    let shared = Hub::make(
+        &record.id,
+        state.participants().to_vec(),
+        state.core.clone(),
+    );
+    // Timers count from logged times, so they hold across a restart.
+    shared.set_turn_started(turn_started);
+    let created_ms = events.first().map_or(0, |e| e.ts_ms);
+    let active_ms = events
+        .iter()
+        .rev()
+        .find(|e| e.draft.author != proto_spec::ORCHESTRATOR_AUTHOR)
+        .map_or(created_ms, |e| e.ts_ms);
+    shared.set_clock(created_ms, active_ms);
+    if let Some(p) = state.policy() {
+        shared.set_policy(p.clone());
+    }
+    if let Some(p) = state.parent() {
+        shared.set_parent(p.conversation_id.clone());
+    }
+    Slot {
+        num: record.num,
+        state,
+        shared,
+        mark: 0,
+    }
 }
 
 impl WriterHandle {
@@ -209,47 +270,25 @@ impl WriterHandle {
         let mut log = store.writer()?;
         let mut convs = Convs::default();
         store.recover(&mut |record, events| {
-            let mut state = ConvMachine::new(record.id.clone(), record.participants.clone());
-            let mut turn_started = 0;
-            for e in &events {
-                state.observe(&e.draft);
-                if state.core.speaker_seq == e.draft.seq {
-                    turn_started = e.ts_ms;
-                }
-            }
-            let shared = hub.insert(
-                &record.id,
-                state.participants().to_vec(),
-                state.core.clone(),
-            );
-            // Timers count from logged times, so they hold across a restart.
-            shared.set_turn_started(turn_started);
-            let created_ms = events.first().map_or(0, |e| e.ts_ms);
-            let active_ms = events
-                .iter()
-                .rev()
-                .find(|e| e.draft.author != proto_spec::ORCHESTRATOR_AUTHOR)
-                .map_or(created_ms, |e| e.ts_ms);
-            shared.set_clock(created_ms, active_ms);
-            if let Some(p) = state.policy() {
-                shared.set_policy(p.clone());
-            }
-            if let Some(p) = state.parent() {
-                shared.set_parent(p.conversation_id.clone());
-            }
-            convs.insert(
-                &record.id,
-                Slot {
-                    num: record.num,
-                    state,
-                    shared,
-                    mark: 0,
-                },
-            );
+            let id = record.id.clone();
+            let slot = slot_from(record, &events);
+            hub.register(slot.shared.clone());
+            convs.insert(&id, slot);
         })?;
-        let next_num = log.max_conversation_num()? + 1;
+        let log_shared = log.shared();
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
+        {
+            // Other nodes' commits, caught up on by this writer (a lost notice is covered by the
+            // next poll, so a full queue drops it).
+            let tx = tx.clone();
+            store.follow(Box::new(move |changes| {
+                !matches!(
+                    tx.try_send(Job::Refresh(changes)),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            }))?;
+        }
         let durability = Arc::new(Mutex::new(log.durability()?));
         let stopped = Arc::new(AtomicBool::new(false));
         let syncer = Arc::new(SyncQueue::default());
@@ -282,7 +321,7 @@ impl WriterHandle {
             syncer,
             threads: vec![sync_thread, publisher_thread],
             convs,
-            next_num,
+            shared: log_shared,
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
         };
@@ -293,6 +332,7 @@ impl WriterHandle {
             tx,
             thread: Arc::new(Mutex::new(Some(thread))),
             stats,
+            shared: log_shared,
         })
     }
 
@@ -371,6 +411,18 @@ impl WriterHandle {
             .await
             .map_err(|_| Error::WriterGone)?;
         Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    }
+
+    /// Whether other nodes write the same log (a conversation may exist that this node has not
+    /// met yet: see [`WriterHandle::meet`]).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Loads conversation `id` if another node created it and this one has not met it yet;
+    /// returns once it is known here (or the log has no such conversation).
+    pub async fn meet(&self, id: String) -> Result<()> {
+        self.send_create(|reply| Job::Meet { id, reply }).await
     }
 
     /// Finishes every queued job, then stops the thread and waits for it.

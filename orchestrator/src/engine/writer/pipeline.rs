@@ -204,8 +204,10 @@ impl Reply {
         let stopped = || RpcError::new(ErrorCode::Internal, LOG_STOPPED);
         match job {
             Job::Append { reply, .. } => Some(Reply::Append(reply, Err(stopped()))),
-            Job::Create { reply, .. } => Some(Reply::Create(reply, Err(stopped()))),
-            Job::Stop => None,
+            Job::Create { reply, .. } | Job::Meet { reply, .. } => {
+                Some(Reply::Create(reply, Err(stopped())))
+            }
+            Job::Stop | Job::Refresh(_) => None,
         }
     }
 }

@@ -17,13 +17,21 @@ pub const MIGRATIONS: &[&str] = &[
     // (conversation, seq) primary key as the last line of defence: several nodes write here,
     // and a second writer of the same seq must fail in the database, not be trusted away.
     r#"
+    CREATE SEQUENCE conversation_num;
     CREATE TABLE conversations (
         num          BIGINT PRIMARY KEY,
         id           TEXT NOT NULL UNIQUE,
         created_by   TEXT NOT NULL,
         participants JSONB NOT NULL,
-        metadata     JSONB
+        metadata     JSONB,
+        -- The seq of its last event: what a node compares with its own view, under the row's
+        -- lock, before it decides anything for the conversation.
+        head         BIGINT NOT NULL DEFAULT 0,
+        closed       BOOLEAN NOT NULL DEFAULT false,
+        updated_ms   BIGINT NOT NULL DEFAULT 0
     );
+    CREATE INDEX conversations_open ON conversations (num) WHERE NOT closed;
+    CREATE INDEX conversations_updated ON conversations (updated_ms);
     CREATE TABLE events (
         conv              BIGINT NOT NULL REFERENCES conversations(num),
         seq               BIGINT NOT NULL,

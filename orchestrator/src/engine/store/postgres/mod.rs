@@ -1,5 +1,643 @@
-//! The PostgreSQL backend (issue 21, in progress). So far: the versioned schema and its
-//! migration at start, serialized across nodes by an advisory lock. The storage traits are
-//! not implemented on it yet; `--db` still takes a SQLite path only.
+//! The PostgreSQL backend: several nodes share one database.
+//!
+//! Reads and tokens go through a pool ([`deadpool_postgres`]); the writer thread owns one
+//! connection of its own ([`PgWriter`]), on which each batch is one transaction: it locks the
+//! rows of the conversations it touches (`SELECT … FOR UPDATE`, in the order of their numbers,
+//! so that two nodes never wait on each other in a circle), reads their heads, and the writer
+//! catches up from the log whatever another node appended since it last looked; only then does
+//! it decide, and the commit inserts the events, moves each head with a compare-and-set on the
+//! head it locked, and notifies the other nodes (`pg_notify`, ids and heads only) in the same
+//! transaction. `synchronous_commit=on`: the commit is durable when it returns, so
+//! [`Durability::sync`] has nothing left to do. The (conversation, seq) primary key is the last
+//! line of defence. ARCHITECTURE.md ("Several nodes") has the argument for why no interleaving
+//! of two nodes breaks an invariant.
+//!
+//! The storage traits are synchronous (the writer is a thread of its own); this backend runs
+//! its async driver on a small runtime of its own and waits for it, so that it can be called
+//! from any thread that may block.
 
 pub mod migrations;
+mod rows;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use proto_spec::Event;
+use tokio_postgres::{Client, NoTls};
+
+use super::{
+    Changed, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
+    RecoveredEvent, Store, TokenRecord,
+};
+use crate::engine::error::{Error, Result};
+pub use rows::{event_from, recovered_from};
+
+/// The channel every node listens on: each commit notifies it with the numbers and new heads
+/// of the conversations it wrote (`num:head,…`), or `*` when they do not fit in a notification.
+pub const CHANNEL: &str = "orchestrator_events";
+/// Past this a notification says `*` ("look at everything you follow") instead of listing
+/// conversations: PostgreSQL refuses payloads of 8,000 bytes or more.
+const NOTIFY_MAX: usize = 7_000;
+/// The longest any one call to the database may take before the caller gets an error (a
+/// database that does not answer must not hold the writer, or a caller, for ever).
+pub const DB_TIMEOUT: Duration = Duration::from_secs(10);
+/// How far back a node looks for conversations written by others when it polls (a
+/// notification may be lost while its listening connection is down): longer than any batch's
+/// transaction and any difference between the nodes' clocks.
+pub const LATELY: Duration = Duration::from_secs(30);
+/// Connections the pool keeps for reads and tokens.
+const POOL_SIZE: usize = 16;
+/// Conversation numbers fetched from the sequence at a time.
+const NUMS_AHEAD: i64 = 64;
+
+/// The runtime the driver runs on: two threads of its own, started on first use.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("postgres")
+            .enable_all()
+            .build()
+            .ok()
+    })
+    .as_ref()
+    .ok_or_else(|| Error::Setup("could not start the PostgreSQL driver's runtime".into()))
+}
+
+/// Runs `fut` on the driver's runtime and waits for it (at most [`DB_TIMEOUT`]).
+pub(crate) fn block<T: Send + 'static>(
+    fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime()?.spawn(async move {
+        let out = match tokio::time::timeout(DB_TIMEOUT, fut).await {
+            Ok(out) => out,
+            Err(_) => Err(Error::Unavailable(format!(
+                "the database did not answer within {} s",
+                DB_TIMEOUT.as_secs()
+            ))),
+        };
+        let _ = tx.send(out);
+    });
+    rx.recv()
+        .map_err(|_| Error::Setup("the PostgreSQL driver's runtime stopped".into()))?
+}
+
+/// Whether `db` names a PostgreSQL database rather than a SQLite file.
+pub fn is_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// The URL without its password, for messages and logs.
+pub fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Connects one client, its connection driven on the driver's runtime; every session of the
+/// orchestrator commits with `synchronous_commit=on`, whatever the database's default.
+async fn connect(config: &tokio_postgres::Config) -> Result<Client> {
+    let (client, conn) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "a PostgreSQL connection ended");
+        }
+    });
+    client
+        .batch_execute("SET synchronous_commit = on; SET application_name = 'orchestrator'")
+        .await?;
+    Ok(client)
+}
+
+/// How often a node looks for commits of other nodes it was not told about (a notification
+/// is lost while the listening connection is down).
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+
+/// Listens for the other nodes' commits on [`CHANNEL`], and polls every [`POLL_EVERY`]; tells
+/// `changed` until it answers false. A lost connection is made again (with a poll right after,
+/// for what was committed meanwhile).
+async fn listen(config: tokio_postgres::Config, changed: Changed) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match listen_once(&config, &changed).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "listening for other nodes' commits failed; polling until it is back");
+            }
+        }
+        if !changed(None) {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One listening connection, until it fails (`Err`) or `changed` no longer wants to know.
+async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Result<()> {
+    use futures::StreamExt;
+    let (client, mut conn) = config.connect(NoTls).await?;
+    let (tx, mut notices) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(m) = messages.next().await {
+            match m {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                    if tx.send(n.payload().to_string()).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "the listening connection ended");
+                    return;
+                }
+            }
+        }
+    });
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    // Listening from here on: whatever was committed before is found by a poll.
+    if !changed(None) {
+        driver.abort();
+        return Ok(());
+    }
+    let mut poll = tokio::time::interval(POLL_EVERY);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let wants = tokio::select! {
+            n = notices.recv() => match n {
+                Some(payload) => changed(parse_notice(&payload)),
+                None => return Err(Error::Unavailable("the listening connection ended".into())),
+            },
+            _ = poll.tick() => changed(None),
+        };
+        if !wants {
+            driver.abort();
+            return Ok(());
+        }
+    }
+}
+
+/// A notification's conversations (`num:head,…`); `None` for `*` or anything unreadable
+/// (then everything changed lately is looked at).
+fn parse_notice(payload: &str) -> Option<Vec<(i64, u64)>> {
+    payload
+        .split(',')
+        .map(|pair| {
+            let (num, head) = pair.split_once(':')?;
+            Some((num.parse().ok()?, head.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The PostgreSQL store: a pool of connections for reads and tokens, and what the writer
+/// connects with.
+pub struct PgStore {
+    url: String,
+    config: tokio_postgres::Config,
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("url", &redacted(&self.url))
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` and migrates its schema to this build's (once across
+    /// nodes that start together).
+    pub fn open(url: &str) -> Result<PgStore> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+            Error::Setup(format!(
+                "{} is not a PostgreSQL URL ({e}); expected postgres://USER[:PASSWORD]@HOST:PORT/DATABASE",
+                redacted(url)
+            ))
+        })?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| Error::Setup(format!("the PostgreSQL pool: {e}")))?;
+        let c = config.clone();
+        block(async move {
+            let mut client = connect(&c).await?;
+            migrations::migrate(&mut client).await.map(|_| ())
+        })
+        .map_err(|e| match e {
+            Error::Postgres(p) => Error::Unavailable(format!(
+                "could not use the database at {}: {p}",
+                redacted(url)
+            )),
+            other => other,
+        })?;
+        Ok(PgStore {
+            url: url.to_string(),
+            config,
+            pool,
+        })
+    }
+
+    /// Runs `f` with a pooled client on the driver's runtime.
+    fn with_client<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(deadpool_postgres::Object) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send,
+    {
+        let pool = self.pool.clone();
+        block(async move {
+            let client = pool.get().await.map_err(pool_error)?;
+            f(client).await
+        })
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> Error {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => Error::Postgres(e),
+        other => Error::Unavailable(format!("no connection to the database: {other}")),
+    }
+}
+
+impl Store for PgStore {
+    fn writer(&self) -> Result<Box<dyn LogWriter>> {
+        let mut w = PgWriter {
+            config: self.config.clone(),
+            conn: None,
+            nums: Vec::new(),
+            in_tx: false,
+        };
+        w.conn()?;
+        Ok(Box::new(w))
+    }
+
+    fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()> {
+        let (records, events) = self.with_client(|c| async move {
+            let convs = c
+                .query(
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations ORDER BY num",
+                    &[],
+                )
+                .await?;
+            let events = c
+                .query(
+                    &format!("SELECT conv, {} FROM events ORDER BY conv, seq", rows::RECOVER_COLUMNS),
+                    &[],
+                )
+                .await?;
+            Ok((convs, events))
+        })?;
+        let mut events = events.into_iter().peekable();
+        for r in records {
+            let record = rows::record_from(&r)?;
+            let mut mine = Vec::new();
+            while let Some(e) = events.next_if(|e| e.get::<_, i64>(0) == record.num) {
+                mine.push(recovered_from(&e, 1)?);
+            }
+            each(record, mine);
+        }
+        if let Some(e) = events.next() {
+            return Err(Error::Corrupt(format!(
+                "events of unknown conversation {}",
+                e.get::<_, i64>(0)
+            )));
+        }
+        Ok(())
+    }
+
+    fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let id = conversation.to_string();
+        let rows = self.with_client(move |c| async move {
+            let st = c
+                .prepare_cached(
+                    "SELECT e.seq, e.kind, e.author, e.turn, e.finality, e.payload, e.client_request_id, e.ts_ms
+                     FROM events e JOIN conversations c ON c.num = e.conv
+                     WHERE c.id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3",
+                )
+                .await?;
+            Ok(c.query(&st, &[&id, &(after as i64), &(limit as i64)])
+                .await?)
+        })?;
+        rows.iter().map(|r| event_from(conversation, r)).collect()
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+        let (hash, record) = (hash.to_string(), record.clone());
+        self.with_client(move |mut c| async move {
+            let tx = c.transaction().await?;
+            // Serialized with the writers' declarations of the same id (see `commit`).
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&record.agent_id],
+            )
+            .await?;
+            let declared: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = $1)",
+                    &[&record.agent_id],
+                )
+                .await?
+                .get(0);
+            if declared {
+                return Err(super::declared_refusal(&record.agent_id));
+            }
+            tx.execute(
+                "INSERT INTO tokens (hash, agent_id, admin, created_ms) VALUES ($1, $2, $3, $4)",
+                &[&hash, &record.agent_id, &record.admin, &super::now_ms()],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+        let id = agent_id.to_string();
+        self.with_client(move |c| async move {
+            Ok(c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = $1)",
+                &[&id],
+            )
+            .await?
+            .get(0))
+        })
+    }
+
+    fn follow(&self, changed: Changed) -> Result<()> {
+        runtime()?.spawn(listen(self.config.clone(), changed));
+        Ok(())
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        let hash = hash.to_string();
+        self.with_client(move |c| async move {
+            let st = c
+                .prepare_cached("SELECT agent_id, admin FROM tokens WHERE hash = $1")
+                .await?;
+            Ok(c.query_opt(&st, &[&hash]).await?.map(|r| TokenRecord {
+                agent_id: r.get(0),
+                admin: r.get(1),
+            }))
+        })
+    }
+}
+
+/// The writer's connection and the statements prepared on it.
+struct WriterConn {
+    client: Arc<Client>,
+    st: Arc<rows::Statements>,
+}
+
+impl std::fmt::Debug for WriterConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterConn")
+            .field("closed", &self.client.is_closed())
+            .finish()
+    }
+}
+
+/// The writer thread's side: one connection, one transaction per batch.
+#[derive(Debug)]
+pub struct PgWriter {
+    config: tokio_postgres::Config,
+    conn: Option<WriterConn>,
+    /// Conversation numbers taken from the sequence and not used yet.
+    nums: Vec<i64>,
+    /// Whether a batch's transaction is open (begun by [`LogWriter::lock`]).
+    in_tx: bool,
+}
+
+impl PgWriter {
+    /// The connection, made again if it was lost (a batch's transaction never spans two).
+    fn conn(&mut self) -> Result<(Arc<Client>, Arc<rows::Statements>)> {
+        if let Some(c) = &self.conn {
+            if !c.client.is_closed() {
+                return Ok((c.client.clone(), c.st.clone()));
+            }
+            self.in_tx = false;
+        }
+        let config = self.config.clone();
+        let (client, st) = block(async move {
+            let client = connect(&config).await?;
+            let st = rows::Statements::prepare(&client).await?;
+            Ok((Arc::new(client), Arc::new(st)))
+        })?;
+        self.conn = Some(WriterConn {
+            client: client.clone(),
+            st: st.clone(),
+        });
+        Ok((client, st))
+    }
+
+    /// Runs `f` on the writer's connection; a failure ends the open transaction (the server
+    /// rolls it back) and drops a connection that is no longer usable.
+    fn run<T, F, Fut>(&mut self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Client>, Arc<rows::Statements>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send,
+    {
+        let (client, st) = self.conn()?;
+        let out = block(async move { f(client, st).await });
+        if out.is_err() {
+            self.abort();
+        }
+        out
+    }
+
+    /// Ends a failed batch's transaction: rolled back, or the connection dropped when even
+    /// that fails (the server then rolls it back itself).
+    fn abort(&mut self) {
+        let was = std::mem::replace(&mut self.in_tx, false);
+        let Some(c) = &self.conn else { return };
+        if !was && !c.client.is_closed() {
+            return;
+        }
+        let client = c.client.clone();
+        if block(async move { Ok(client.batch_execute("ROLLBACK").await?) }).is_err() {
+            self.conn = None;
+        }
+    }
+}
+
+/// How a conversation is looked up.
+enum Key {
+    Id(String),
+    Num(i64),
+}
+
+impl PgWriter {
+    /// A conversation and all its events, read in one transaction.
+    fn load_by(&mut self, key: Key) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let in_tx = self.in_tx;
+        let found = self.run(move |c, st| async move {
+            // Outside a batch, one snapshot for the row and its events.
+            if !in_tx {
+                c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?;
+            }
+            let conv = match &key {
+                Key::Id(id) => c.query_opt(&st.find_conv, &[id]).await?,
+                Key::Num(num) => c.query_opt(&st.find_conv_num, &[num]).await?,
+            };
+            let events = match &conv {
+                Some(conv) => {
+                    let num: i64 = conv.get(0);
+                    c.query(&st.read_since, &[&num, &0i64]).await?
+                }
+                None => Vec::new(),
+            };
+            if !in_tx {
+                c.batch_execute("COMMIT").await?;
+            }
+            Ok(conv.map(|conv| (conv, events)))
+        })?;
+        let Some((conv, events)) = found else {
+            return Ok(None);
+        };
+        let record = rows::record_from(&conv)?;
+        let events = events
+            .iter()
+            .map(|r| recovered_from(r, 0))
+            .collect::<Result<_>>()?;
+        Ok(Some((record, events)))
+    }
+}
+
+impl LogWriter for PgWriter {
+    fn lock(&mut self, nums: &[i64], new_ids: &[String]) -> Result<Locked> {
+        if self.in_tx {
+            self.abort();
+        }
+        let mut nums = nums.to_vec();
+        nums.sort_unstable();
+        nums.dedup();
+        let mut ids = new_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let locked = self.run(move |c, st| async move {
+            c.batch_execute("BEGIN").await?;
+            let existing = if ids.is_empty() {
+                Vec::new()
+            } else {
+                // Two nodes creating the same id: the second waits here for the first's
+                // commit, then finds the id taken.
+                c.execute(&st.lock_ids, &[&ids]).await?;
+                c.query(&st.existing_ids, &[&ids])
+                    .await?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect()
+            };
+            let heads = if nums.is_empty() {
+                Vec::new()
+            } else {
+                c.query(&st.lock_heads, &[&nums])
+                    .await?
+                    .iter()
+                    .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
+                    .collect()
+            };
+            Ok(Locked { heads, existing })
+        })?;
+        self.in_tx = true;
+        Ok(locked)
+    }
+
+    fn read_since(&mut self, num: i64, after: u64) -> Result<Vec<RecoveredEvent>> {
+        let rows = self.run(move |c, st| async move {
+            Ok(c.query(&st.read_since, &[&num, &(after as i64)]).await?)
+        })?;
+        rows.iter().map(|r| recovered_from(r, 0)).collect()
+    }
+
+    fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        self.load_by(Key::Id(id.to_string()))
+    }
+
+    fn load_num(&mut self, num: i64) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        self.load_by(Key::Num(num))
+    }
+
+    fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
+        let since = super::now_ms() - LATELY.as_millis() as i64;
+        self.run(move |c, st| async move {
+            Ok(c.query(&st.changed_since, &[&since])
+                .await?
+                .iter()
+                .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
+                .collect())
+        })
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if !std::mem::replace(&mut self.in_tx, false) {
+            return Ok(());
+        }
+        self.run(|c, _| async move { Ok(c.batch_execute("COMMIT").await?) })
+    }
+
+    fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        let batch = rows::Batch::new(convs, rows);
+        let began = std::mem::replace(&mut self.in_tx, false);
+        self.run(move |c, st| async move {
+            if !began {
+                c.batch_execute("BEGIN").await?;
+            }
+            batch.write(&c, &st).await?;
+            c.batch_execute("COMMIT").await?;
+            Ok(())
+        })
+    }
+
+    fn conversation_num(&mut self) -> Result<i64> {
+        if self.nums.is_empty() {
+            let mut nums: Vec<i64> = self.run(|c, st| async move {
+                Ok(c.query(&st.take_nums, &[&NUMS_AHEAD])
+                    .await?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect())
+            })?;
+            nums.reverse();
+            self.nums = nums;
+        }
+        self.nums.pop().ok_or_else(|| {
+            Error::Corrupt("the conversation number sequence answered nothing".into())
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn durability(&mut self) -> Result<Box<dyn Durability>> {
+        Ok(Box::new(Committed))
+    }
+}
+
+/// A PostgreSQL commit is durable when it returns (`synchronous_commit=on`).
+struct Committed;
+
+impl Durability for Committed {
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -186,6 +186,8 @@ pub struct SqliteWriter {
     wal: Option<std::fs::File>,
     index: Arc<SeqIndex>,
     next_pos: i64,
+    /// The number the next new conversation gets.
+    next_num: i64,
     /// The last position committed (written to the WAL; durable once a [`WalSync`] says so).
     written: Arc<AtomicI64>,
     /// Set by the checkpointer when the WAL is long and all but the newest frames are copied.
@@ -280,12 +282,9 @@ impl LogWriter for SqliteWriter {
         }))
     }
 
-    fn max_conversation_num(&mut self) -> Result<i64> {
-        Ok(self
-            .conn
-            .query_row("SELECT COALESCE(MAX(num), 0) FROM conversations", [], |r| {
-                r.get(0)
-            })?)
+    fn conversation_num(&mut self) -> Result<i64> {
+        self.next_num += 1;
+        Ok(self.next_num - 1)
     }
 }
 
@@ -387,6 +386,11 @@ impl Store for SqliteStore {
             conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
                 r.get(0)
             })?;
+        let next_num: i64 = conn.query_row(
+            "SELECT COALESCE(MAX(num), 0) + 1 FROM conversations",
+            [],
+            |r| r.get(0),
+        )?;
         // Everything in the log at start is durable (a WAL found at open is synced, below).
         self.index.durable.store(next_pos - 1, Ordering::Release);
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
@@ -422,6 +426,7 @@ impl Store for SqliteStore {
             wal,
             index: self.index.clone(),
             next_pos,
+            next_num,
             written: Arc::new(AtomicI64::new(next_pos - 1)),
             restart_due,
             _checkpointer: checkpointer,
@@ -545,13 +550,7 @@ impl Store for SqliteStore {
             |r| r.get(0),
         )?;
         if declared {
-            return Err(crate::engine::error::refuse(
-                proto_spec::ErrorCode::Forbidden,
-                format!(
-                    "{:?} is a participant a scenario declared for the server to run; an agent id names one principal, so it cannot also have a token",
-                    record.agent_id
-                ),
-            ));
+            return Err(super::declared_refusal(&record.agent_id));
         }
         tx.execute(
             "INSERT INTO tokens (hash, agent_id, admin, created_ms) VALUES (?1, ?2, ?3, ?4)",

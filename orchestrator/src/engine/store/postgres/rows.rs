@@ -1,0 +1,305 @@
+//! The writer's statements, and rows read back into events, recovered events and records.
+
+use proto_spec::{Event, Finality};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio_postgres::{Client, Row, Statement};
+
+use crate::engine::error::{Error, Result};
+use crate::engine::state::Draft;
+use crate::engine::store::{
+    finality_from, format_ts, hash_from, kind_from, ConversationRecord, NewConversation, NewRow,
+    RecoveredEvent,
+};
+
+/// The columns of an event read back for the state machine (the payload of system events
+/// only), in the order [`recovered_from`] reads them.
+pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
+     CASE WHEN kind = 'system' THEN payload END, client_request_id, request_hash, ts_ms";
+
+/// The writer's statements, prepared once per connection.
+pub struct Statements {
+    pub lock_ids: Statement,
+    pub existing_ids: Statement,
+    pub lock_heads: Statement,
+    pub read_since: Statement,
+    pub find_conv: Statement,
+    pub find_conv_num: Statement,
+    pub changed_since: Statement,
+    pub take_nums: Statement,
+    insert_convs: Statement,
+    declare: Statement,
+    insert_events: Statement,
+    move_heads: Statement,
+    notify: Statement,
+}
+
+impl Statements {
+    pub async fn prepare(c: &Client) -> Result<Statements> {
+        Ok(Statements {
+            lock_ids: c
+                .prepare(
+                    "SELECT pg_advisory_xact_lock(h) FROM \
+                     (SELECT DISTINCT hashtextextended(i, 0) AS h FROM unnest($1::text[]) i ORDER BY 1) l",
+                )
+                .await?,
+            existing_ids: c
+                .prepare("SELECT id FROM conversations WHERE id = ANY($1::text[])")
+                .await?,
+            lock_heads: c
+                .prepare(
+                    "SELECT num, head FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
+                )
+                .await?,
+            read_since: c
+                .prepare(&format!(
+                    "SELECT {RECOVER_COLUMNS} FROM events WHERE conv = $1 AND seq > $2 ORDER BY seq"
+                ))
+                .await?,
+            find_conv: c
+                .prepare(
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE id = $1",
+                )
+                .await?,
+            find_conv_num: c
+                .prepare(
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE num = $1",
+                )
+                .await?,
+            changed_since: c
+                .prepare("SELECT num, head FROM conversations WHERE updated_ms > $1")
+                .await?,
+            take_nums: c
+                .prepare("SELECT nextval('conversation_num') FROM generate_series(1, $1::bigint)")
+                .await?,
+            insert_convs: c
+                .prepare(
+                    "INSERT INTO conversations (num, id, created_by, participants, metadata) \
+                     SELECT n, i, b, p::jsonb, m::jsonb \
+                     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(n, i, b, p, m)",
+                )
+                .await?,
+            declare: c
+                .prepare(
+                    "INSERT INTO declared_agents (agent_id) \
+                     SELECT a FROM unnest($1::text[]) a ORDER BY 1 ON CONFLICT DO NOTHING",
+                )
+                .await?,
+            insert_events: c
+                .prepare(
+                    "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) \
+                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], \
+                                          $6::text[], $7::text[], $8::text[], $9::bytea[], $10::bigint[])",
+                )
+                .await?,
+            // The compare-and-set on each head: a batch decided on a view the log has moved
+            // past (which the lock should make impossible) writes nothing.
+            move_heads: c
+                .prepare(
+                    "UPDATE conversations c SET head = u.head, closed = c.closed OR u.closed, updated_ms = $5 \
+                     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bool[]) AS u(num, old, head, closed) \
+                     WHERE c.num = u.num AND c.head = u.old",
+                )
+                .await?,
+            notify: c
+                .prepare(&format!("SELECT pg_notify('{}', $1)", super::CHANNEL))
+                .await?,
+        })
+    }
+}
+
+/// One batch's rows, as the arrays its statements take (owned, to cross to the driver).
+pub struct Batch {
+    convs: ConvColumns,
+    declared: Vec<String>,
+    events: EventColumns,
+    /// Per conversation written: number, head before, head after, whether it closed.
+    heads: (Vec<i64>, Vec<i64>, Vec<i64>, Vec<bool>),
+    ts_ms: i64,
+    notice: String,
+}
+
+/// New conversations as columns: number, id, creator, participants and metadata (JSON).
+#[derive(Default)]
+struct ConvColumns(
+    Vec<i64>,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Vec<Option<String>>,
+);
+
+#[derive(Default)]
+struct EventColumns {
+    conv: Vec<i64>,
+    seq: Vec<i64>,
+    kind: Vec<&'static str>,
+    author: Vec<String>,
+    turn: Vec<i64>,
+    finality: Vec<Option<&'static str>>,
+    payload: Vec<String>,
+    client_request_id: Vec<Option<String>>,
+    hash: Vec<Option<Vec<u8>>>,
+    ts_ms: Vec<i64>,
+}
+
+impl Batch {
+    pub fn new(convs: &[NewConversation], rows: &[NewRow<'_>]) -> Batch {
+        let mut b = Batch {
+            convs: Default::default(),
+            declared: Vec::new(),
+            events: EventColumns::default(),
+            heads: Default::default(),
+            ts_ms: rows.first().map_or(0, |r| r.ts_ms),
+            notice: String::new(),
+        };
+        for c in convs {
+            b.convs.0.push(c.num);
+            b.convs.1.push(c.id.clone());
+            b.convs.2.push(c.created_by.clone());
+            b.convs
+                .3
+                .push(serde_json::to_string(&c.participants).unwrap_or_default());
+            b.convs.4.push(c.metadata.as_ref().map(Value::to_string));
+            b.declared.extend(c.declared.iter().cloned());
+        }
+        let e = &mut b.events;
+        for r in rows {
+            let d = r.draft;
+            e.conv.push(r.conv);
+            e.seq.push(d.seq as i64);
+            e.kind.push(d.kind.as_str());
+            e.author.push(d.author.clone());
+            e.turn.push(d.turn as i64);
+            e.finality.push(d.finality.map(|f| f.as_str()));
+            e.payload.push(d.payload.get().to_string());
+            e.client_request_id.push(d.client_request_id.clone());
+            e.hash.push(d.hash.map(|h| h.to_vec()));
+            e.ts_ms.push(r.ts_ms);
+            let h = &mut b.heads;
+            // Rows come grouped by conversation, in seq order.
+            if h.0.last() != Some(&r.conv) {
+                h.0.push(r.conv);
+                h.1.push(d.seq as i64 - 1);
+                h.2.push(d.seq as i64);
+                h.3.push(false);
+            }
+            let last = h.2.len() - 1;
+            h.2[last] = d.seq as i64;
+            h.3[last] |= d.finality == Some(Finality::Conversation);
+        }
+        b.notice = notice(&b.heads.0, &b.heads.2);
+        b
+    }
+
+    /// Writes the batch in the open transaction: conversations, declarations, events, heads
+    /// (failing when one did not move from where the batch found it), and the notification.
+    pub async fn write(&self, c: &Client, st: &Statements) -> Result<()> {
+        if !self.convs.0.is_empty() {
+            let ConvColumns(n, i, b, p, m) = &self.convs;
+            c.execute(&st.insert_convs, &[n, i, b, p, m]).await?;
+        }
+        if !self.declared.is_empty() {
+            // Serialized with token creation for the same ids (`insert_token`).
+            c.execute(&st.lock_ids, &[&self.declared]).await?;
+            c.execute(&st.declare, &[&self.declared]).await?;
+        }
+        let e = &self.events;
+        let event_params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+            &e.conv,
+            &e.seq,
+            &e.kind,
+            &e.author,
+            &e.turn,
+            &e.finality,
+            &e.payload,
+            &e.client_request_id,
+            &e.hash,
+            &e.ts_ms,
+        ];
+        let inserted = c.execute(&st.insert_events, &event_params);
+        let (num, old, head, closed) = &self.heads;
+        let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [num, old, head, closed, &self.ts_ms];
+        let moved = c.execute(&st.move_heads, &head_params);
+        let notice_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.notice];
+        let notified = c.execute(&st.notify, &notice_params);
+        // Sent together (the driver pipelines them); the transaction fails as a whole.
+        let (_, moved, _) = futures::try_join!(inserted, moved, notified)?;
+        if moved != num.len() as u64 {
+            return Err(Error::Corrupt(format!(
+                "{} of {} conversations moved past the heads this batch locked; nothing written",
+                num.len() as u64 - moved,
+                num.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The notification of a batch: `num:head` per conversation, or `*` when too long.
+fn notice(nums: &[i64], heads: &[i64]) -> String {
+    let mut s = String::new();
+    for (n, h) in nums.iter().zip(heads) {
+        if !s.is_empty() {
+            s.push(',');
+        }
+        s.push_str(&format!("{n}:{h}"));
+        if s.len() > super::NOTIFY_MAX {
+            return "*".into();
+        }
+    }
+    s
+}
+
+/// A conversation row (`num, id, created_by, participants, metadata`).
+pub fn record_from(r: &Row) -> Result<ConversationRecord> {
+    let participants: String = r.try_get(3)?;
+    let metadata: Option<String> = r.try_get(4)?;
+    Ok(ConversationRecord {
+        num: r.try_get(0)?,
+        id: r.try_get(1)?,
+        created_by: r.try_get(2)?,
+        participants: serde_json::from_str(&participants)
+            .map_err(|e| Error::Corrupt(format!("participants: {e}")))?,
+        metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
+    })
+}
+
+/// An event for the state machine, from [`RECOVER_COLUMNS`] starting at column `at`.
+pub fn recovered_from(r: &Row, at: usize) -> Result<RecoveredEvent> {
+    let payload: Option<String> = r.try_get(at + 5)?;
+    let payload = match payload {
+        Some(p) => RawValue::from_string(p).map_err(|e| Error::Corrupt(e.to_string()))?,
+        None => RawValue::NULL.to_owned(),
+    };
+    Ok(RecoveredEvent {
+        draft: Draft {
+            seq: r.try_get::<_, i64>(at)? as u64,
+            kind: kind_from(r.try_get(at + 1)?)?,
+            author: r.try_get(at + 2)?,
+            turn: r.try_get::<_, i64>(at + 3)? as u64,
+            finality: finality_from(r.try_get(at + 4)?)?,
+            payload,
+            client_request_id: r.try_get(at + 6)?,
+            hash: hash_from(r.try_get(at + 7)?),
+        },
+        ts_ms: r.try_get(at + 8)?,
+    })
+}
+
+/// A wire event (`seq, kind, author, turn, finality, payload, client_request_id, ts_ms`).
+pub fn event_from(conversation: &str, r: &Row) -> Result<Event> {
+    Ok(Event {
+        conversation_id: conversation.to_string(),
+        seq: r.try_get::<_, i64>(0)? as u64,
+        kind: kind_from(r.try_get(1)?)?,
+        author: r.try_get(2)?,
+        turn: r.try_get::<_, i64>(3)? as u64,
+        finality: finality_from(r.try_get(4)?)?,
+        payload: RawValue::from_string(r.try_get(5)?).map_err(|e| Error::Corrupt(e.to_string()))?,
+        client_request_id: r.try_get(6)?,
+        ts: format_ts(r.try_get(7)?),
+        json: Default::default(),
+    })
+}

@@ -1,0 +1,188 @@
+//! The writer on a log that other nodes write too (PostgreSQL).
+//!
+//! Before a batch decides anything, [`Writer::begin_shared`] locks, in the database, every
+//! conversation the batch may touch, and catches the writer's state up on whatever another node
+//! appended to them since this one last looked: the batch then decides on the whole log, and
+//! the lock keeps it whole until the commit. Events another node commits are also caught up on
+//! when it says so ([`Job::Refresh`], from the store's notifications and its polling), so that
+//! readers and subscribers here see them; those are published in the log's order, through the
+//! same pipeline as this node's own batches.
+
+use super::*;
+use crate::engine::store::{ConversationRecord, RecoveredEvent};
+
+/// What a caller is told when a batch failed: whether the database could not be used, or
+/// something else went wrong.
+pub(super) fn failure_message(e: &Error) -> &'static str {
+    match e {
+        Error::Unavailable(_) | Error::Postgres(_) => crate::engine::error::UNAVAILABLE,
+        _ => "the append could not be made durable",
+    }
+}
+
+impl Writer {
+    /// Locks the conversations `batch` may touch and catches up on them; loads the ones this
+    /// node has not met yet (created by another node) and the ids it would create that another
+    /// node has taken meanwhile (so that the creation is refused).
+    pub(super) fn begin_shared(&mut self, batch: &[Job]) -> Result<()> {
+        let mut nums = Vec::new();
+        let mut new_ids = Vec::new();
+        for job in batch {
+            let id = match job {
+                Job::Append { conversation, .. } => conversation.as_str(),
+                Job::Meet { id, .. } => {
+                    self.known(id)?;
+                    continue;
+                }
+                Job::Create { conv, .. } => {
+                    new_ids.push(conv.id.clone());
+                    match &conv.child_of {
+                        Some(c) => c.parent.as_str(),
+                        None => continue,
+                    }
+                }
+                Job::Refresh(changes) => {
+                    self.refresh(changes.as_deref())?;
+                    continue;
+                }
+                Job::Stop => continue,
+            };
+            let Some(at) = self.known(id)? else { continue };
+            let slot = &self.convs.slots[at];
+            nums.push(slot.num);
+            // A sub-conversation that closes reports to its parent in the same batch.
+            if let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) {
+                if let Some(p) = self.known(&parent)? {
+                    nums.push(self.convs.slots[p].num);
+                }
+            }
+        }
+        if nums.is_empty() && new_ids.is_empty() {
+            return Ok(());
+        }
+        let locked = self.log.lock(&nums, &new_ids)?;
+        for id in &locked.existing {
+            self.known(id)?;
+        }
+        for (num, head) in locked.heads {
+            if let Some(&at) = self.convs.by_num.get(&num) {
+                self.catch_up(at, head)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The slot of conversation `id`, loaded from the log if this node has not met it.
+    fn known(&mut self, id: &str) -> Result<Option<usize>> {
+        if let Some(at) = self.convs.find(id) {
+            return Ok(Some(at));
+        }
+        match self.log.load(id)? {
+            Some((record, events)) => Ok(Some(self.adopt(record, events)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes in a conversation another node created: its state from its events, published
+    /// here as it was committed there (the first commit registers it for readers).
+    fn adopt(&mut self, record: ConversationRecord, events: Vec<RecoveredEvent>) -> Result<usize> {
+        let state = ConvMachine::new(record.id.clone(), record.participants.clone());
+        let shared = Hub::make(
+            &record.id,
+            state.participants().to_vec(),
+            state.core.clone(),
+        );
+        let at = self.convs.insert(
+            &record.id,
+            Slot {
+                num: record.num,
+                state,
+                shared,
+                mark: 0,
+            },
+        );
+        self.take_in(at, events, true)?;
+        let slot = &self.convs.slots[at];
+        if let Some(p) = slot.state.policy() {
+            slot.shared.set_policy(p.clone());
+        }
+        if let Some(p) = slot.state.parent() {
+            slot.shared.set_parent(p.conversation_id.clone());
+        }
+        Ok(at)
+    }
+
+    /// Brings the conversation in `at` up to `head` from the log, publishing what it reads.
+    fn catch_up(&mut self, at: usize, head: u64) -> Result<()> {
+        let slot = &self.convs.slots[at];
+        if head <= slot.state.core.head {
+            return Ok(());
+        }
+        let events = self.log.read_since(slot.num, slot.state.core.head)?;
+        self.take_in(at, events, false)
+    }
+
+    /// Observes events another node committed and hands them on to be published, one commit
+    /// (one timestamp) at a time; `new`: the first commit makes the conversation known here.
+    fn take_in(&mut self, at: usize, events: Vec<RecoveredEvent>, new: bool) -> Result<()> {
+        let slot = &mut self.convs.slots[at];
+        let mut groups: Vec<Committed> = Vec::new();
+        for e in events {
+            if e.draft.seq != slot.state.core.head + 1 {
+                return Err(Error::Corrupt(format!(
+                    "conversation {} read back seq {} after {}",
+                    slot.state.id, e.draft.seq, slot.state.core.head
+                )));
+            }
+            slot.state.observe(&e.draft);
+            let core = slot.state.core.clone();
+            match groups.last_mut() {
+                Some(g) if g.ts_ms == e.ts_ms => {
+                    let c = &mut g.convs[0];
+                    c.drafts.push(e.draft);
+                    c.core = core;
+                }
+                _ => groups.push(Committed {
+                    ts_ms: e.ts_ms,
+                    convs: vec![CommittedConv {
+                        shared: slot.shared.clone(),
+                        core,
+                        drafts: vec![e.draft],
+                        new: new && groups.is_empty(),
+                    }],
+                    replies: Vec::new(),
+                }),
+            }
+        }
+        for g in groups {
+            self.hand_on_committed(g, 0);
+        }
+        Ok(())
+    }
+
+    /// Catches up on the conversations another node says it wrote (`None`: every one changed
+    /// lately), loading those this node has not met.
+    pub(super) fn refresh(&mut self, changes: Option<&[(i64, u64)]>) -> Result<()> {
+        let lately;
+        let changes = match changes {
+            Some(c) => c,
+            None => {
+                lately = self.log.changed_lately()?;
+                &lately
+            }
+        };
+        for &(num, head) in changes {
+            let at = match self.convs.by_num.get(&num) {
+                Some(&at) => at,
+                None => {
+                    if let Some((record, events)) = self.log.load_num(num)? {
+                        self.adopt(record, events)?;
+                    }
+                    continue;
+                }
+            };
+            self.catch_up(at, head)?;
+        }
+        Ok(())
+    }
+}
