@@ -11,7 +11,7 @@ use agent_sdk::{Agent, AgentClient, AgentContext, TurnOutcome};
 use tokio::time::Instant;
 
 /// A turn handed to an executor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Assignment {
     /// The conversation.
     pub conversation_id: String,
@@ -25,6 +25,11 @@ pub struct Assignment {
     pub since_seq: u64,
     /// Write `turn_start` and `turn_end` traces (failures are always traced).
     pub traces: bool,
+    /// On a cluster: the fence of the claim under which this node runs the turn (its writes
+    /// carry it, and are refused once another node has taken the turn over).
+    pub claim: Option<i64>,
+    /// On a cluster: turns true when the claim is lost; the run stops at once.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Assignment {

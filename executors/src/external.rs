@@ -90,6 +90,8 @@ impl ExternalExecutor {
                     ),
                     since_seq: offer.since_seq,
                     traces: true,
+                    claim: None,
+                    stop: None,
                 };
                 let report = me.core.run(me.agent.as_ref(), me.client.clone(), &a).await;
                 tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "claimed turn ran");
@@ -144,6 +146,8 @@ impl ExternalExecutor {
             deadline: deadline_from(s.guidance.deadline.as_deref(), self.default_timeout),
             since_seq: 0,
             traces: true,
+            claim: None,
+            stop: None,
         };
         let this = self.clone();
         tokio::spawn(async move {

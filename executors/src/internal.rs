@@ -74,7 +74,21 @@ impl InternalExecutor {
             }
         };
         let client = (self.clients)(a);
-        Some(self.core.run(agent.as_ref(), client, a).await)
+        let run = self.core.run(agent.as_ref(), client, a);
+        match a.stop.clone() {
+            None => Some(run.await),
+            // The claim was lost (another node runs the turn now): the agent is stopped, not
+            // left to finish work whose writes would be refused.
+            Some(mut stop) => tokio::select! {
+                report = run => Some(report),
+                // A dropped sender means the claim is no longer watched (the turn moved on): the
+                // run finishes.
+                Ok(_) = stop.wait_for(|s| *s) => {
+                    tracing::info!(conversation = %a.conversation_id, agent = %a.agent_id, turn = a.turn, "turn stopped: its claim was lost");
+                    None
+                }
+            },
+        }
     }
 
     /// Takes assignments from `source` until it closes, each on its own task.

@@ -16,6 +16,7 @@
 //! - `python/`: black-box clients in Python against the release binary.
 
 pub mod pg;
+pub mod procs;
 pub mod proxy;
 
 use std::collections::HashMap;
@@ -174,16 +175,32 @@ impl TestServer {
         agents: HashMap<String, Arc<dyn Agent>>,
     ) -> TestServer {
         let (db, pg) = postgres_database().await;
+        TestServer::on_url(db, pg, limits, agents).await
+    }
+
+    /// A server on the PostgreSQL database at `url` (keeping `pg`, the server it is on, when
+    /// the harness started it).
+    pub async fn on_url(
+        url: String,
+        pg: Option<pg::TestPostgres>,
+        limits: Limits,
+        agents: HashMap<String, Arc<dyn Agent>>,
+    ) -> TestServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        TestServer::on_database(db, pg, dir, limits, TurnConfig::default(), agents).await
+        TestServer::on_database(url, pg, dir, limits, TurnConfig::default(), agents).await
     }
 
     /// Another node on this server's (PostgreSQL) database, with the same tokens, limits and
     /// agents.
     pub async fn another_node(&self) -> TestServer {
+        self.another_node_via(self.db.clone()).await
+    }
+
+    /// Another node, reaching the same database at `url` (through a proxy, say).
+    pub async fn another_node_via(&self, url: String) -> TestServer {
         let mut node = TestServer {
             server: None,
-            db: self.db.clone(),
+            db: url,
             tokens: self.tokens.clone(),
             limits: self.limits.clone(),
             turn_config: self.turn_config.clone(),

@@ -2,6 +2,7 @@
 //! client and any conversation, and the log's invariants hold across them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jsonrpsee::core::client::ClientT;
 use jsonrpsee::ws_client::WsClient;
@@ -83,6 +84,7 @@ async fn writers_on_every_node_keep_seq_dense_and_keys_unique() {
     let mut keys = HashMap::new();
     for e in &events {
         if let Some(k) = e["clientRequestId"].as_str() {
+            assert_eq!(e["payload"]["text"], k.replace('-', " "), "{e}");
             assert!(
                 keys.insert(k.to_string(), e["seq"].as_u64().unwrap())
                     .is_none(),
@@ -105,6 +107,10 @@ async fn writers_on_every_node_keep_seq_dense_and_keys_unique() {
             .expect("open")
             .expect("an event");
         assert_eq!(n["event"]["seq"], expect, "no gap, no duplicate on node C");
+        // Whole events: the payload as it was written, whichever node wrote it.
+        if let Some(key) = n["event"]["clientRequestId"].as_str() {
+            assert_eq!(n["event"]["payload"]["text"], key.replace('-', " "), "{n}");
+        }
         expect += 1;
     }
 }
@@ -145,4 +151,249 @@ async fn all_conversations_and_turn_hints_hold_across_nodes() {
         .filter(|e| e["kind"] == "message" && e["turn"] == 1)
         .count();
     assert_eq!(replies, 1, "{events:?}");
+}
+
+/// An internal agent that counts how often each turn of each conversation ran, and answers
+/// with the run's number; `hold` keeps a run waiting until released.
+#[derive(Default)]
+struct Counting {
+    runs: std::sync::Mutex<HashMap<(String, u64), u32>>,
+    total: std::sync::atomic::AtomicU32,
+    hold: std::sync::atomic::AtomicBool,
+    release: tokio::sync::Notify,
+    /// Runs that went on to answer (a stopped run never gets here).
+    answered: std::sync::atomic::AtomicU32,
+}
+
+#[agent_sdk::async_trait]
+impl agent_sdk::Agent for Counting {
+    async fn handle_turn(
+        &self,
+        ctx: &agent_sdk::AgentContext,
+    ) -> Result<agent_sdk::TurnOutcome, agent_sdk::AgentError> {
+        let run = 1 + self.total.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut runs) = self.runs.lock() {
+            *runs
+                .entry((ctx.conversation_id.clone(), ctx.turn))
+                .or_default() += 1;
+        }
+        if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+            self.release.notified().await;
+        }
+        self.answered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ctx.say(format!("run {run}"), proto_spec::Finality::Turn)
+            .await?;
+        Ok(agent_sdk::TurnOutcome::Posted)
+    }
+}
+
+fn counting_agents(agent: &Arc<Counting>) -> HashMap<String, Arc<dyn agent_sdk::Agent>> {
+    let mut agents: HashMap<String, Arc<dyn agent_sdk::Agent>> = HashMap::new();
+    agents.insert("bot1".into(), agent.clone());
+    agents.insert("bot2".into(), agent.clone());
+    agents
+}
+
+async fn create_with_policy(node: &TestServer, id: &str, participants: &[&str]) {
+    let admin = node.client("admin").await;
+    let _: Value = admin
+        .request(
+            "createConversation",
+            P(json!({"conversationId": id, "scenario": {
+                "participants": participants, "policy": {"order": "round_robin"}}})),
+        )
+        .await
+        .expect("create");
+}
+
+/// Two internal agents take turns in conversations served by three nodes that all see every
+/// pending turn: each turn runs on exactly one node (the claim), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_turn_runs_once_across_nodes() {
+    let agent = Arc::new(Counting::default());
+    let a = TestServer::on_postgres(test_limits(), counting_agents(&agent)).await;
+    let b = a.another_node().await;
+    let c = a.another_node().await;
+    for i in 0..4 {
+        create_with_policy([&a, &b, &c][i % 3], &format!("duo-{i}"), &["bot1", "bot2"]).await;
+    }
+    let admin = c.client("admin").await;
+    for i in 0..4 {
+        let id = format!("duo-{i}");
+        tests::eventually(&format!("{id} reaches turn 12"), || {
+            agent
+                .runs
+                .lock()
+                .map(|r| r.keys().filter(|(c, _)| *c == id).count() >= 12)
+                .unwrap_or(false)
+        })
+        .await;
+        let events = log(&admin, &id).await;
+        let replies: Vec<u64> = events
+            .iter()
+            .filter(|e| e["kind"] == "message")
+            .map(|e| e["turn"].as_u64().unwrap())
+            .collect();
+        let mut dedup = replies.clone();
+        dedup.dedup();
+        assert_eq!(replies, dedup, "at most one reply per turn in {id}");
+    }
+    drop((a, b));
+    let runs = agent.runs.lock().unwrap().clone();
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "turns run more than once: {twice:?}");
+}
+
+/// A node cut off from the database (a proxy that stops forwarding, connections left open)
+/// while it runs an internal agent's turn: it stops the run before its lease could have run
+/// out, another node takes the turn over and answers it, and when the proxy forwards again the
+/// cut-off node appends nothing for that turn (a write under its old claim is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
+    let (url, _pg) = tests::postgres_database().await;
+    let direct = url::Url::parse(&url).expect("url");
+    let upstream = format!(
+        "{}:{}",
+        direct.host_str().expect("host"),
+        direct.port().expect("port")
+    );
+    let proxy = tests::proxy::Proxy::start(upstream.parse().expect("addr")).await;
+    let mut via = direct.clone();
+    via.set_port(Some(proxy.addr().port())).expect("port");
+    let agent = Arc::new(Counting::default());
+    agent.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cut = TestServer::on_url(
+        via.to_string(),
+        None,
+        test_limits(),
+        counting_agents(&agent),
+    )
+    .await;
+    create_with_policy(&cut, "cut", &["bot1", "alice"]).await;
+    tests::eventually("bot1's first run starts on the node to be cut off", || {
+        agent.total.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    let other = cut.another_node_via(url.clone()).await;
+    proxy.stall();
+    // The takeover: once the cut-off node's lease has run out, the other node runs the turn.
+    tests::eventually("the other node takes the turn over", || {
+        agent.total.load(std::sync::atomic::Ordering::SeqCst) == 2
+    })
+    .await;
+    agent.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    agent.release.notify_waiters();
+    let alice = other.client("alice").await;
+    let until = tokio::time::Instant::now() + WAIT;
+    while !log(&alice, "cut")
+        .await
+        .iter()
+        .any(|e| e["kind"] == "message")
+    {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the turn was not answered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Forwarding again: the cut-off node's first run was stopped, and a write under its claim
+    // (fence) is refused.
+    proxy.resume();
+    let stale = cut
+        .running()
+        .orchestrator()
+        .send_trace_fenced(
+            &orchestrator::engine::auth::Identity::new("bot1", false),
+            proto_spec::SendTraceParams {
+                conversation_id: "cut".into(),
+                payload: json!({"type": "late"}),
+                turn: Some(1),
+                client_request_id: None,
+                finality: None,
+            },
+            Some(orchestrator::engine::store::Fence { turn: 1, fence: 1 }),
+        )
+        .await;
+    let refused = stale.expect_err("a write under a lost claim");
+    assert_eq!(
+        refused.to_rpc().code,
+        proto_spec::ErrorCode::ClaimNotFound,
+        "{refused}"
+    );
+    let events = log(&alice, "cut").await;
+    let replies: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["turn"] == 1)
+        .collect();
+    assert_eq!(replies.len(), 1, "{events:?}");
+    assert_eq!(
+        replies[0]["payload"]["text"], "run 2",
+        "the takeover's answer"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["payload"]["text"] == "run 1" || e["payload"]["type"] == "late"),
+        "{events:?}"
+    );
+    // The cut-off node's run was stopped when its lease could no longer be renewed: it never
+    // went on to answer (the release woke every run still waiting).
+    assert_eq!(agent.answered.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// Push replicas of one agent connected to two different nodes: each node offers the turn to
+/// its own replica, and one claim is granted cluster-wide, so each turn runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_turn_is_granted_once_across_nodes() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    let agent = Arc::new(Counting::default());
+    let mut replicas = Vec::new();
+    for node in [&a, &b] {
+        let client: Arc<dyn agent_sdk::AgentClient> = Arc::new(node.sdk("bob", None).await);
+        let push = executors::ExternalExecutor::new(
+            client,
+            agent.clone(),
+            Arc::new(executors::ExecutorCore::default()),
+        );
+        replicas.push(tokio::spawn(async move { push.run_push().await }));
+        let turns = node.running().orchestrator().turns().clone();
+        tests::eventually("a replica registers", || turns.replicas_of("bob") == 1).await;
+    }
+    create_with_policy(&a, "pushed", &["alice", "bob"]).await;
+    let alice = b.client("alice").await;
+    for i in 0..6u64 {
+        // Alice speaks in her turns (odd), bob's replicas answer in theirs (even).
+        let turn = 2 * i + 1;
+        let _: Value = alice
+            .request(
+                "sendMessage",
+                P(
+                    json!({"conversationId": "pushed", "payload": {"text": format!("ask {i}")},
+                         "finality": "turn", "turnHint": {"turn": turn}}),
+                ),
+            )
+            .await
+            .expect("alice's turn");
+        let until = tokio::time::Instant::now() + WAIT;
+        while !log(&alice, "pushed")
+            .await
+            .iter()
+            .any(|e| e["kind"] == "message" && e["turn"] == turn + 1)
+        {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "bob did not answer turn {}",
+                turn + 1
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    for r in replicas {
+        r.abort();
+    }
+    let runs = agent.runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    assert!(runs.values().all(|n| *n == 1), "a turn ran twice: {runs:?}");
 }

@@ -22,6 +22,8 @@ pub struct InProcessClient {
     orch: Weak<Orchestrator>,
     _keep: Option<Arc<Orchestrator>>,
     who: Identity,
+    /// The claim its writes are made under (a turn run on a cluster).
+    fence: Option<crate::engine::store::Fence>,
 }
 
 fn rpc(e: Error) -> ClientError {
@@ -35,6 +37,7 @@ impl InProcessClient {
             orch: Arc::downgrade(&orch),
             _keep: Some(orch),
             who,
+            fence: None,
         }
     }
 
@@ -45,7 +48,14 @@ impl InProcessClient {
             orch,
             _keep: None,
             who,
+            fence: None,
         }
+    }
+
+    /// Its writes carry `fence`: refused once the claim they are made under is taken.
+    pub fn with_fence(mut self, fence: Option<crate::engine::store::Fence>) -> Self {
+        self.fence = fence;
+        self
     }
 
     fn o(&self) -> ClientResult<Arc<Orchestrator>> {
@@ -106,12 +116,18 @@ impl AgentClient for InProcessClient {
 
     async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
         p.client_request_id.get_or_insert_with(new_request_id);
-        self.o()?.send_message(&self.who, p).await.map_err(rpc)
+        self.o()?
+            .send_message_fenced(&self.who, p, self.fence)
+            .await
+            .map_err(rpc)
     }
 
     async fn send_trace(&self, mut p: SendTraceParams) -> ClientResult<AppendResult> {
         p.client_request_id.get_or_insert_with(new_request_id);
-        self.o()?.send_trace(&self.who, p).await.map_err(rpc)
+        self.o()?
+            .send_trace_fenced(&self.who, p, self.fence)
+            .await
+            .map_err(rpc)
     }
 
     async fn subscribe(&self, p: SubscribeParams) -> ClientResult<EventStream> {
@@ -156,7 +172,7 @@ impl AgentClient for InProcessClient {
     }
 
     async fn claim_turn(&self, p: ClaimTurnParams) -> ClientResult<ClaimTurnResult> {
-        self.o()?.claim_turn(&self.who, p).map_err(rpc)
+        self.o()?.claim_turn(&self.who, p).await.map_err(rpc)
     }
 
     async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {

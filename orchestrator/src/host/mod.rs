@@ -103,8 +103,12 @@ fn client_factory(
                 .unwrap_or_default();
             Identity::declared(a.agent_id.clone(), a.conversation_id.clone(), authority)
         };
+        let fence = a.claim.map(|fence| crate::engine::store::Fence {
+            turn: a.turn,
+            fence,
+        });
         let client: Arc<dyn agent_sdk::AgentClient> =
-            Arc::new(client::InProcessClient::from_weak(weak.clone(), who));
+            Arc::new(client::InProcessClient::from_weak(weak.clone(), who).with_fence(fence));
         client
     })
 }

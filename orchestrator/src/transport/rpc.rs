@@ -133,7 +133,7 @@ pub fn module(
         |o: Ctx, who, p| async move { o.fork_conversation(&who, p).await },
     )?;
     add(&mut m, names::CLAIM_TURN, |o: Ctx, who, p| async move {
-        o.claim_turn(&who, p)
+        o.claim_turn(&who, p).await
     })?;
     add(&mut m, names::TAIL, |o: Ctx, who, p| async move {
         o.tail(&who, p).await

@@ -64,6 +64,9 @@ impl Orchestrator {
         let hub = Arc::new(Hub::default());
         let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
         let turns = Turns::new(hub.clone(), turn_config, runtime);
+        if store.shared() {
+            turns.join_cluster(store.clone());
+        }
         turns.attach(&hub);
         crate::engine::timers::spawn(hub.clone(), writer.clone());
         Ok(Arc::new(Orchestrator {
@@ -126,6 +129,7 @@ impl Orchestrator {
     /// event is durable before this returns.
     pub async fn shutdown(&self) {
         self.hub.close();
+        self.turns.leave_cluster().await;
         self.writer.stop().await;
     }
 
@@ -184,8 +188,11 @@ impl Orchestrator {
     }
 
     /// `claimTurn`.
-    pub fn claim_turn(&self, who: &Identity, p: ClaimTurnParams) -> Result<ClaimTurnResult> {
-        self.turns.claim(&who.agent_id, &p).map_err(Error::Rpc)
+    pub async fn claim_turn(&self, who: &Identity, p: ClaimTurnParams) -> Result<ClaimTurnResult> {
+        self.turns
+            .claim(&who.agent_id, &p)
+            .await
+            .map_err(Error::Rpc)
     }
 
     /// `forkConversation` (admins): a new conversation that starts with the events of another
@@ -472,8 +479,18 @@ impl Orchestrator {
     /// The message is checked and queued for the writer when this is called; the future only
     /// waits for the answer (see [`crate::engine::writer::WriterHandle::append`]).
     pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
+        self.send_message_fenced(who, p, None)
+    }
+
+    /// `sendMessage` made for a claimed turn: refused once another node has taken it over.
+    pub fn send_message_fenced(
+        &self,
+        who: &Identity,
+        p: SendMessageParams,
+        fence: Option<crate::engine::store::Fence>,
+    ) -> Appending {
         match self.message_request(who, p) {
-            Ok((conversation, req)) => self.writer.append(conversation, req),
+            Ok((conversation, req)) => self.writer.append(conversation, req.with_fence(fence)),
             Err(e) => Appending::refused(e),
         }
     }
@@ -501,6 +518,16 @@ impl Orchestrator {
 
     /// `sendTrace`: acknowledged once durable.
     pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
+        self.send_trace_fenced(who, p, None).await
+    }
+
+    /// `sendTrace` made for a claimed turn: refused once another node has taken it over.
+    pub async fn send_trace_fenced(
+        &self,
+        who: &Identity,
+        p: SendTraceParams,
+        fence: Option<crate::engine::store::Fence>,
+    ) -> Result<AppendResult> {
         if p.finality.is_some() {
             return Err(refuse(
                 ErrorCode::InvalidFinality,
@@ -511,7 +538,8 @@ impl Orchestrator {
         self.check_writable(who, &p.conversation_id)?;
         let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
-            .with_client_request_id(p.client_request_id);
+            .with_client_request_id(p.client_request_id)
+            .with_fence(fence);
         self.check_payload(req.payload.get())?;
         self.writer.append(p.conversation_id, req).await
     }

@@ -62,6 +62,9 @@ pub struct AppendRequest {
     /// A message from the orchestrator appended right after this event and before the
     /// policy's decision, with finality `none`: a sub-conversation's input, after its `created`.
     pub opening: Option<Box<RawValue>>,
+    /// For a write made for a claimed turn (an internal agent's on a shared log): the claim it
+    /// holds; the write is refused if another node has taken the turn since.
+    pub fence: Option<crate::engine::store::Fence>,
 }
 
 impl AppendRequest {
@@ -73,6 +76,12 @@ impl AppendRequest {
         payload: Value,
     ) -> Self {
         AppendRequest::from_raw(author, kind, finality, to_raw(&payload))
+    }
+
+    /// With the claim this write is made for.
+    pub fn with_fence(mut self, fence: Option<crate::engine::store::Fence>) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// Builds a request from an already serialized payload.
@@ -93,6 +102,7 @@ impl AppendRequest {
             hash: [0; 16],
             follow_ups: Vec::new(),
             opening: None,
+            fence: None,
         }
     }
 

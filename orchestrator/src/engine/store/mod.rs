@@ -98,11 +98,11 @@ pub trait LogWriter: Send {
     fn shared(&self) -> bool {
         false
     }
-    /// Begins a batch: locks the conversations numbered `nums` and the ids in `new_ids` (to be
-    /// created) until the batch ends, and answers their heads in the log and which of the ids
-    /// exist already.
-    fn lock(&mut self, nums: &[i64], new_ids: &[String]) -> Result<Locked> {
-        let _ = (nums, new_ids);
+    /// Begins a batch: locks what [`ToLock`] names until the batch ends, and answers the
+    /// conversations' heads in the log, which of the ids exist already, and which fences are
+    /// stale.
+    fn lock(&mut self, asked: &ToLock<'_>) -> Result<Locked> {
+        let _ = asked;
         Ok(Locked::default())
     }
     /// The events of conversation `num` after seq `after`, in seq order (to catch up on what
@@ -132,6 +132,18 @@ pub trait LogWriter: Send {
     }
 }
 
+/// What a batch locks before it decides ([`LogWriter::lock`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ToLock<'a> {
+    /// The conversations it touches, by number.
+    pub nums: &'a [i64],
+    /// The ids it would create.
+    pub new_ids: &'a [String],
+    /// The writes made for claimed turns: each turn and the fence the write carries (the claims
+    /// are kept from being taken until the batch ends).
+    pub fences: &'a [(TurnKey, i64)],
+}
+
 /// What a batch found when it locked its conversations ([`LogWriter::lock`]).
 #[derive(Debug, Default)]
 pub struct Locked {
@@ -139,6 +151,8 @@ pub struct Locked {
     pub heads: Vec<(i64, u64)>,
     /// The ids asked to be created that exist already.
     pub existing: Vec<String>,
+    /// The fences asked about that another holder has taken.
+    pub stale: Vec<(TurnKey, i64)>,
 }
 
 /// Makes a writer's commits durable, on a thread of its own, so that the writer's next
@@ -172,6 +186,72 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let _ = changed;
         Ok(())
     }
+    /// Whether several nodes share this store (turns are then claimed in it before they run).
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Claims a turn for `holder` for `lease` (the database's clock): granted with a fence when
+    /// nobody holds it, `holder` held it already, or the last holder's lease ran out (the fence
+    /// then grows: the old holder's writes are refused); else how long the current lease runs.
+    /// A store with one node grants every claim (fence 0).
+    fn claim_turn(
+        &self,
+        turn: &TurnKey,
+        holder: &str,
+        lease: std::time::Duration,
+    ) -> Result<Claimed> {
+        let _ = (turn, holder, lease);
+        Ok(Claimed::Granted { fence: 0 })
+    }
+    /// Renews the leases `holder` holds (each with the fence it was granted); answers, for each,
+    /// whether it is still `holder`'s.
+    fn renew_turns(
+        &self,
+        holder: &str,
+        held: &[(TurnKey, i64)],
+        lease: std::time::Duration,
+    ) -> Result<Vec<bool>> {
+        let _ = (holder, lease);
+        Ok(vec![true; held.len()])
+    }
+    /// Lets go of every lease `holder` holds (a graceful stop: others take the turns at once).
+    fn release_turns(&self, holder: &str) -> Result<()> {
+        let _ = holder;
+        Ok(())
+    }
+}
+
+/// A turn of a conversation, as claims name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TurnKey {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The turn.
+    pub turn: u64,
+}
+
+/// The answer to a claim ([`Store::claim_turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// The turn is the claimant's; its writes carry this fence.
+    Granted {
+        /// Grows at every takeover.
+        fence: i64,
+    },
+    /// Another holder's lease runs this much longer.
+    Held {
+        /// Milliseconds left (by the database's clock).
+        left_ms: i64,
+    },
+}
+
+/// A write made for a claimed turn: refused once the claim has another holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// The turn claimed.
+    pub turn: u64,
+    /// The fence the claim was granted with.
+    pub fence: i64,
 }
 
 /// Told what other nodes committed ([`Store::follow`]); answers false when it no longer wants

@@ -179,8 +179,19 @@ impl Writer {
                     request,
                     reply,
                 } => {
-                    let result =
-                        append_one(&mut self.convs, &conversation, *request, &mut work.touched);
+                    let stale = request.fence.is_some_and(|f| {
+                        self.stale.iter().any(|(k, fence)| {
+                            *fence == f.fence
+                                && k.turn == f.turn
+                                && k.conversation_id == conversation
+                        })
+                    });
+                    let result = if stale {
+                        let turn = request.fence.map_or(0, |f| f.turn);
+                        Err(shared::taken_over(&conversation, turn))
+                    } else {
+                        append_one(&mut self.convs, &conversation, *request, &mut work.touched)
+                    };
                     work.replies.push(Reply::Append(reply, result));
                 }
             }

@@ -217,6 +217,8 @@ struct Writer {
     convs: Convs,
     /// Whether other nodes write the same log: each batch locks and catches up first.
     shared: bool,
+    /// The fenced writes of the current batch whose turn another node has taken.
+    stale: Vec<(crate::engine::store::TurnKey, i64)>,
     stats: Arc<WriterStats>,
     metrics: crate::engine::telemetry::CommitMetrics,
 }
@@ -322,6 +324,7 @@ impl WriterHandle {
             threads: vec![sync_thread, publisher_thread],
             convs,
             shared: log_shared,
+            stale: Vec::new(),
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
         };

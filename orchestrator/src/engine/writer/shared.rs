@@ -11,6 +11,14 @@
 use super::*;
 use crate::engine::store::{ConversationRecord, RecoveredEvent};
 
+/// The refusal of a write made for a turn another node has taken over.
+pub(super) fn taken_over(conversation: &str, turn: u64) -> RpcError {
+    RpcError::new(
+        ErrorCode::ClaimNotFound,
+        format!("turn {turn} of conversation {conversation} was taken over by another node; this write is refused"),
+    )
+}
+
 /// What a caller is told when a batch failed: whether the database could not be used, or
 /// something else went wrong.
 pub(super) fn failure_message(e: &Error) -> &'static str {
@@ -27,9 +35,24 @@ impl Writer {
     pub(super) fn begin_shared(&mut self, batch: &[Job]) -> Result<()> {
         let mut nums = Vec::new();
         let mut new_ids = Vec::new();
+        let mut fences = Vec::new();
+        self.stale.clear();
         for job in batch {
             let id = match job {
-                Job::Append { conversation, .. } => conversation.as_str(),
+                Job::Append {
+                    conversation,
+                    request,
+                    ..
+                } => {
+                    if let Some(f) = request.fence {
+                        let key = crate::engine::store::TurnKey {
+                            conversation_id: conversation.clone(),
+                            turn: f.turn,
+                        };
+                        fences.push((key, f.fence));
+                    }
+                    conversation.as_str()
+                }
                 Job::Meet { id, .. } => {
                     self.known(id)?;
                     continue;
@@ -60,7 +83,12 @@ impl Writer {
         if nums.is_empty() && new_ids.is_empty() {
             return Ok(());
         }
-        let locked = self.log.lock(&nums, &new_ids)?;
+        let locked = self.log.lock(&crate::engine::store::ToLock {
+            nums: &nums,
+            new_ids: &new_ids,
+            fences: &fences,
+        })?;
+        self.stale.extend(locked.stale);
         for id in &locked.existing {
             self.known(id)?;
         }

@@ -57,6 +57,19 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE TABLE declared_agents (
         agent_id TEXT PRIMARY KEY
     );
+    -- Who runs a turn, cluster-wide: the node running an internal agent's turn, or the push
+    -- replica that claimed it. `fence` is new at every grant to another holder (a sequence:
+    -- never reused); a write made for the turn carries the fence it was granted and is
+    -- refused once another holder has it.
+    CREATE SEQUENCE turn_fence;
+    CREATE TABLE turn_claims (
+        conversation_id TEXT NOT NULL,
+        turn            BIGINT NOT NULL,
+        holder          TEXT NOT NULL,
+        fence           BIGINT NOT NULL,
+        lease_until_ms  BIGINT NOT NULL,
+        PRIMARY KEY (conversation_id, turn)
+    );
     "#,
 ];
 

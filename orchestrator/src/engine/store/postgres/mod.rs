@@ -27,8 +27,8 @@ use proto_spec::Event;
 use tokio_postgres::{Client, NoTls};
 
 use super::{
-    Changed, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
-    RecoveredEvent, Store, TokenRecord,
+    Changed, Claimed, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
+    RecoveredEvent, Store, ToLock, TokenRecord, TurnKey,
 };
 use crate::engine::error::{Error, Result};
 pub use rows::{event_from, recovered_from};
@@ -385,6 +385,91 @@ impl Store for PgStore {
         Ok(())
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn claim_turn(&self, turn: &TurnKey, holder: &str, lease: Duration) -> Result<Claimed> {
+        let (key, holder, lease_ms) = (turn.clone(), holder.to_string(), lease.as_millis() as i64);
+        self.with_client(move |c| async move {
+            let turn = key.turn as i64;
+            let granted = c
+                .query_opt(
+                    "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms)
+                     INSERT INTO turn_claims (conversation_id, turn, holder, fence, lease_until_ms)
+                     SELECT $1, $2, $3, nextval('turn_fence'), ms + $4 FROM now
+                     ON CONFLICT (conversation_id, turn) DO UPDATE
+                       SET fence = CASE WHEN turn_claims.holder = EXCLUDED.holder
+                                        THEN turn_claims.fence ELSE EXCLUDED.fence END,
+                           holder = EXCLUDED.holder,
+                           lease_until_ms = EXCLUDED.lease_until_ms
+                       WHERE turn_claims.holder = EXCLUDED.holder
+                          OR turn_claims.lease_until_ms < EXCLUDED.lease_until_ms - $4
+                     RETURNING fence",
+                    &[&key.conversation_id, &turn, &holder, &lease_ms],
+                )
+                .await?;
+            if let Some(row) = granted {
+                return Ok(Claimed::Granted { fence: row.get(0) });
+            }
+            let left: Option<i64> = c
+                .query_opt(
+                    "SELECT lease_until_ms - (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                     FROM turn_claims WHERE conversation_id = $1 AND turn = $2",
+                    &[&key.conversation_id, &turn],
+                )
+                .await?
+                .map(|r| r.get(0));
+            Ok(Claimed::Held {
+                left_ms: left.unwrap_or(0).max(0),
+            })
+        })
+    }
+
+    fn renew_turns(
+        &self,
+        holder: &str,
+        held: &[(TurnKey, i64)],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let convs: Vec<String> = held
+            .iter()
+            .map(|(k, _)| k.conversation_id.clone())
+            .collect();
+        let turns: Vec<i64> = held.iter().map(|(k, _)| k.turn as i64).collect();
+        let fences: Vec<i64> = held.iter().map(|(_, f)| *f).collect();
+        let (holder, lease_ms) = (holder.to_string(), lease.as_millis() as i64);
+        let kept = self.with_client(move |c| async move {
+            let rows = c
+                .query(
+                    "UPDATE turn_claims t
+                     SET lease_until_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $5
+                     FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(c, n, f)
+                     WHERE t.conversation_id = u.c AND t.turn = u.n AND t.fence = u.f AND t.holder = $1
+                     RETURNING t.fence",
+                    &[&holder, &convs, &turns, &fences, &lease_ms],
+                )
+                .await?;
+            Ok(rows.iter().map(|r| r.get::<_, i64>(0)).collect::<std::collections::HashSet<i64>>())
+        })?;
+        Ok(held.iter().map(|(_, f)| kept.contains(f)).collect())
+    }
+
+    fn release_turns(&self, holder: &str) -> Result<()> {
+        let holder = holder.to_string();
+        self.with_client(move |c| async move {
+            c.execute(
+                "UPDATE turn_claims SET lease_until_ms = 0 WHERE holder = $1",
+                &[&holder],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
         let hash = hash.to_string();
         self.with_client(move |c| async move {
@@ -522,13 +607,27 @@ impl PgWriter {
 }
 
 impl LogWriter for PgWriter {
-    fn lock(&mut self, nums: &[i64], new_ids: &[String]) -> Result<Locked> {
+    fn lock(&mut self, asked: &ToLock<'_>) -> Result<Locked> {
+        let ToLock {
+            nums,
+            new_ids,
+            fences,
+        } = *asked;
+        let fenced: Vec<String> = fences
+            .iter()
+            .map(|(k, _)| k.conversation_id.clone())
+            .collect();
+        let fenced_turns: Vec<i64> = fences.iter().map(|(k, _)| k.turn as i64).collect();
+        let asked = fences.to_vec();
         if self.in_tx {
             self.abort();
         }
         let mut nums = nums.to_vec();
         nums.sort_unstable();
         nums.dedup();
+        if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
+            return Ok(Locked::default());
+        }
         let mut ids = new_ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
@@ -555,7 +654,28 @@ impl LogWriter for PgWriter {
                     .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
                     .collect()
             };
-            Ok(Locked { heads, existing })
+            let stale = if asked.is_empty() {
+                Vec::new()
+            } else {
+                // FOR SHARE: a takeover waits for this batch to commit, and then sees its writes.
+                let current: std::collections::HashMap<(String, i64), i64> = c
+                    .query(&st.lock_fences, &[&fenced, &fenced_turns])
+                    .await?
+                    .iter()
+                    .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+                    .collect();
+                asked
+                    .into_iter()
+                    .filter(|(k, f)| {
+                        current.get(&(k.conversation_id.clone(), k.turn as i64)) != Some(f)
+                    })
+                    .collect()
+            };
+            Ok(Locked {
+                heads,
+                existing,
+                stale,
+            })
         })?;
         self.in_tx = true;
         Ok(locked)

@@ -17,11 +17,17 @@ use crate::engine::store::{
 pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
      CASE WHEN kind = 'system' THEN payload END, client_request_id, request_hash, ts_ms";
 
+/// The same columns with every payload: events caught up on from other nodes are published
+/// to readers here, so they must be whole.
+pub const CATCH_UP_COLUMNS: &str =
+    "seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms";
+
 /// The writer's statements, prepared once per connection.
 pub struct Statements {
     pub lock_ids: Statement,
     pub existing_ids: Statement,
     pub lock_heads: Statement,
+    pub lock_fences: Statement,
     pub read_since: Statement,
     pub find_conv: Statement,
     pub find_conv_num: Statement,
@@ -51,9 +57,16 @@ impl Statements {
                     "SELECT num, head FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
                 )
                 .await?,
+            lock_fences: c
+                .prepare(
+                    "SELECT t.conversation_id, t.turn, t.fence FROM turn_claims t
+                     JOIN unnest($1::text[], $2::bigint[]) AS u(c, n) ON t.conversation_id = u.c AND t.turn = u.n
+                     ORDER BY 1, 2 FOR SHARE OF t",
+                )
+                .await?,
             read_since: c
                 .prepare(&format!(
-                    "SELECT {RECOVER_COLUMNS} FROM events WHERE conv = $1 AND seq > $2 ORDER BY seq"
+                    "SELECT {CATCH_UP_COLUMNS} FROM events WHERE conv = $1 AND seq > $2 ORDER BY seq"
                 ))
                 .await?,
             find_conv: c

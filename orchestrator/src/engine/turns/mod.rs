@@ -25,6 +25,8 @@ use tokio::time::Instant;
 use crate::engine::hub::{ConvView, Hub};
 use crate::engine::store::{format_ts, now_ms};
 
+pub mod cluster;
+
 /// How turns are handed out.
 #[derive(Debug, Clone)]
 pub struct TurnConfig {
@@ -92,6 +94,8 @@ pub struct Turns {
     assigned: Mutex<HashMap<String, u64>>,
     next_replica: AtomicU64,
     runtime: tokio::runtime::Handle,
+    /// On a store several nodes share: the claims that keep each internal turn on one node.
+    cluster: std::sync::OnceLock<Arc<cluster::Cluster>>,
     /// Counters.
     pub stats: TurnStats,
 }
@@ -115,8 +119,24 @@ impl Turns {
             assigned: Mutex::default(),
             next_replica: AtomicU64::new(1),
             runtime,
+            cluster: std::sync::OnceLock::new(),
             stats: TurnStats::default(),
         })
+    }
+
+    /// On a store several nodes share: internal turns are claimed in it before they run (see
+    /// [`cluster`]). Set before [`Turns::attach`].
+    pub fn join_cluster(&self, store: Arc<dyn crate::engine::store::Store>) {
+        let c = cluster::Cluster::start(store, &self.runtime, self.hub.closing());
+        let _ = self.cluster.set(c);
+    }
+
+    /// On a cluster, lets go of this node's claims (a graceful stop: other nodes take its turns
+    /// at once).
+    pub async fn leave_cluster(&self) {
+        if let Some(c) = self.cluster.get() {
+            c.release().await;
+        }
     }
 
     /// The configuration.
@@ -184,14 +204,25 @@ impl Turns {
         if let Some(tx) = internal {
             self.stats.internal.fetch_add(1, Ordering::Relaxed);
             crate::engine::telemetry::turn("internal");
-            let _ = tx.send(Assignment {
+            let a = Assignment {
                 conversation_id: conv.id.clone(),
                 agent_id: agent,
                 turn: core.turn,
                 deadline: instant_at(deadline_ms),
                 since_seq: 0,
                 traces: conv.traces(),
-            });
+                claim: None,
+                stop: None,
+            };
+            match self.cluster.get() {
+                None => {
+                    let _ = tx.send(a);
+                }
+                Some(c) => {
+                    self.runtime
+                        .spawn(c.clone().run_claimed(conv.clone(), a, tx));
+                }
+            }
             return;
         }
         crate::engine::telemetry::turn("push");
@@ -398,19 +429,48 @@ impl Turns {
     }
 
     /// `claimTurn`: the offered replica takes the turn. Claiming again a claim this agent holds
-    /// answers the same (a retry after a lost answer).
-    pub fn claim(&self, agent: &str, p: &ClaimTurnParams) -> Result<ClaimTurnResult, RpcError> {
+    /// answers the same (a retry after a lost answer). On a cluster every node offers the turn
+    /// to its own replicas, and the grant is taken in the database: one replica cluster-wide.
+    pub async fn claim(
+        &self,
+        agent: &str,
+        p: &ClaimTurnParams,
+    ) -> Result<ClaimTurnResult, RpcError> {
         let not_found = || {
             RpcError::new(
                 ErrorCode::ClaimNotFound,
                 format!("claim {} is unknown, expired or taken", p.claim_id),
             )
         };
+        let (conv, turn, offered) = {
+            let claims = self.claims.lock().map_err(|_| not_found())?;
+            let c = claims.get(&p.claim_id).ok_or_else(not_found)?;
+            if c.agent != agent || !c.conv.core().holds_turn(agent, c.turn) {
+                return Err(not_found());
+            }
+            let offered = *c.state.borrow() == ClaimState::Offered;
+            (c.conv.clone(), c.turn, offered)
+        };
+        if offered {
+            if let Some(cluster) = self.cluster.get() {
+                let holder = format!("{}/{}", cluster.holder(), p.claim_id);
+                if !cluster
+                    .claim_push(&conv.id, turn, holder, self.lease(&conv))
+                    .await
+                {
+                    self.drop_claim(&p.claim_id);
+                    return Err(RpcError::new(
+                        ErrorCode::ClaimNotFound,
+                        format!(
+                            "claim {}: turn {turn} of conversation {} was claimed by a replica on another node",
+                            p.claim_id, conv.id
+                        ),
+                    ));
+                }
+            }
+        }
         let claims = self.claims.lock().map_err(|_| not_found())?;
         let c = claims.get(&p.claim_id).ok_or_else(not_found)?;
-        if c.agent != agent || !c.conv.core().holds_turn(agent, c.turn) {
-            return Err(not_found());
-        }
         let state = *c.state.borrow();
         let deadline_ms = match state {
             ClaimState::Gone => return Err(not_found()),

@@ -1,0 +1,331 @@
+//! The real `orchestrator` binary as a process (for tests that kill it), and what the crash
+//! tests share: tokens made with the binary, clients that reconnect fast, the external agent
+//! that records what it was told is durable, and the check of a log against the invariants.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_sdk::proto::*;
+use agent_sdk::{
+    async_trait, Agent, AgentClient, AgentContext, AgentError, TurnOutcome, WsConfig,
+    WsJsonRpcClient,
+};
+use rand::Rng;
+use tokio::io::AsyncBufReadExt;
+
+/// What clients were told is durable: (conversation, seq) → text.
+pub type Acked = Arc<Mutex<BTreeMap<(String, u64), String>>>;
+
+/// The binary: `ORCHESTRATOR_BIN`, or the `orchestrator` built beside the running test.
+pub fn binary() -> std::path::PathBuf {
+    if let Some(b) = std::env::var_os("ORCHESTRATOR_BIN") {
+        return b.into();
+    }
+    let exe = std::env::current_exe().expect("the test's path");
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("orchestrator"))
+        .expect("the target directory");
+    assert!(
+        bin.is_file(),
+        "{} is not built; run `cargo build --workspace` or set ORCHESTRATOR_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// How many kills a crash test makes: the variable `var`, else `default`.
+pub fn kills(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A port free on 127.0.0.1 (a node is started on it again after each kill).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Mints a token with the binary (`token create`).
+pub fn token(db: &str, agent: &str, admin: bool) -> String {
+    let mut cmd = std::process::Command::new(binary());
+    cmd.args(["token", "create", "--agent", agent, "--db", db]);
+    if admin {
+        cmd.arg("--admin");
+    }
+    let out = cmd.output().expect("token create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A client of `url` that reconnects quickly after a kill.
+pub async fn connect(url: &str, token: &str) -> WsJsonRpcClient {
+    let mut c = WsConfig::new(url.to_string(), token);
+    c.backoff_min = Duration::from_millis(10);
+    c.backoff_max = Duration::from_millis(200);
+    WsJsonRpcClient::connect(c).await.expect("connect")
+}
+
+/// `orchestrator serve` on a fixed port, started again on the same port after a kill.
+#[derive(Debug)]
+pub struct Node {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Option<tokio::process::Child>,
+}
+
+impl Node {
+    /// A node on a free port, not started.
+    pub fn new() -> Node {
+        Node {
+            port: free_port(),
+            child: None,
+        }
+    }
+
+    /// Starts it on `db` with the scenario library `scenarios`; returns once it listens.
+    pub async fn start(&mut self, db: &str, scenarios: &std::path::Path) {
+        let mut child = tokio::process::Command::new(binary())
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--db", db])
+            .arg("--scenarios")
+            .arg(scenarios)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start a node");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the node starts in time")
+            .expect("read stdout")
+            .expect("a first line");
+        assert!(line.contains("listening"), "{line}");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().await.expect("SIGKILL");
+        }
+    }
+
+    /// Its WebSocket URL.
+    pub fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}/rpc", self.port)
+    }
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Node::new()
+    }
+}
+
+/// The external agent of the crash tests: answers its turns after a little work (so that
+/// kills land in the middle of turns), records what it was told is durable, and ends the
+/// conversation (`onText: FINISH`) once `finish` is set.
+#[derive(Debug, Default)]
+pub struct Ext {
+    /// What it was told is durable.
+    pub acked: Acked,
+    /// Set once the kills are over.
+    pub finish: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait]
+impl Agent for Ext {
+    async fn handle_turn(&self, ctx: &AgentContext) -> Result<TurnOutcome, AgentError> {
+        let work: u64 = rand::rng().random_range(5..15);
+        tokio::time::sleep(Duration::from_millis(work)).await;
+        let text = if self.finish.load(std::sync::atomic::Ordering::Relaxed) {
+            format!("FINISH at turn {}", ctx.turn)
+        } else {
+            format!("ext answers turn {}", ctx.turn)
+        };
+        let r = ctx.say(text.clone(), Finality::Turn).await?;
+        if let Ok(mut a) = self.acked.lock() {
+            a.insert((ctx.conversation_id.clone(), r.seq), text);
+        }
+        Ok(TurnOutcome::Posted)
+    }
+}
+
+/// Writes the scenario library of the crash tests into `dir/scenarios`: `name`, a scripted
+/// `bot` and the external `ext` taking turns until `ext` says FINISH. The library's folder.
+pub fn duet_library(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let scenarios = dir.join("scenarios");
+    std::fs::create_dir_all(&scenarios).expect("the scenario folder");
+    let replies: Vec<String> = (1..=5000).map(|i| format!("bot says {i}")).collect();
+    let scenario = serde_json::json!({
+        "name": name,
+        "participants": [{"id": "bot", "kind": "scripted", "replies": replies}, "ext"],
+        "policy": {"order": "round_robin", "first": "bot"},
+        "stop": {"onText": "FINISH"},
+        "turn": {"timeout": "30s"}
+    });
+    std::fs::write(scenarios.join(format!("{name}.json")), scenario.to_string())
+        .expect("write the scenario");
+    scenarios
+}
+
+/// Creates conversation `id` from the library's scenario `scenario` (as `admin`).
+pub async fn create_named(admin: &WsJsonRpcClient, id: &str, scenario: &str) {
+    admin
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some(id.into()),
+            scenario_name: Some(scenario.into()),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+}
+
+/// The whole log of `id`, page by page.
+pub async fn read_log(admin: &WsJsonRpcClient, id: &str) -> Vec<Event> {
+    crate::full_log(admin, id).await
+}
+
+/// Checks a log against what was acknowledged and the log's invariants: seq dense with no
+/// duplicate, every acknowledged event at its seq, no idempotency key twice, every message that
+/// closed a turn followed (in its commit) by the turn's one decision, at most one reply per
+/// turn. Whether the conversation is closed.
+pub fn check_log(
+    id: &str,
+    log: &[Event],
+    acked: &BTreeMap<(String, u64), String>,
+    round: usize,
+) -> bool {
+    for (i, e) in log.iter().enumerate() {
+        assert_eq!(
+            e.seq,
+            i as u64 + 1,
+            "round {round}, {id}: seq dense, no duplicate"
+        );
+    }
+    let by_seq: HashMap<u64, &Event> = log.iter().map(|e| (e.seq, e)).collect();
+    for ((_, seq), text) in acked.iter().filter(|((c, _), _)| c == id) {
+        let e = by_seq
+            .get(seq)
+            .unwrap_or_else(|| panic!("round {round}: acknowledged {id}#{seq} lost"));
+        assert_eq!(
+            e.payload_value()["text"],
+            *text,
+            "round {round}: {id}#{seq}"
+        );
+    }
+    let mut keys = HashSet::new();
+    let mut decisions: HashMap<u64, usize> = HashMap::new();
+    let mut replies: HashMap<u64, usize> = HashMap::new();
+    for (i, e) in log.iter().enumerate() {
+        if let Some(k) = &e.client_request_id {
+            assert!(
+                keys.insert((e.author.clone(), k.clone())),
+                "round {round}, {id}: key {k} twice"
+            );
+        }
+        let p = e.payload_value();
+        if e.kind == EventKind::System && p["type"] == "next_speaker" {
+            *decisions.entry(e.turn).or_default() += 1;
+        }
+        if e.kind == EventKind::Message && e.finality == Some(Finality::Turn) {
+            *replies.entry(e.turn).or_default() += 1;
+            let next = log.get(i + 1).unwrap_or_else(|| {
+                panic!(
+                    "round {round}, {id}: turn {} closed without a decision",
+                    e.turn
+                )
+            });
+            let decided = (next.kind == EventKind::System
+                && next.payload_value()["type"] == "next_speaker"
+                && next.turn == e.turn + 1)
+                || (next.author == ORCHESTRATOR_AUTHOR
+                    && next.finality == Some(Finality::Conversation));
+            assert!(
+                decided,
+                "round {round}, {id}: turn {} closed without its decision: {next:?}",
+                e.turn
+            );
+        }
+    }
+    assert!(
+        decisions.values().all(|n| *n == 1),
+        "round {round}, {id}: one decision per turn: {decisions:?}"
+    );
+    assert!(
+        replies.values().all(|n| *n == 1),
+        "round {round}, {id}: at most one reply per turn: {replies:?}"
+    );
+    log.last()
+        .is_some_and(|e| e.finality == Some(Finality::Conversation))
+}
+
+/// Checks the logs of `ids` (the conversations of [`duet_library`]'s scenario); how many have
+/// reached their stop condition (`onText`).
+pub async fn check_all(
+    admin: &WsJsonRpcClient,
+    ids: &[String],
+    acked: &Acked,
+    round: usize,
+) -> usize {
+    // What was acknowledged before the logs are read must be in them.
+    let acked = acked.lock().expect("acked").clone();
+    let mut closed = 0;
+    for id in ids {
+        let log = read_log(admin, id).await;
+        if check_log(id, &log, &acked, round) {
+            let last = log.last().expect("a closed log has events");
+            assert_eq!(last.payload_value()["data"]["reason"], "on_text", "{id}");
+            closed += 1;
+        }
+    }
+    closed
+}
+
+/// Tells `ext` to finish, and waits (at most 180 s) until every conversation of `ids` has
+/// reached its stop condition, checking their logs all along.
+pub async fn finish_all(admin: &WsJsonRpcClient, ids: &[String], ext: &Ext, round: usize) {
+    ext.finish.store(true, std::sync::atomic::Ordering::Relaxed);
+    let done_by = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let closed = check_all(admin, ids, &ext.acked, round).await;
+        if closed == ids.len() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < done_by,
+            "{closed} of {} conversations reached their stop condition",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A push executor of `agent` on `client`, on a task of its own.
+pub fn push_executor(
+    client: WsJsonRpcClient,
+    agent: Arc<dyn Agent>,
+) -> tokio::task::JoinHandle<()> {
+    let exec = executors::ExternalExecutor::new(
+        Arc::new(client) as Arc<dyn AgentClient>,
+        agent,
+        Arc::new(executors::ExecutorCore::default()),
+    );
+    tokio::spawn(async move {
+        let _ = exec.run_push().await;
+    })
+}
