@@ -305,8 +305,14 @@ impl TestServer {
 
     /// A jsonrpsee client authenticated as `agent`.
     pub async fn client(&self, agent: &str) -> WsClient {
+        self.client_at(&self.url(), agent).await
+    }
+
+    /// A jsonrpsee client authenticated as `agent`, connected to `url` (a load balancer in
+    /// front of this server's cluster, say).
+    pub async fn client_at(&self, url: &str, agent: &str) -> WsClient {
         let c = WsClientBuilder::default()
-            .build(self.url())
+            .build(url)
             .await
             .expect("connect");
         let r: Value = c
@@ -394,6 +400,30 @@ impl RawWs {
         let r = self.call(0, "authenticate", json!({"token": token})).await;
         assert_eq!(r["result"]["ok"], true, "{r}");
     }
+}
+
+/// Waits (at most [`WAIT`]) until something listens on 127.0.0.1:`port`.
+pub async fn wait_listening(port: u16, what: &str) {
+    let until = tokio::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(tokio::time::Instant::now() < until, "{what} did not listen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The next notification of a jsonrpsee subscription (within [`WAIT`]).
+pub async fn next_event(
+    sub: &mut jsonrpsee::core::client::Subscription<Value>,
+    what: &str,
+) -> Value {
+    tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing in time"))
+        .unwrap_or_else(|| panic!("{what}: the subscription closed"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// A `subscribe` with these params on a jsonrpsee client.

@@ -101,11 +101,7 @@ async fn writers_on_every_node_keep_seq_dense_and_keys_unique() {
     }
     let mut expect = 1;
     while expect <= total {
-        let n = tokio::time::timeout(WAIT, sub.next())
-            .await
-            .expect("an event on node C in time")
-            .expect("open")
-            .expect("an event");
+        let n = tests::next_event(&mut sub, "node C").await;
         assert_eq!(n["event"]["seq"], expect, "no gap, no duplicate on node C");
         // Whole events: the payload as it was written, whichever node wrote it.
         if let Some(key) = n["event"]["clientRequestId"].as_str() {
@@ -125,11 +121,7 @@ async fn all_conversations_and_turn_hints_hold_across_nodes() {
     let bob_on_b = b.client("bob").await;
     let mut all = subscribe(&bob_on_b, json!({"sinceSeq": 0})).await;
     a.create("made-on-a", &["alice", "bob"]).await;
-    let first = tokio::time::timeout(WAIT, all.next())
-        .await
-        .expect("B hears of A's conversation in time")
-        .expect("open")
-        .expect("an event");
+    let first = tests::next_event(&mut all, "B hears of A's conversation").await;
     assert_eq!(first["conversationId"], "made-on-a");
     assert_eq!(first["event"]["seq"], 1);
     // Both reply to turn 1, one through each node: exactly one lands.
@@ -396,4 +388,180 @@ async fn a_push_turn_is_granted_once_across_nodes() {
     let runs = agent.runs.lock().unwrap().clone();
     assert_eq!(runs.len(), 6, "{runs:?}");
     assert!(runs.values().all(|n| *n == 1), "a turn ran twice: {runs:?}");
+}
+
+/// An HTTP/1.1 GET on node `at` as `agent`; the open connection's reader, past the headers.
+async fn http_get(
+    at: &TestServer,
+    agent: &str,
+    path: &str,
+) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let addr = at.running().local_addr();
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+        at.token(agent)
+    );
+    s.write_all(req.as_bytes()).await.expect("send");
+    let mut r = tokio::io::BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).await.expect("status");
+    assert!(status.contains(" 200 "), "{status}");
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).await.expect("header");
+        if line == "\r\n" {
+            return r;
+        }
+    }
+}
+
+/// SSE and long-poll readers on node B see what is written through node A, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_and_long_poll_on_one_node_follow_writes_on_another() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    a.create("web", &["alice", "bob"]).await;
+    let mut sse = http_get(&b, "bob", "/conversations/web/events?sinceSeq=0").await;
+    let alice = a.client("alice").await;
+    // A long-poll parked on node B, woken by writes through node A with what came after its
+    // cursor.
+    let poll = async {
+        let mut r = http_get(
+            &b,
+            "bob",
+            "/conversations/web/wait?sinceSeq=1&timeoutMs=10000",
+        )
+        .await;
+        let mut body = String::new();
+        r.read_to_string(&mut body).await.expect("read");
+        body
+    };
+    let write = async {
+        // The SSE stream and the long-poll both wait on the head.
+        b.wait_for_waiters("web", 2).await;
+        for i in 0..5 {
+            send(&alice, "web", &format!("web {i}"), &format!("web-{i}")).await;
+        }
+    };
+    let (body, ()) = tokio::time::timeout(WAIT, async { tokio::join!(poll, write) })
+        .await
+        .expect("the long-poll answers in time");
+    let json: Value = serde_json::from_str(body.split("\r\n\r\n").last().unwrap_or(&body).trim())
+        .or_else(|_| {
+            // A chunked body: the JSON is the line that starts with `{`.
+            let line = body
+                .lines()
+                .find(|l| l.starts_with('{'))
+                .unwrap_or_default();
+            serde_json::from_str(line)
+        })
+        .expect("a JSON body");
+    let first = &json["events"][0];
+    assert_eq!(first["seq"], 2, "{body}");
+    assert_eq!(first["payload"]["text"], "web 0");
+    // The SSE stream carries every event, ids in seq order.
+    let mut ids = Vec::new();
+    while ids.len() < 6 {
+        let mut line = String::new();
+        tokio::time::timeout(WAIT, sse.read_line(&mut line))
+            .await
+            .expect("an SSE line in time")
+            .expect("read");
+        if let Some(id) = line.trim().strip_prefix("id:") {
+            ids.push(id.trim().parse::<u64>().expect("an id"));
+        }
+        if let Some(data) = line.trim().strip_prefix("data:") {
+            let e: Value = serde_json::from_str(data.trim()).expect("data is JSON");
+            if let Some(key) = e["clientRequestId"].as_str() {
+                assert_eq!(e["payload"]["text"], key.replace('-', " "));
+            }
+        }
+    }
+    assert_eq!(ids, (1..=6).collect::<Vec<u64>>());
+}
+
+/// Every node runs the timers of every conversation, and each timeout fires once: a second
+/// node's `turn_timeout` for the same turn is refused under the conversation's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_timeout_fires_once_whichever_nodes_run_timers() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    let c = a.another_node().await;
+    let admin = c.client("admin").await;
+    let _: Value = admin
+        .request(
+            "createConversation",
+            P(json!({"conversationId": "silent", "scenario": {
+                "participants": ["alice", "bob"], "policy": {"order": "round_robin"},
+                "turn": {"timeout": "200ms", "onTimeout": "skip"}}})),
+        )
+        .await
+        .expect("create");
+    let reader = b.client("alice").await;
+    let until = tokio::time::Instant::now() + WAIT;
+    let events = loop {
+        // Nobody answers: each turn times out, and after a round of silence the conversation
+        // ends (`no_answer`).
+        let events = log(&reader, "silent").await;
+        if events
+            .last()
+            .is_some_and(|e| e["finality"] == "conversation")
+        {
+            break events;
+        }
+        assert!(tokio::time::Instant::now() < until, "{events:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let mut per_turn: HashMap<u64, usize> = HashMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e["payload"]["type"] == "turn_timeout")
+    {
+        *per_turn
+            .entry(e["payload"]["turn"].as_u64().unwrap())
+            .or_default() += 1;
+    }
+    assert!(per_turn.len() >= 2, "{per_turn:?}");
+    assert!(per_turn.values().all(|n| *n == 1), "{per_turn:?}");
+    let ends = events
+        .iter()
+        .filter(|e| e["finality"] == "conversation")
+        .count();
+    assert_eq!(ends, 1, "{events:?}");
+    drop((a, c));
+}
+
+/// A graceful stop lets go of the node's claims at once (their lease ends now, not a lease
+/// from now), so another node takes its turns without waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_hands_its_turns_over_at_once() {
+    let agent = Arc::new(Counting::default());
+    agent.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut first = TestServer::on_postgres(test_limits(), counting_agents(&agent)).await;
+    create_with_policy(&first, "handover", &["bot1", "alice"]).await;
+    tests::eventually("the first node runs bot1's turn", || {
+        agent.total.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    let second = first.another_node().await;
+    first.stop().await;
+    let db = tests::pg::connect(&second.db).await.expect("a connection");
+    let lease: i64 = db
+        .query_one(
+            "SELECT lease_until_ms FROM turn_claims WHERE conversation_id = 'handover' AND turn = 1",
+            &[],
+        )
+        .await
+        .expect("the claim")
+        .get(0);
+    assert_eq!(lease, 0, "the stopped node let go of its claim");
+    tests::eventually("the second node takes the turn", || {
+        agent.total.load(std::sync::atomic::Ordering::SeqCst) == 2
+    })
+    .await;
+    agent.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    agent.release.notify_waiters();
 }
