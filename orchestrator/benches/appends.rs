@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use jsonrpsee::core::client::ClientT;
 use jsonrpsee::core::traits::ToRpcParams;
 use jsonrpsee::ws_client::WsClientBuilder;
@@ -37,7 +36,7 @@ use orchestrator::engine::config::Limits;
 use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::transport::server;
-use proto_spec::{CreateConversationParams, Finality, MessagePayload, SendMessageParams};
+use proto_spec::{Finality, MessagePayload, SendMessageParams};
 use serde_json::{json, Value};
 
 #[global_allocator]
@@ -134,22 +133,7 @@ async fn setup(
         ..Limits::default()
     };
     let orch = Orchestrator::open(store, limits)?;
-    let admin = Identity::new("admin", true);
-    let participants: Vec<String> = (0..clients).map(|c| format!("agent-{c}")).collect();
-    let mut creates = FuturesUnordered::new();
-    for i in 0..CONVERSATIONS {
-        let p = CreateConversationParams {
-            conversation_id: Some(format!("conv-{i}")),
-            participants: Some(participants.clone()),
-            ..Default::default()
-        };
-        let orch = orch.clone();
-        let admin = admin.clone();
-        creates.push(async move { orch.create_conversation(&admin, p).await });
-    }
-    while let Some(r) = creates.next().await {
-        r?;
-    }
+    common::create_conversations(std::slice::from_ref(&orch), CONVERSATIONS, clients).await?;
     Ok((orch, tokens))
 }
 

@@ -435,10 +435,27 @@ async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
             .filter(|e| e.kind == EventKind::Message)
             .collect();
         let turns: Vec<u64> = answers.iter().map(|e| e.turn).collect();
+        // On failure, the log around the first turn without an answer.
+        let missing = (1..=TURNS).find(|t| !turns.contains(t)).unwrap_or(0);
+        let around: Vec<String> = log
+            .iter()
+            .filter(|e| e.turn + 2 >= missing && e.turn <= missing + 2)
+            .map(|e| {
+                format!(
+                    "{} {:?} {} {} {}",
+                    e.seq,
+                    e.kind,
+                    e.author,
+                    e.turn,
+                    e.payload.get()
+                )
+            })
+            .collect();
         assert_eq!(
             turns,
             (1..=TURNS).collect::<Vec<_>>(),
-            "{id}: turns answered"
+            "{id}: turns answered; around turn {missing}:\n{}",
+            around.join("\n")
         );
         assert!(answers.iter().all(|e| e.author == "bob"));
         assert_eq!(

@@ -24,3 +24,45 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// Creates conversations `conv-0` … `conv-{n-1}` with participants `agent-0` …
+/// `agent-{clients-1}`, as admin, spread over `orchs` (one node or several).
+#[allow(dead_code)] // Not every benchmark creates conversations this way.
+pub async fn create_conversations(
+    orchs: &[std::sync::Arc<orchestrator::engine::service::Orchestrator>],
+    n: usize,
+    clients: usize,
+) -> anyhow::Result<()> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let admin = orchestrator::engine::auth::Identity::new("admin", true);
+    let participants: Vec<String> = (0..clients).map(|c| format!("agent-{c}")).collect();
+    let mut creates = FuturesUnordered::new();
+    for i in 0..n {
+        let p = proto_spec::CreateConversationParams {
+            conversation_id: Some(format!("conv-{i}")),
+            participants: Some(participants.clone()),
+            ..Default::default()
+        };
+        let (orch, admin) = (orchs[i % orchs.len()].clone(), admin.clone());
+        creates.push(async move { orch.create_conversation(&admin, p).await });
+    }
+    while let Some(r) = creates.next().await {
+        r?;
+    }
+    Ok(())
+}
+
+/// A message of `text` to `conversation` (finality `none`, no key).
+#[allow(dead_code)]
+pub fn message(
+    conversation: &str,
+    payload: proto_spec::MessagePayload,
+) -> proto_spec::SendMessageParams {
+    proto_spec::SendMessageParams {
+        conversation_id: conversation.to_string(),
+        payload,
+        finality: proto_spec::Finality::None,
+        turn_hint: None,
+        client_request_id: None,
+    }
+}

@@ -214,7 +214,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let _ = (holder, lease);
         Ok(vec![true; held.len()])
     }
-    /// Lets go of every lease `holder` holds (a graceful stop: others take the turns at once).
+    /// Lets go of every lease `holder` holds, and those of holders named `holder/…` (a graceful
+    /// stop, or a push replica's claim that ended: others take the turns at once).
     fn release_turns(&self, holder: &str) -> Result<()> {
         let _ = holder;
         Ok(())

@@ -49,6 +49,9 @@ pub struct Cluster {
     held: Mutex<HashMap<TurnKey, Held>>,
     /// Whether a renewal is waiting for the database (a slow one is not piled on).
     renewing: std::sync::atomic::AtomicBool,
+    /// Held while leases are renewed or let go, so that a renewal in flight cannot renew a
+    /// lease after a graceful stop let go of it; true once let go.
+    released: tokio::sync::Mutex<bool>,
 }
 
 /// Whether `agent` is still to speak in `turn` of `conv`.
@@ -72,6 +75,7 @@ impl Cluster {
             holder: format!("node-{}", uuid::Uuid::new_v4()),
             held: Mutex::default(),
             renewing: std::sync::atomic::AtomicBool::new(false),
+            released: tokio::sync::Mutex::new(false),
         });
         let me = cluster.clone();
         runtime.spawn(async move {
@@ -109,28 +113,56 @@ impl Cluster {
         &self.holder
     }
 
-    /// Claims a turn for a push replica (`holder`) until its deadline; whether it was granted
-    /// (a database that cannot be asked grants nothing).
-    pub async fn claim_push(
-        &self,
-        conversation_id: &str,
-        turn: u64,
-        holder: String,
-        lease: Duration,
-    ) -> bool {
+    /// Claims a turn for a push replica (`holder`: this node and the claim's id); whether it was
+    /// granted (a database that cannot be asked grants nothing). The lease is renewed with this
+    /// node's others while the turn is open and the replica holds it: if this node dies, the
+    /// claim runs out and a replica on another node can take the turn.
+    pub async fn claim_push(&self, conv: &Arc<ConvView>, turn: u64, holder: String) -> bool {
+        let key = TurnKey {
+            conversation_id: conv.id.clone(),
+            turn,
+        };
+        let (store, k) = (self.store.clone(), key.clone());
+        let sent = Instant::now();
+        match tokio::task::spawn_blocking(move || store.claim_turn(&k, &holder, LEASE)).await {
+            Ok(Ok(Claimed::Granted { fence })) => {
+                if let Ok(mut held) = self.held.lock() {
+                    held.insert(
+                        key,
+                        Held {
+                            fence,
+                            // Nothing runs here for a push claim: nothing to stop.
+                            stop: watch::channel(false).0,
+                            conv: conv.clone(),
+                            valid_until: sent + LEASE - MARGIN,
+                        },
+                    );
+                }
+                true
+            }
+            Ok(Ok(Claimed::Held { .. })) => false,
+            Ok(Err(e)) => {
+                tracing::warn!(conversation = %conv.id, turn, error = %e, "could not claim a turn for a replica");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Lets go of a push replica's claim (the replica went, or its claim expired here), so that
+    /// another replica, on any node, can be granted the turn at once.
+    pub async fn release_push(&self, conversation_id: &str, turn: u64, holder: String) {
         let key = TurnKey {
             conversation_id: conversation_id.to_string(),
             turn,
         };
+        if let Ok(mut held) = self.held.lock() {
+            held.remove(&key);
+        }
         let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || store.claim_turn(&key, &holder, lease)).await {
-            Ok(Ok(Claimed::Granted { .. })) => true,
-            Ok(Ok(Claimed::Held { .. })) => false,
-            Ok(Err(e)) => {
-                tracing::warn!(conversation = conversation_id, turn, error = %e, "could not claim a turn for a replica");
-                false
-            }
-            Err(_) => false,
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.release_turns(&holder)).await
+        {
+            tracing::warn!(error = %e, "could not let go of a replica's claim; it runs out by itself");
         }
     }
 
@@ -220,6 +252,10 @@ impl Cluster {
             }
             Err(_) => return,
         };
+        let released = self.released.lock().await;
+        if *released {
+            return;
+        }
         let sent = Instant::now();
         let renewed = if held.is_empty() {
             Ok(Vec::new())
@@ -255,6 +291,8 @@ impl Cluster {
     /// A graceful stop: every run here stops, and every lease is let go so other nodes take
     /// the turns at once.
     pub async fn release(&self) {
+        let mut released = self.released.lock().await;
+        *released = true;
         if let Ok(mut held) = self.held.lock() {
             for (_, h) in held.drain() {
                 h.stop.send_replace(true);

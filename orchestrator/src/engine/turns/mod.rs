@@ -131,6 +131,11 @@ impl Turns {
         let _ = self.cluster.set(c);
     }
 
+    /// On a cluster, this node's name in the turn claims.
+    pub fn node_name(&self) -> Option<&str> {
+        self.cluster.get().map(|c| c.holder())
+    }
+
     /// On a cluster, lets go of this node's claims (a graceful stop: other nodes take its turns
     /// at once).
     pub async fn leave_cluster(&self) {
@@ -359,6 +364,9 @@ impl Turns {
             };
             let Some(deadline_ms) = claimed else {
                 self.drop_claim(&claim_id);
+                // The replica may have been granted the turn in the database and gone at once
+                // (this loop then sees only `Gone`): let that claim go too.
+                self.release_push(&conv, turn, &claim_id).await;
                 tried.insert(replica);
                 continue;
             };
@@ -380,8 +388,23 @@ impl Turns {
                 }
             }
             self.drop_claim(&claim_id);
+            // The replica went or its claim expired: another may be granted the turn.
+            self.release_push(&conv, turn, &claim_id).await;
             tried.insert(replica);
         }
+    }
+
+    /// On a cluster, lets go of the database claim a push replica's claim `claim_id` may hold.
+    async fn release_push(&self, conv: &ConvView, turn: u64, claim_id: &str) {
+        if let Some(cluster) = self.cluster.get() {
+            let holder = self.push_holder(cluster, claim_id);
+            cluster.release_push(&conv.id, turn, holder).await;
+        }
+    }
+
+    /// The name a push replica's claim holds a turn under in the database.
+    fn push_holder(&self, cluster: &cluster::Cluster, claim_id: &str) -> String {
+        format!("{}/{claim_id}", cluster.holder())
     }
 
     /// Records a claim of `turn` offered to `replica`: the `request_turn` to send it, and the
@@ -453,9 +476,8 @@ impl Turns {
         };
         if offered {
             if let Some(cluster) = self.cluster.get() {
-                let holder = format!("{}/{}", cluster.holder(), p.claim_id);
                 if !cluster
-                    .claim_push(&conv.id, turn, holder, self.lease(&conv))
+                    .claim_push(&conv, turn, self.push_holder(cluster, &p.claim_id))
                     .await
                 {
                     self.drop_claim(&p.claim_id);
@@ -469,9 +491,27 @@ impl Turns {
                 }
             }
         }
+        let gone = || async {
+            // Granted in the database just as the offer was withdrawn here: let it go.
+            if offered {
+                self.release_push(&conv, turn, &p.claim_id).await;
+            }
+            not_found()
+        };
+        let state = match self
+            .claims
+            .lock()
+            .map_err(|_| not_found())?
+            .get(&p.claim_id)
+        {
+            Some(c) => *c.state.borrow(),
+            None => ClaimState::Gone,
+        };
+        if state == ClaimState::Gone {
+            return Err(gone().await);
+        }
         let claims = self.claims.lock().map_err(|_| not_found())?;
         let c = claims.get(&p.claim_id).ok_or_else(not_found)?;
-        let state = *c.state.borrow();
         let deadline_ms = match state {
             ClaimState::Gone => return Err(not_found()),
             ClaimState::Claimed { deadline_ms } => deadline_ms,

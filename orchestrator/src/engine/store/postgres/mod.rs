@@ -448,7 +448,8 @@ impl Store for PgStore {
                     "UPDATE turn_claims t
                      SET lease_until_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $5
                      FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(c, n, f)
-                     WHERE t.conversation_id = u.c AND t.turn = u.n AND t.fence = u.f AND t.holder = $1
+                     WHERE t.conversation_id = u.c AND t.turn = u.n AND t.fence = u.f
+                       AND (t.holder = $1 OR t.holder LIKE $1 || '/%')
                      RETURNING t.fence",
                     &[&holder, &convs, &turns, &fences, &lease_ms],
                 )
@@ -461,8 +462,9 @@ impl Store for PgStore {
     fn release_turns(&self, holder: &str) -> Result<()> {
         let holder = holder.to_string();
         self.with_client(move |c| async move {
+            // The node's own claims, and its push replicas' (`node/claim`).
             c.execute(
-                "UPDATE turn_claims SET lease_until_ms = 0 WHERE holder = $1",
+                "UPDATE turn_claims SET lease_until_ms = 0 WHERE holder = $1 OR holder LIKE $1 || '/%'",
                 &[&holder],
             )
             .await?;
@@ -632,49 +634,49 @@ impl LogWriter for PgWriter {
         ids.sort_unstable();
         ids.dedup();
         let locked = self.run(move |c, st| async move {
-            c.batch_execute("BEGIN").await?;
-            let existing = if ids.is_empty() {
-                Vec::new()
-            } else {
+            // Sent together, in this order (one round trip): the ids' locks before the rows'
+            // on every node, so that two nodes never wait on each other in a circle.
+            let begin = c.batch_execute("BEGIN");
+            let existing = async {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
                 // Two nodes creating the same id: the second waits here for the first's
                 // commit, then finds the id taken.
                 c.execute(&st.lock_ids, &[&ids]).await?;
-                c.query(&st.existing_ids, &[&ids])
-                    .await?
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect()
+                c.query(&st.existing_ids, &[&ids]).await
             };
-            let heads = if nums.is_empty() {
-                Vec::new()
-            } else {
-                c.query(&st.lock_heads, &[&nums])
-                    .await?
+            let heads = async {
+                if nums.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&st.lock_heads, &[&nums]).await
+            };
+            let claims = async {
+                if asked.is_empty() {
+                    return Ok(Vec::new());
+                }
+                // FOR SHARE: a takeover waits for this batch to commit, and then sees its
+                // writes.
+                c.query(&st.lock_fences, &[&fenced, &fenced_turns]).await
+            };
+            let ((), existing, heads, claims) = futures::try_join!(begin, existing, heads, claims)?;
+            let current: std::collections::HashMap<(String, i64), i64> = claims
+                .iter()
+                .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+                .collect();
+            Ok(Locked {
+                heads: heads
                     .iter()
                     .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
-                    .collect()
-            };
-            let stale = if asked.is_empty() {
-                Vec::new()
-            } else {
-                // FOR SHARE: a takeover waits for this batch to commit, and then sees its writes.
-                let current: std::collections::HashMap<(String, i64), i64> = c
-                    .query(&st.lock_fences, &[&fenced, &fenced_turns])
-                    .await?
-                    .iter()
-                    .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-                    .collect();
-                asked
+                    .collect(),
+                existing: existing.iter().map(|r| r.get(0)).collect(),
+                stale: asked
                     .into_iter()
                     .filter(|(k, f)| {
                         current.get(&(k.conversation_id.clone(), k.turn as i64)) != Some(f)
                     })
-                    .collect()
-            };
-            Ok(Locked {
-                heads,
-                existing,
-                stale,
+                    .collect(),
             })
         })?;
         self.in_tx = true;
@@ -717,14 +719,7 @@ impl LogWriter for PgWriter {
     fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
         let batch = rows::Batch::new(convs, rows);
         let began = std::mem::replace(&mut self.in_tx, false);
-        self.run(move |c, st| async move {
-            if !began {
-                c.batch_execute("BEGIN").await?;
-            }
-            batch.write(&c, &st).await?;
-            c.batch_execute("COMMIT").await?;
-            Ok(())
-        })
+        self.run(move |c, st| async move { batch.write(&c, &st, !began).await })
     }
 
     fn conversation_num(&mut self) -> Result<i64> {

@@ -107,11 +107,17 @@ impl Statements {
                 .await?,
             // The compare-and-set on each head: a batch decided on a view the log has moved
             // past (which the lock should make impossible) writes nothing.
+            // The check is the database's own (an error aborts the transaction), so that the
+            // COMMIT can go in the same pipeline: a COMMIT after an error rolls back.
             move_heads: c
                 .prepare(
-                    "UPDATE conversations c SET head = u.head, closed = c.closed OR u.closed, updated_ms = $5 \
-                     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bool[]) AS u(num, old, head, closed) \
-                     WHERE c.num = u.num AND c.head = u.old",
+                    "WITH moved AS (
+                       UPDATE conversations c SET head = u.head, closed = c.closed OR u.closed, updated_ms = $5
+                       FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bool[]) AS u(num, old, head, closed)
+                       WHERE c.num = u.num AND c.head = u.old RETURNING 1)
+                     SELECT CASE WHEN (SELECT count(*) FROM moved) = cardinality($1::bigint[]) THEN 0
+                       ELSE ('nothing written: a conversation moved past the head this batch locked; moved '
+                             || (SELECT count(*) FROM moved))::int END",
                 )
                 .await?,
             notify: c
@@ -207,16 +213,9 @@ impl Batch {
 
     /// Writes the batch in the open transaction: conversations, declarations, events, heads
     /// (failing when one did not move from where the batch found it), and the notification.
-    pub async fn write(&self, c: &Client, st: &Statements) -> Result<()> {
-        if !self.convs.0.is_empty() {
-            let ConvColumns(n, i, b, p, m) = &self.convs;
-            c.execute(&st.insert_convs, &[n, i, b, p, m]).await?;
-        }
-        if !self.declared.is_empty() {
-            // Serialized with token creation for the same ids (`insert_token`).
-            c.execute(&st.lock_ids, &[&self.declared]).await?;
-            c.execute(&st.declare, &[&self.declared]).await?;
-        }
+    pub async fn write(&self, c: &Client, st: &Statements, begin: bool) -> Result<()> {
+        let ConvColumns(n, i, b, p, m) = &self.convs;
+        let conv_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [n, i, b, p, m];
         let e = &self.events;
         let event_params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
             &e.conv,
@@ -230,22 +229,39 @@ impl Batch {
             &e.hash,
             &e.ts_ms,
         ];
-        let inserted = c.execute(&st.insert_events, &event_params);
         let (num, old, head, closed) = &self.heads;
         let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
             [num, old, head, closed, &self.ts_ms];
-        let moved = c.execute(&st.move_heads, &head_params);
+        let declared: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.declared];
         let notice_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.notice];
+        // Sent together, in this order (the driver pipelines them: one round trip and the
+        // commit's sync): a statement that fails aborts the transaction, and the COMMIT after
+        // it then rolls back — the batch fails as a whole, and the error says why.
+        let began = async {
+            if begin {
+                c.batch_execute("BEGIN").await?;
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        };
+        let convs = async {
+            if !n.is_empty() {
+                c.execute(&st.insert_convs, &conv_params).await?;
+            }
+            Ok(())
+        };
+        let declare = async {
+            if !self.declared.is_empty() {
+                // Serialized with token creation for the same ids (`insert_token`).
+                c.execute(&st.lock_ids, &declared).await?;
+                c.execute(&st.declare, &declared).await?;
+            }
+            Ok(())
+        };
+        let inserted = c.execute(&st.insert_events, &event_params);
+        let moved = c.execute(&st.move_heads, &head_params);
         let notified = c.execute(&st.notify, &notice_params);
-        // Sent together (the driver pipelines them); the transaction fails as a whole.
-        let (_, moved, _) = futures::try_join!(inserted, moved, notified)?;
-        if moved != num.len() as u64 {
-            return Err(Error::Corrupt(format!(
-                "{} of {} conversations moved past the heads this batch locked; nothing written",
-                num.len() as u64 - moved,
-                num.len()
-            )));
-        }
+        let committed = c.batch_execute("COMMIT");
+        futures::try_join!(began, convs, declare, inserted, moved, notified, committed)?;
         Ok(())
     }
 }

@@ -1,0 +1,270 @@
+//! PostgreSQL: durable appends on one node and on three, beside the raw PostgreSQL ceiling
+//! measured in the same run, and cross-node fanout latency.
+//!
+//! ```text
+//! scripts/bench-cluster                                   # starts a PostgreSQL of its own
+//! BENCH_PG=postgres://postgres@127.0.0.1:5432/postgres cargo bench --workspace --bench cluster
+//! ```
+//! `BENCH_PG` names a server on which each phase creates a database of its own. Phases:
+//! - **ceiling**: one connection, 1,000-row multi-row inserts (`unnest`) of ~300-byte rows into a
+//!   table keyed by (conversation, seq), `synchronous_commit=on` — what PostgreSQL itself
+//!   commits from one connection on this machine;
+//! - **one node**: the orchestrator in-process on PostgreSQL, `BENCH_CLIENTS` × `BENCH_DEPTH`
+//!   appends in flight over 1,000 conversations;
+//! - **three nodes**: the same load spread over three orchestrators on the same database (in
+//!   this process: the same machine), each client on one node; once with every client writing
+//!   to every conversation (`spread`: each batch finds heads moved by the other nodes and catches
+//!   up), once with each conversation written through one node (`affinity`);
+//! - **fanout**: an append through node A, delivered to a subscriber on node C: p50 and p99 of
+//!   `BENCH_PINGS` appends one after another.
+
+#[allow(dead_code)] // `settle` is for the SQLite benchmarks' files.
+mod common;
+use common::{env, median};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
+use proto_spec::{MessagePayload, SubscribeParams};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const CONVERSATIONS: usize = 1000;
+
+fn text() -> String {
+    "lorem ipsum dolor sit amet, consectetur adipiscing elit ".repeat(5)[..280].to_string()
+}
+
+/// A new database on the server `base` names; its URL.
+async fn fresh_database(base: &str, name: &str) -> anyhow::Result<String> {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
+    let driver = tokio::spawn(conn);
+    // A new name each time: the pools of a phase's stores may still hold connections.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let db = format!(
+        "bench_{name}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    // Two statements: CREATE DATABASE cannot run in the implicit transaction of a batch.
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await?;
+    drop(client);
+    let _ = driver.await;
+    let mut url = url::Url::parse(base)?;
+    url.set_path(&db);
+    Ok(url.to_string())
+}
+
+/// Raw PostgreSQL: one connection, 1,000-row transactions of ~300-byte rows keyed by
+/// (conversation, seq), `synchronous_commit=on`.
+async fn ceiling(base: &str, secs: f64) -> anyhow::Result<f64> {
+    let url = fresh_database(base, "ceiling").await?;
+    let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    c.batch_execute(
+        "SET synchronous_commit = on;
+         CREATE TABLE rows (conv BIGINT, seq BIGINT, payload TEXT, PRIMARY KEY (conv, seq))",
+    )
+    .await?;
+    let ins = c
+        .prepare("INSERT INTO rows SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[])")
+        .await?;
+    let payload = serde_json::json!({"text": text()}).to_string();
+    let start = Instant::now();
+    let mut n = 0i64;
+    while start.elapsed().as_secs_f64() < secs {
+        let (mut conv, mut seq, mut p) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..1000i64 {
+            let k = n + i;
+            conv.push(k % 1000);
+            seq.push(k / 1000);
+            p.push(payload.clone());
+        }
+        c.batch_execute("BEGIN").await?;
+        c.execute(&ins, &[&conv, &seq, &p]).await?;
+        c.batch_execute("COMMIT").await?;
+        n += 1000;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// `nodes` orchestrators on one new database, with the benchmark's conversations.
+async fn cluster(
+    base: &str,
+    name: &str,
+    nodes: usize,
+    clients: usize,
+) -> anyhow::Result<Vec<Arc<Orchestrator>>> {
+    let url = fresh_database(base, name).await?;
+    let mut orchs = Vec::new();
+    for _ in 0..nodes {
+        let store = orchestrator::engine::store::open(
+            &url,
+            orchestrator::engine::store::sqlite::Synchronous::Full,
+        )?;
+        let limits = Limits {
+            max_connections: 4096,
+            ..Limits::default()
+        };
+        orchs.push(Orchestrator::open(store, limits)?);
+    }
+    common::create_conversations(&orchs, CONVERSATIONS, clients).await?;
+    Ok(orchs)
+}
+
+/// How clients pick their node.
+#[derive(Clone, Copy, PartialEq)]
+enum Routing {
+    /// Client `c` on node `c % nodes`, writing to every conversation.
+    Spread,
+    /// Each append through the node `conversation % nodes`.
+    Affinity,
+}
+
+/// Acknowledged appends per second: `clients` × `depth` appends in flight for `secs`.
+async fn appends(
+    orchs: &[Arc<Orchestrator>],
+    routing: Routing,
+    secs: f64,
+    clients: usize,
+    depth: usize,
+) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let payload = MessagePayload::text(text());
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        for lane in 0..depth {
+            let (stop, orchs, payload) = (stop.clone(), orchs.to_vec(), payload.clone());
+            tasks.push(tokio::spawn(async move {
+                let who = Identity::new(format!("agent-{c}"), false);
+                let mut done = 0u64;
+                let mut i = lane;
+                while !stop.load(Ordering::Relaxed) {
+                    let conv = ((c + i * clients) * 7919) % CONVERSATIONS;
+                    let node = match routing {
+                        Routing::Spread => c % orchs.len(),
+                        Routing::Affinity => conv % orchs.len(),
+                    };
+                    let p = common::message(&format!("conv-{conv}"), payload.clone());
+                    if let Err(e) = orchs[node].send_message(&who, p).await {
+                        panic!("append failed: {e}");
+                    }
+                    if !stop.load(Ordering::Relaxed) {
+                        done += 1;
+                    }
+                    i += depth;
+                }
+                done
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.expect("a client");
+    }
+    n as f64 / elapsed
+}
+
+/// Append on `from`, delivered on `to`: milliseconds for each of `pings` appends in a row.
+async fn fanout(from: &Orchestrator, to: &Orchestrator, pings: usize) -> anyhow::Result<Vec<f64>> {
+    let who = Identity::new("agent-0", false);
+    to.meet("conv-0").await;
+    let mut feed = to.subscribe(
+        &who,
+        SubscribeParams {
+            conversation_id: Some("conv-0".into()),
+            since_seq: None,
+            cursors: None,
+        },
+    )?;
+    let mut lat = Vec::with_capacity(pings);
+    for i in 0..pings {
+        let p = common::message("conv-0", MessagePayload::text(format!("ping {i}")));
+        let t = Instant::now();
+        let r = from.send_message(&who, p).await?;
+        loop {
+            let e = tokio::time::timeout(Duration::from_secs(10), feed.next())
+                .await?
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .ok_or_else(|| anyhow::anyhow!("the feed ended"))?;
+            if e.seq >= r.seq {
+                break;
+            }
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(lat)
+}
+
+fn pct(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p) as usize]
+}
+
+async fn shutdown(orchs: Vec<Arc<Orchestrator>>) {
+    for o in orchs {
+        o.shutdown().await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let base = std::env::var("BENCH_PG").map_err(|_| {
+        anyhow::anyhow!("BENCH_PG must name a PostgreSQL server (postgres://USER@HOST:PORT/DB); scripts/bench-cluster starts one")
+    })?;
+    let secs = env("BENCH_SECS", 5) as f64;
+    let clients = env("BENCH_CLIENTS", 16) as usize;
+    let depth = env("BENCH_DEPTH", 16) as usize;
+    let rounds = env("BENCH_ROUNDS", 3);
+    let pings = env("BENCH_PINGS", 300) as usize;
+    println!("PostgreSQL appends: {clients} clients x {depth} in flight, {CONVERSATIONS} conversations, {secs} s per phase, {rounds} rounds");
+    let (mut ceil, mut one, mut spread, mut affinity) = (vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        let c = ceiling(&base, secs).await?;
+        let single = cluster(&base, "one", 1, clients).await?;
+        let o = appends(&single, Routing::Spread, secs, clients, depth).await;
+        shutdown(single).await;
+        let three = cluster(&base, "three", 3, clients).await?;
+        let s = appends(&three, Routing::Spread, secs, clients, depth).await;
+        let a = appends(&three, Routing::Affinity, secs, clients, depth).await;
+        shutdown(three).await;
+        println!(
+            "round {round}: ceiling {c:.0} rows/s; one node {o:.0}/s ({:.2} of the ceiling); three nodes spread {s:.0}/s ({:.2} of one node), affinity {a:.0}/s ({:.2})",
+            o / c,
+            s / o,
+            a / o
+        );
+        ceil.push(c);
+        one.push(o);
+        spread.push(s);
+        affinity.push(a);
+    }
+    let (c, o, s, a) = (median(ceil), median(one), median(spread), median(affinity));
+    println!("median: ceiling {c:.0} rows/s | one node {o:.0} appends/s = {:.2} of the ceiling (goal >= 0.50) | three nodes spread {s:.0}/s = {:.2} of one node, affinity {a:.0}/s = {:.2} (goal >= 0.80)", o / c, s / o, a / o);
+    let three = cluster(&base, "fanout", 3, 1).await?;
+    let lat = fanout(&three[0], &three[2], pings).await?;
+    let local = fanout(&three[0], &three[0], pings).await?;
+    println!(
+        "fanout, append on node A -> delivery on node C: p50 {:.2} ms, p99 {:.2} ms ({pings} appends in a row); on node A itself: p50 {:.2} ms, p99 {:.2} ms",
+        pct(lat.clone(), 0.5),
+        pct(lat, 0.99),
+        pct(local.clone(), 0.5),
+        pct(local, 0.99)
+    );
+    shutdown(three).await;
+    Ok(())
+}

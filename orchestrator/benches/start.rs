@@ -1,0 +1,123 @@
+//! Start time over a large log: from opening the store to the first answered read, with
+//! `BENCH_CONVERSATIONS` conversations of `BENCH_EVENTS_EACH` events each (default 10,000 × 100:
+//! 1M events), on SQLite and, when `BENCH_PG` names a server, on PostgreSQL.
+//!
+//! ```text
+//! cargo bench --workspace --bench start
+//! BENCH_PG=postgres://postgres@127.0.0.1:5432/postgres cargo bench --workspace --bench start
+//! ```
+//! The conversations are created through the orchestrator; their messages are then written
+//! straight into the log with SQL (the start is what is measured, not the writing).
+
+#[allow(dead_code)]
+mod common;
+use common::env;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use orchestrator::engine::auth::Identity;
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::Synchronous;
+use proto_spec::ConversationParams;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn open(db: &str) -> anyhow::Result<Arc<Orchestrator>> {
+    let store = orchestrator::engine::store::open(db, Synchronous::Full)?;
+    Ok(Orchestrator::open(store, Limits::default())?)
+}
+
+/// Opens `db` and answers one read; the seconds it took.
+async fn start(db: &str, conversations: usize) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let orch = open(db)?;
+    let last = format!("conv-{}", conversations - 1);
+    orch.meet(&last).await;
+    let snap = orch.get_conversation(
+        &Identity::new("admin", true),
+        ConversationParams {
+            conversation_id: last,
+        },
+    )?;
+    let took = t.elapsed().as_secs_f64();
+    anyhow::ensure!(snap.latest_seq > 1, "the log was not read back");
+    orch.shutdown().await;
+    Ok(took)
+}
+
+/// Creates the conversations through the orchestrator.
+async fn create(db: &str, conversations: usize) -> anyhow::Result<()> {
+    let orch = open(db)?;
+    common::create_conversations(std::slice::from_ref(&orch), conversations, 1).await?;
+    orch.shutdown().await;
+    Ok(())
+}
+
+const PAYLOAD: &str =
+    r#"{"text":"lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor"}"#;
+
+async fn sqlite(dir: &std::path::Path, conversations: usize, each: u64) -> anyhow::Result<f64> {
+    let db = dir.join("start.db").display().to_string();
+    create(&db, conversations).await?;
+    let conn = rusqlite::Connection::open(&db)?;
+    conn.execute(
+        "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, ts_ms)
+         SELECT c.num, s.seq, 'message', 'agent-0', 1, 'none', ?1, 0
+         FROM conversations c,
+              (WITH RECURSIVE r(seq) AS (SELECT 2 UNION ALL SELECT seq + 1 FROM r WHERE seq < ?2)
+               SELECT seq FROM r) s
+         ORDER BY c.num, s.seq",
+        rusqlite::params![PAYLOAD, each as i64],
+    )?;
+    drop(conn);
+    start(&db, conversations).await
+}
+
+async fn postgres(base: &str, conversations: usize, each: u64) -> anyhow::Result<f64> {
+    let (c, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let name = format!("bench_start_{}", std::process::id());
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await?;
+    c.batch_execute(&format!("CREATE DATABASE {name}")).await?;
+    let mut url = url::Url::parse(base)?;
+    url.set_path(&name);
+    let db = url.to_string();
+    create(&db, conversations).await?;
+    let (c, conn) = tokio_postgres::connect(&db, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let each = each as i64;
+    c.execute(
+        "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, ts_ms)
+         SELECT c.num, s, 'message', 'agent-0', 1, 'none', $1, 0
+         FROM conversations c, generate_series(2, $2::bigint) s",
+        &[&PAYLOAD, &each],
+    )
+    .await?;
+    c.execute("UPDATE conversations SET head = $1", &[&each])
+        .await?;
+    c.batch_execute("VACUUM ANALYZE").await?;
+    start(&db, conversations).await
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let conversations = env("BENCH_CONVERSATIONS", 10_000) as usize;
+    let each = env("BENCH_EVENTS_EACH", 100);
+    let total = conversations as u64 * each;
+    println!("start time: {conversations} conversations x {each} events = {total} events; from opening the store to the first answered read");
+    let dir = tempfile::tempdir()?;
+    let s = sqlite(dir.path(), conversations, each).await?;
+    println!("SQLite: {s:.2} s (goal <= 2 s)");
+    match std::env::var("BENCH_PG") {
+        Ok(base) => {
+            let p = postgres(&base, conversations, each).await?;
+            println!("PostgreSQL: {p:.2} s (goal <= 2 s)");
+        }
+        Err(_) => println!("PostgreSQL: not measured (set BENCH_PG; scripts/bench-cluster does)"),
+    }
+    Ok(())
+}
