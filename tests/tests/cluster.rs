@@ -268,7 +268,21 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
     })
     .await;
     let other = cut.another_node_via(url.clone()).await;
+    let alice_on_cut = cut.client("alice").await;
     proxy.stall();
+    // A write on the cut-off node is not acknowledged: it gets a clear error once the database
+    // has not answered for a while.
+    let unanswered = tokio::spawn(async move {
+        alice_on_cut
+            .request::<Value, _>(
+                "sendMessage",
+                P(
+                    json!({"conversationId": "cut", "payload": {"text": "while cut off"},
+                         "finality": "none", "clientRequestId": "cut-off-write"}),
+                ),
+            )
+            .await
+    });
     // The takeover: once the cut-off node's lease has run out, the other node runs the turn.
     tests::eventually("the other node takes the turn over", || {
         agent.total.load(std::sync::atomic::Ordering::SeqCst) == 2
@@ -289,6 +303,15 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(30), unanswered)
+        .await
+        .expect("the cut-off node answers within its database timeout")
+        .expect("the writer task");
+    let message = format!("{refused:?}");
+    assert!(
+        refused.is_err() && message.contains("the database is unavailable"),
+        "{message}"
+    );
     // Forwarding again: the cut-off node's first run was stopped, and a write under its claim
     // (fence) is refused.
     proxy.resume();
