@@ -563,34 +563,44 @@ async fn a_turn_timeout_fires_once_whichever_nodes_run_timers() {
 async fn a_graceful_stop_hands_its_turns_over_at_once() {
     let agent = Arc::new(Counting::default());
     agent.hold.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut first = TestServer::on_postgres(test_limits(), counting_agents(&agent)).await;
+    let first = TestServer::on_postgres(test_limits(), counting_agents(&agent)).await;
+    // The second node meets the conversation from the first one's commits (not at its start),
+    // and either may take the turn: the one holding it is stopped.
+    let second = first.another_node().await;
     create_with_policy(&first, "handover", &["bot1", "alice"]).await;
-    tests::eventually("the first node runs bot1's turn", || {
+    tests::eventually("one node runs bot1's turn", || {
         agent.total.load(std::sync::atomic::Ordering::SeqCst) == 1
     })
     .await;
-    let second = first.another_node().await;
-    let name = first
-        .running()
-        .orchestrator()
-        .turns()
-        .node_name()
-        .expect("a cluster node")
-        .to_string();
-    first.stop().await;
     let db = tests::pg::connect(&second.db).await.expect("a connection");
-    let claim = db
-        .query_one(
-            "SELECT holder, lease_until_ms FROM turn_claims WHERE conversation_id = 'handover' AND turn = 1",
-            &[],
-        )
-        .await
-        .expect("the claim");
-    let (holder, lease): (String, i64) = (claim.get(0), claim.get(1));
-    // Let go (lease 0), or already taken by the second node: not held by the stopped node
+    let claim = || async {
+        let row = db
+            .query_one(
+                "SELECT holder, lease_until_ms FROM turn_claims WHERE conversation_id = 'handover' AND turn = 1",
+                &[],
+            )
+            .await
+            .expect("the claim");
+        (row.get::<_, String>(0), row.get::<_, i64>(1))
+    };
+    let name = |node: &TestServer| {
+        let turns = node.running().orchestrator().turns().clone();
+        turns.node_name().expect("a cluster node").to_string()
+    };
+    let (holder, _) = claim().await;
+    let (mut stopping, _staying) = if holder == name(&first) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let stopped = name(&stopping);
+    assert_eq!(holder, stopped);
+    stopping.stop().await;
+    let (holder, lease) = claim().await;
+    // Let go (lease 0), or already taken by the other node: not held by the stopped node
     // until its lease would have run out.
-    assert!(lease == 0 || holder != name, "{holder} {lease}");
-    tests::eventually("the second node takes the turn", || {
+    assert!(lease == 0 || holder != stopped, "{holder} {lease}");
+    tests::eventually("the other node takes the turn", || {
         agent.total.load(std::sync::atomic::Ordering::SeqCst) == 2
     })
     .await;

@@ -44,8 +44,11 @@ where
                 .map_err(wire)?;
             let who = session.identity().map_err(wire)?;
             let p: P = parse(&params).map_err(wire)?;
-            if let Some(id) = conversation_named(&params) {
-                orch.meet(&id).await;
+            // A creation names an id that is normally new: its batch finds out under the lock.
+            if name != names::CREATE_CONVERSATION {
+                if let Some(id) = conversation_named(&params) {
+                    orch.meet(&id).await;
+                }
             }
             f(orch, who, p).await.map_err(|e| wire(e.to_rpc()))
         }

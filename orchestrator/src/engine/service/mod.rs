@@ -156,7 +156,7 @@ impl Orchestrator {
     /// write, one created through another node moments ago may not have reached this one yet.
     /// Transports call it before a method that names a conversation.
     pub async fn meet(&self, id: &str) {
-        if !self.writer.is_shared() || self.hub.get(id).is_some() {
+        if !self.store.shared() || self.hub.get(id).is_some() {
             return;
         }
         if let Err(e) = self.writer.meet(id.to_string()).await {

@@ -77,7 +77,7 @@ pub struct TokenRecord {
 
 /// The writer side: owned by the writer thread.
 ///
-/// A backend that several nodes share ([`LogWriter::shared`]) runs each batch in a transaction
+/// A backend that several nodes share ([`Store::shared`]) runs each batch in a transaction
 /// that [`LogWriter::lock`] begins: the writer then catches up each conversation whose head in
 /// the log is past its own view ([`LogWriter::read_since`]) before it decides anything, and
 /// [`LogWriter::commit`] (or [`LogWriter::release`], when the batch writes nothing) ends it.
@@ -94,10 +94,6 @@ pub trait LogWriter: Send {
     /// What makes this writer's commits durable, for the thread that answers callers (taken
     /// once, before the first commit).
     fn durability(&mut self) -> Result<Box<dyn Durability>>;
-    /// Whether other nodes write the same log (the writer must lock and catch up).
-    fn shared(&self) -> bool {
-        false
-    }
     /// Begins a batch: locks what [`ToLock`] names until the batch ends, and answers the
     /// conversations' heads in the log, which of the ids exist already, and which fences are
     /// stale.
@@ -186,7 +182,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let _ = changed;
         Ok(())
     }
-    /// Whether several nodes share this store (turns are then claimed in it before they run).
+    /// Whether several nodes share this store: the writer then locks and catches up before each
+    /// batch, and turns are claimed in it before they run.
     fn shared(&self) -> bool {
         false
     }

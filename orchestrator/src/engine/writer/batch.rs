@@ -321,12 +321,7 @@ impl Writer {
         });
         let empty = ConvMachine::new(id.clone(), Vec::new()).core;
         let shared = Hub::make(&id, state.participants().to_vec(), empty);
-        if let Some(p) = state.policy() {
-            shared.set_policy(p.clone());
-        }
-        if let Some(p) = state.parent() {
-            shared.set_parent(p.conversation_id.clone());
-        }
+        share_links(&state, &shared);
         let slot = self.convs.insert(
             &id,
             Slot {

@@ -154,8 +154,6 @@ pub struct WriterHandle {
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
     /// The writer's counters.
     pub stats: Arc<WriterStats>,
-    /// Whether other nodes write the same log.
-    shared: bool,
 }
 
 struct Slot {
@@ -223,6 +221,17 @@ struct Writer {
     metrics: crate::engine::telemetry::CommitMetrics,
 }
 
+/// Gives a conversation's view what its state knows once, from its `created` event: the policy
+/// and the parent.
+fn share_links(state: &ConvMachine, view: &ConvView) {
+    if let Some(p) = state.policy() {
+        view.set_policy(p.clone());
+    }
+    if let Some(p) = state.parent() {
+        view.set_parent(p.conversation_id.clone());
+    }
+}
+
 /// A conversation's slot, its state rebuilt from its events (at start, or when this node first
 /// meets a conversation another node created); not yet registered in the hub.
 fn slot_from(
@@ -251,12 +260,7 @@ fn slot_from(
         .find(|e| e.draft.author != proto_spec::ORCHESTRATOR_AUTHOR)
         .map_or(created_ms, |e| e.ts_ms);
     shared.set_clock(created_ms, active_ms);
-    if let Some(p) = state.policy() {
-        shared.set_policy(p.clone());
-    }
-    if let Some(p) = state.parent() {
-        shared.set_parent(p.conversation_id.clone());
-    }
+    share_links(&state, &shared);
     Slot {
         num: record.num,
         state,
@@ -277,7 +281,7 @@ impl WriterHandle {
             hub.register(slot.shared.clone());
             convs.insert(&id, slot);
         })?;
-        let log_shared = log.shared();
+        let log_shared = store.shared();
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
         {
@@ -335,7 +339,6 @@ impl WriterHandle {
             tx,
             thread: Arc::new(Mutex::new(Some(thread))),
             stats,
-            shared: log_shared,
         })
     }
 
@@ -414,12 +417,6 @@ impl WriterHandle {
             .await
             .map_err(|_| Error::WriterGone)?;
         Ok(rx.await.map_err(|_| Error::WriterGone)??)
-    }
-
-    /// Whether other nodes write the same log (a conversation may exist that this node has not
-    /// met yet: see [`WriterHandle::meet`]).
-    pub fn is_shared(&self) -> bool {
-        self.shared
     }
 
     /// Loads conversation `id` if another node created it and this one has not met it yet;

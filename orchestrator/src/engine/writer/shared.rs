@@ -130,13 +130,6 @@ impl Writer {
             },
         );
         self.take_in(at, events, true)?;
-        let slot = &self.convs.slots[at];
-        if let Some(p) = slot.state.policy() {
-            slot.shared.set_policy(p.clone());
-        }
-        if let Some(p) = slot.state.parent() {
-            slot.shared.set_parent(p.conversation_id.clone());
-        }
         Ok(at)
     }
 
@@ -181,6 +174,11 @@ impl Writer {
                     replies: Vec::new(),
                 }),
             }
+        }
+        if new {
+            // Before anything is published: the turn dispatcher reads the policy when the
+            // first commit names a speaker.
+            share_links(&slot.state, &slot.shared);
         }
         for g in groups {
             self.hand_on_committed(g, 0);

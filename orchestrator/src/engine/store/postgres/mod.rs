@@ -739,10 +739,6 @@ impl LogWriter for PgWriter {
         })
     }
 
-    fn shared(&self) -> bool {
-        true
-    }
-
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
         Ok(Box::new(Committed))
     }
