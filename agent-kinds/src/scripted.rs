@@ -12,7 +12,7 @@ use agent_sdk::{Agent, AgentContext, AgentError, TurnOutcome};
 #[derive(Debug)]
 pub struct Scripted {
     replies: Vec<String>,
-    said: std::sync::Mutex<Option<usize>>,
+    said: std::sync::Mutex<Option<(usize, u64)>>,
 }
 
 impl Scripted {
@@ -39,23 +39,24 @@ impl Scripted {
 #[async_trait]
 impl Agent for Scripted {
     async fn handle_turn(&self, ctx: &AgentContext) -> Result<TurnOutcome, AgentError> {
-        let known = self.said.lock().ok().and_then(|s| *s);
-        let mine = match known {
-            Some(n) => n,
-            None => ctx
-                .history()
+        // What this value last posted (how many replies so far, and the seq of the last one);
+        // the log after it is read too, since the same agent may have spoken through another
+        // value meanwhile (another node of a cluster, another executor after a restart).
+        let (before, after) = self.said.lock().ok().and_then(|s| *s).unwrap_or((0, 0));
+        let mine = before
+            + ctx
+                .messages_after(after)
                 .await?
                 .iter()
                 .filter(|m| m.author == ctx.agent_id && m.finality != Some(Finality::None))
-                .count(),
-        };
+                .count();
         let Some(reply) = self.replies.get(mine) else {
             return Ok(TurnOutcome::Yield);
         };
         let posted = ctx.say(reply.clone(), Finality::Turn).await;
         if let Ok(mut s) = self.said.lock() {
             // After a failed post the log is the judge again.
-            *s = posted.is_ok().then_some(mine + 1);
+            *s = posted.as_ref().ok().map(|r| (mine + 1, r.seq));
         }
         posted?;
         Ok(TurnOutcome::Posted)

@@ -135,8 +135,13 @@ impl AgentContext {
 
     /// Every message of the conversation so far.
     pub async fn history(&self) -> ClientResult<Vec<Event>> {
+        self.messages_after(0).await
+    }
+
+    /// Every message after seq `after`, page by page.
+    pub async fn messages_after(&self, after: u64) -> ClientResult<Vec<Event>> {
         let mut out = Vec::new();
-        let mut cursor = 0;
+        let mut cursor = after;
         loop {
             let page = self.get_updates(Some(cursor)).await?;
             let done = page.messages.is_empty() || page.latest_seq <= cursor;

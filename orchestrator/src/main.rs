@@ -408,10 +408,16 @@ async fn serve(
         eprintln!("scenarios: {}", names.join(", "));
     }
     let conversations = orch.hub().len();
+    // On a cluster, the node's name in the turn claims (and its logs), new at every start.
+    let node = orch
+        .turns()
+        .node_name()
+        .map(|n| format!(", {n}"))
+        .unwrap_or_default();
     let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let running = server::start(orch, listener).await?;
     println!(
-        "orchestrator listening on ws://{}/rpc (database {}, {} conversations)",
+        "orchestrator listening on ws://{}/rpc (database {}, {} conversations{node})",
         running.local_addr(),
         store::display(&db),
         conversations

@@ -218,6 +218,23 @@ pub struct SendMessageParams {
     pub client_request_id: Option<String>,
 }
 
+impl SendMessageParams {
+    /// A text message, with no turn hint and no idempotency key.
+    pub fn text(
+        conversation_id: impl Into<String>,
+        text: impl Into<String>,
+        finality: Finality,
+    ) -> Self {
+        SendMessageParams {
+            conversation_id: conversation_id.into(),
+            payload: MessagePayload::text(text),
+            finality,
+            turn_hint: None,
+            client_request_id: None,
+        }
+    }
+}
+
 /// `sendTrace` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

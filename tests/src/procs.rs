@@ -82,6 +82,8 @@ pub async fn connect(url: &str, token: &str) -> WsJsonRpcClient {
 pub struct Node {
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// On PostgreSQL, its name in the turn claims since its last start (`node-…`).
+    pub name: Option<String>,
     child: Option<tokio::process::Child>,
 }
 
@@ -90,6 +92,7 @@ impl Node {
     pub fn new() -> Node {
         Node {
             port: free_port(),
+            name: None,
             child: None,
         }
     }
@@ -114,6 +117,10 @@ impl Node {
             .expect("read stdout")
             .expect("a first line");
         assert!(line.contains("listening"), "{line}");
+        self.name = line
+            .split([' ', ',', ')'])
+            .find(|w| w.starts_with("node-"))
+            .map(str::to_string);
         self.child = Some(child);
     }
 

@@ -607,3 +607,115 @@ async fn a_graceful_stop_hands_its_turns_over_at_once() {
     agent.hold.store(false, std::sync::atomic::Ordering::SeqCst);
     agent.release.notify_waiters();
 }
+
+fn system_of(log: &[agent_sdk::proto::Event], kind: &str) -> Vec<Value> {
+    log.iter()
+        .filter(|e| e.kind == agent_sdk::proto::EventKind::System)
+        .map(|e| e.payload_value())
+        .filter(|p| p["type"] == kind)
+        .collect()
+}
+
+/// Sub-conversations and forks across nodes: an `orchestrate` agent's children, opened on
+/// whichever node runs its turn (the node it was created on stops gracefully once the first
+/// child started), are each started and finished once, their logs and results are read on the
+/// other node, and a fork made on one node of a conversation another node wrote is read on the
+/// first with the events up to its seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subconversations_and_forks_work_across_nodes() {
+    use agent_sdk::proto::{ConversationStatus, ForkConversationParams};
+    use agent_sdk::AgentClient;
+    let mut a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    let researcher = |reply: &str| {
+        json!({
+            "participants": [{"id": "researcher", "kind": "scripted", "replies": [reply]}],
+            "policy": {"order": "round_robin", "first": "researcher"},
+            "stop": {"maxTurns": 1}
+        })
+    };
+    let scenario = json!({
+        "participants": [
+            {"id": "asker", "kind": "scripted", "replies": ["tea"]},
+            {"id": "planner", "kind": "orchestrate", "steps": [
+                {"scenario": researcher("tea came from China"), "as": "origin", "input": "Where did {{$.input.text}} come from?"},
+                {"scenario": researcher("it went west by sea"), "as": "route", "input": "Given: {{$.steps.origin.text}}. How did it travel?"},
+            ]},
+        ],
+        "policy": {"order": "round_robin", "first": "asker"},
+        "stop": {"maxTurns": 2},
+        "turn": {"timeout": "30s"}
+    });
+    let on_a = a.sdk("admin", None).await;
+    tests::create_scenario(&on_a, "tree", scenario).await;
+    let on_b = b.sdk("admin", None).await;
+    let until = tokio::time::Instant::now() + tests::WAIT;
+    while system_of(
+        &tests::full_log(&on_b, "tree").await,
+        "subconversation_started",
+    )
+    .is_empty()
+    {
+        assert!(tokio::time::Instant::now() < until, "no child started");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    a.stop().await;
+    tests::wait_for(&on_b, "tree", "the end", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    let log = tests::full_log(&on_b, "tree").await;
+    let started = system_of(&log, "subconversation_started");
+    let finished = system_of(&log, "subconversation_finished");
+    assert_eq!(started.len(), 2, "each child started once: {started:?}");
+    assert_eq!(finished.len(), 2, "each child finished once: {finished:?}");
+    assert_eq!(finished[0]["result"]["text"], "tea came from China");
+    assert_eq!(finished[1]["result"]["text"], "it went west by sea");
+    let answers: Vec<_> = log
+        .iter()
+        .filter(|e| e.author == "planner" && e.kind == agent_sdk::proto::EventKind::Message)
+        .collect();
+    assert_eq!(answers.len(), 1, "one answer from the planner");
+    assert_eq!(answers[0].payload_value()["text"], "it went west by sea");
+    for child in &started {
+        let id = child["child"].as_str().expect("the child's id");
+        let child_log = tests::full_log(&on_b, id).await;
+        let seqs: Vec<u64> = child_log.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+        assert!(child_log.iter().any(|e| e.author == "researcher"));
+    }
+
+    // A fork made on one node of a conversation written through another.
+    let c = b.another_node().await;
+    let on_c = c.sdk("admin", None).await;
+    let at = log.len() as u64 - 1;
+    on_c.fork_conversation(ForkConversationParams {
+        conversation_id: "tree".into(),
+        at_seq: at,
+        new_conversation_id: Some("tree-fork".into()),
+    })
+    .await
+    .expect("fork on another node");
+    let forked = tests::full_log(&on_b, "tree-fork").await;
+    let copied: Vec<_> = forked
+        .iter()
+        .take(at as usize)
+        .map(|e| (e.seq, e.payload_value()))
+        .collect();
+    let original: Vec<_> = log
+        .iter()
+        .take(at as usize)
+        .map(|e| (e.seq, e.payload_value()))
+        .collect();
+    assert_eq!(copied.len(), at as usize);
+    assert_eq!(
+        copied, original,
+        "the fork starts with the events up to its seq"
+    );
+    assert!(
+        forked
+            .iter()
+            .any(|e| e.payload_value()["type"] == "forked_from"),
+        "{forked:?}"
+    );
+}

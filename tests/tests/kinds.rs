@@ -510,3 +510,53 @@ async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go
             >= 5
     );
 }
+
+/// A `scripted` agent's next reply follows the log, not only what its own value said: when the
+/// same agent speaks through two values by turns (two nodes of a cluster, or an executor run
+/// again), each says the next reply, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_agent_spoken_for_by_two_values_says_each_reply_once() {
+    use agent_sdk::{Agent, AgentContext};
+    use orchestrator::engine::auth::Identity;
+    use orchestrator::host::client::InProcessClient;
+    let server = TestServer::start().await;
+    server.create("duo", &["bot", "alice"]).await;
+    let orch = server.running().orchestrator().clone();
+    let bot: std::sync::Arc<dyn AgentClient> = std::sync::Arc::new(InProcessClient::new(
+        orch.clone(),
+        Identity::new("bot", false),
+    ));
+    let alice = server.sdk("alice", None).await;
+    let replies: Vec<String> = ["one", "two", "three", "four"].map(String::from).to_vec();
+    let values = [
+        agent_kinds::Scripted::new(replies.clone()),
+        agent_kinds::Scripted::new(replies),
+    ];
+    for (i, value) in [0usize, 1, 0, 0, 1].into_iter().enumerate() {
+        let snapshot = alice.get_conversation("duo").await.expect("snapshot");
+        let ctx = AgentContext::new(
+            bot.clone(),
+            "duo",
+            snapshot.turn,
+            1,
+            tokio::time::Instant::now() + std::time::Duration::from_secs(10),
+            snapshot.latest_seq,
+        );
+        values[value].handle_turn(&ctx).await.expect("a turn");
+        alice
+            .send_message(SendMessageParams::text(
+                "duo",
+                format!("alice {i}"),
+                Finality::Turn,
+            ))
+            .await
+            .expect("alice answers");
+    }
+    let said: Vec<String> = messages(&full_log(&alice, "duo").await)
+        .into_iter()
+        .filter(|(who, _)| who == "bot")
+        .map(|(_, text)| text)
+        .collect();
+    // The fifth turn has no reply left: the agent yields.
+    assert_eq!(said, ["one", "two", "three", "four"]);
+}
