@@ -109,6 +109,37 @@ async fn writers_on_every_node_keep_seq_dense_and_keys_unique() {
         }
         expect += 1;
     }
+    // The cluster's own metrics (the recorder is the process's: the three nodes' figures
+    // together here; each `serve` process has its own).
+    let mut r = http_get(&c, "alice", "/metrics").await;
+    let mut text = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut r, &mut text)
+        .await
+        .expect("the metrics");
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(
+        value("orchestrator_cluster_caught_up_events_total") >= total as f64,
+        "{text}"
+    );
+    assert!(value("orchestrator_cluster_refreshes_total{source=\"notification\"}") > 0.0);
+    let node = c
+        .running()
+        .orchestrator()
+        .turns()
+        .node_name()
+        .expect("a cluster node")
+        .to_string();
+    assert!(
+        text.contains(&format!(
+            "orchestrator_node_info{{backend=\"postgres\",node=\"{node}\"}} 1"
+        )),
+        "{text}"
+    );
 }
 
 /// A subscription to all of an agent's conversations on one node follows conversations created

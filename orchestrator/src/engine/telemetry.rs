@@ -31,6 +31,21 @@ pub const ACCEPTED: &str = "orchestrator_connections_accepted_total";
 pub const TURNS: &str = "orchestrator_turns_total";
 /// Errors returned to callers, by `code` (the table's name) and `transport` (`rpc`, `http`).
 pub const ERRORS: &str = "orchestrator_errors_total";
+/// This node: `backend` (`sqlite`, `postgres`) and, on a cluster, `node` (its name in the turn
+/// claims, new at every start); always 1.
+pub const NODE_INFO: &str = "orchestrator_node_info";
+/// On a cluster: claims this node asked for an internal agent's turn, by `result`: `granted`,
+/// `held` (another node holds it; tried again when its lease runs out) or `error`.
+pub const CLUSTER_CLAIMS: &str = "orchestrator_cluster_claims_total";
+/// On a cluster: runs stopped because their claim was lost, by `why`: `taken` (a renewal found
+/// another node holding it) or `expired` (no renewal in time by this node's clock).
+pub const CLUSTER_CLAIMS_LOST: &str = "orchestrator_cluster_claims_lost_total";
+/// On a cluster: events other nodes committed, read back and published on this one.
+pub const CLUSTER_CAUGHT_UP: &str = "orchestrator_cluster_caught_up_events_total";
+/// On a cluster: looks at other nodes' commits, by `source`: `notification` (a commit's
+/// notification named the conversations) or `scan` (the poll, or a notification too long to
+/// name them).
+pub const CLUSTER_REFRESHES: &str = "orchestrator_cluster_refreshes_total";
 /// One executor run of an agent on a turn, in seconds (the executor crate records it).
 pub const EXECUTOR_RUN_SECONDS: &str = executors::core::RUN_SECONDS;
 
@@ -89,6 +104,26 @@ fn describe() {
     describe_counter!(ACCEPTED, "TCP connections accepted.");
     describe_counter!(TURNS, "Turns handed to an agent, by mode.");
     describe_counter!(ERRORS, "Errors returned to callers, by code and transport.");
+    describe_gauge!(
+        NODE_INFO,
+        "This node: its backend and, on a cluster, its name."
+    );
+    describe_counter!(
+        CLUSTER_CLAIMS,
+        "Turn claims this node asked for, by result."
+    );
+    describe_counter!(
+        CLUSTER_CLAIMS_LOST,
+        "Runs stopped because their claim was lost, by why."
+    );
+    describe_counter!(
+        CLUSTER_CAUGHT_UP,
+        "Events other nodes committed, published on this one."
+    );
+    describe_counter!(
+        CLUSTER_REFRESHES,
+        "Looks at other nodes' commits, by source."
+    );
     describe_histogram!(
         EXECUTOR_RUN_SECONDS,
         Unit::Seconds,
@@ -141,6 +176,34 @@ pub fn error(code: ErrorCode, transport: &'static str) {
 /// A turn handed out.
 pub fn turn(mode: &'static str) {
     counter!(TURNS, "mode" => mode).increment(1);
+}
+
+/// This node's backend and (on a cluster) name, as [`NODE_INFO`].
+pub fn node(backend: &'static str, name: Option<&str>) {
+    match name {
+        Some(n) => gauge!(NODE_INFO, "backend" => backend, "node" => n.to_string()).set(1.0),
+        None => gauge!(NODE_INFO, "backend" => backend).set(1.0),
+    }
+}
+
+/// A turn claim asked for (`result`: `granted`, `held`, `error`).
+pub fn claim(result: &'static str) {
+    counter!(CLUSTER_CLAIMS, "result" => result).increment(1);
+}
+
+/// A run stopped because its claim was lost (`why`: `taken`, `expired`).
+pub fn claim_lost(why: &'static str) {
+    counter!(CLUSTER_CLAIMS_LOST, "why" => why).increment(1);
+}
+
+/// `events` committed by other nodes, published here.
+pub fn caught_up(events: usize) {
+    counter!(CLUSTER_CAUGHT_UP).increment(events as u64);
+}
+
+/// A look at other nodes' commits (`source`: `notification`, `scan`).
+pub fn refreshed(source: &'static str) {
+    counter!(CLUSTER_REFRESHES, "source" => source).increment(1);
 }
 
 /// A feed resumed from the log after falling behind.

@@ -68,6 +68,10 @@ impl Orchestrator {
             turns.join_cluster(store.clone());
         }
         turns.attach(&hub);
+        crate::engine::telemetry::node(
+            if store.shared() { "postgres" } else { "sqlite" },
+            turns.node_name(),
+        );
         crate::engine::timers::spawn(hub.clone(), writer.clone());
         Ok(Arc::new(Orchestrator {
             store,

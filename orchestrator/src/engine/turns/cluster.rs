@@ -186,6 +186,7 @@ impl Cluster {
                 tokio::task::spawn_blocking(move || store.claim_turn(&k, &holder, LEASE)).await;
             let wait = match claimed {
                 Ok(Ok(Claimed::Granted { fence })) => {
+                    crate::engine::telemetry::claim("granted");
                     let (stop, stopped) = watch::channel(false);
                     if let Ok(mut held) = self.held.lock() {
                         held.insert(
@@ -204,9 +205,11 @@ impl Cluster {
                     return;
                 }
                 Ok(Ok(Claimed::Held { left_ms })) => {
+                    crate::engine::telemetry::claim("held");
                     Duration::from_millis(left_ms as u64 + 20 + rand::random::<u64>() % 80)
                 }
                 Ok(Err(e)) => {
+                    crate::engine::telemetry::claim("error");
                     tracing::warn!(conversation = %a.conversation_id, turn = a.turn, error = %e, "could not claim a turn; trying again");
                     Duration::from_secs(1)
                 }
@@ -233,6 +236,7 @@ impl Cluster {
                 return true;
             }
             tracing::warn!(conversation = %key.conversation_id, turn = key.turn, "a turn claim could not be renewed in time; stopping the turn here");
+            crate::engine::telemetry::claim_lost("expired");
             h.stop.send_replace(true);
             false
         });
@@ -278,6 +282,7 @@ impl Cluster {
                         }
                     } else if let Some(h) = map.remove(key) {
                         tracing::info!(conversation = %key.conversation_id, turn = key.turn, "another node took the turn over; stopping it here");
+                        crate::engine::telemetry::claim_lost("taken");
                         h.stop.send_replace(true);
                     }
                 }

@@ -147,6 +147,7 @@ impl Writer {
     /// (one timestamp) at a time; `new`: the first commit makes the conversation known here.
     fn take_in(&mut self, at: usize, events: Vec<RecoveredEvent>, new: bool) -> Result<()> {
         let slot = &mut self.convs.slots[at];
+        crate::engine::telemetry::caught_up(events.len());
         let mut groups: Vec<Committed> = Vec::new();
         for e in events {
             if e.draft.seq != slot.state.core.head + 1 {
@@ -190,6 +191,11 @@ impl Writer {
     /// lately), loading those this node has not met.
     pub(super) fn refresh(&mut self, changes: Option<&[(i64, u64)]>) -> Result<()> {
         let lately;
+        crate::engine::telemetry::refreshed(if changes.is_some() {
+            "notification"
+        } else {
+            "scan"
+        });
         let changes = match changes {
             Some(c) => c,
             None => {
