@@ -182,15 +182,16 @@ async fn appends(
 /// Append on `from`, delivered on `to`: milliseconds for each of `pings` appends in a row.
 async fn fanout(from: &Orchestrator, to: &Orchestrator, pings: usize) -> anyhow::Result<Vec<f64>> {
     let who = Identity::new("agent-0", false);
-    to.meet("conv-0").await;
-    let mut feed = to.subscribe(
-        &who,
-        SubscribeParams {
-            conversation_id: Some("conv-0".into()),
-            since_seq: None,
-            cursors: None,
-        },
-    )?;
+    let mut feed = to
+        .subscribe(
+            &who,
+            SubscribeParams {
+                conversation_id: Some("conv-0".into()),
+                since_seq: None,
+                cursors: None,
+            },
+        )
+        .await?;
     let mut lat = Vec::with_capacity(pings);
     for i in 0..pings {
         let p = common::message("conv-0", MessagePayload::text(format!("ping {i}")));

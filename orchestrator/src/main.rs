@@ -407,7 +407,12 @@ async fn serve(
     if !names.is_empty() {
         eprintln!("scenarios: {}", names.join(", "));
     }
-    let conversations = orch.hub().len();
+    // On a shared store, the open ones: closed conversations are loaded when first named.
+    let conversations = if orch.store().shared() {
+        format!("{} open conversations", orch.hub().len())
+    } else {
+        format!("{} conversations", orch.hub().len())
+    };
     // On a cluster, the node's name in the turn claims (and its logs), new at every start.
     let node = orch
         .turns()
@@ -417,7 +422,7 @@ async fn serve(
     let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let running = server::start(orch, listener).await?;
     println!(
-        "orchestrator listening on ws://{}/rpc (database {}, {} conversations{node})",
+        "orchestrator listening on ws://{}/rpc (database {}, {}{node})",
         running.local_addr(),
         store::display(&db),
         conversations

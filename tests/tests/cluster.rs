@@ -750,3 +750,88 @@ async fn subconversations_and_forks_work_across_nodes() {
         "{forked:?}"
     );
 }
+
+/// On PostgreSQL a node holds the open conversations from its start; a closed one stays in the
+/// database until a client names it (reads it, lists it, follows every conversation from a
+/// cursor), and leaves memory again once nobody holds it and no client named it for a while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_conversations_are_loaded_when_named_and_let_go_when_idle() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    for id in ["open-1", "done-1", "done-2"] {
+        a.create(id, &["alice", "bob"]).await;
+    }
+    let alice = a.client("alice").await;
+    send(&alice, "open-1", "still talking", "k-open").await;
+    for id in ["done-1", "done-2"] {
+        let _: Value = alice
+            .request(
+                "sendMessage",
+                P(json!({"conversationId": id, "payload": {"text": "bye"}, "finality": "conversation"})),
+            )
+            .await
+            .expect("close");
+    }
+    let b = a.another_node().await;
+    let held = |n: &TestServer| n.running().orchestrator().hub().len();
+    assert_eq!(held(&b), 1, "only the open conversation is loaded at start");
+    // Named: loaded, with its whole log.
+    let bob = b.client("bob").await;
+    let on_a = log(&alice, "done-1").await;
+    assert_eq!(log(&bob, "done-1").await, on_a);
+    assert_eq!(held(&b), 2);
+    // Listed: every conversation of the caller, closed ones included.
+    let listed: Value = bob
+        .request("listConversations", P(json!({})))
+        .await
+        .expect("list");
+    let ids: Vec<&str> = listed["conversations"]
+        .as_array()
+        .expect("conversations")
+        .iter()
+        .map(|c| c["conversationId"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["done-1", "done-2", "open-1"]);
+    assert_eq!(listed["conversations"][1]["status"], "closed");
+    // Let go when idle (here: at once), then loaded again when named, the same.
+    let orch = b.running().orchestrator().clone();
+    let forgotten = orch
+        .forget_idle(std::time::Duration::ZERO)
+        .await
+        .expect("forget");
+    assert_eq!(forgotten, 2, "both closed conversations let go");
+    assert_eq!(held(&b), 1);
+    assert_eq!(log(&bob, "done-1").await, on_a);
+    // A closed conversation takes nothing, loaded or not.
+    let err = bob
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "done-2", "payload": {"text": "again"}, "finality": "none"})),
+        )
+        .await
+        .expect_err("closed");
+    assert!(err.to_string().contains("closed"), "{err}");
+    // Every conversation from a cursor: the closed ones' events too.
+    let c = b.another_node().await;
+    let carol = c.client("alice").await;
+    let mut sub = subscribe(&carol, json!({"sinceSeq": 0})).await;
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 3 {
+        let n = tests::next_event(&mut sub, "every conversation's events").await;
+        seen.insert(
+            n["event"]["conversationId"]
+                .as_str()
+                .expect("id")
+                .to_string(),
+        );
+    }
+    // A view someone holds (a subscription to done-2) is not let go; done-1 is.
+    let _one = subscribe(&carol, json!({"conversationId": "done-2", "sinceSeq": 0})).await;
+    let on_c = c.running().orchestrator().clone();
+    assert_eq!(
+        on_c.forget_idle(std::time::Duration::ZERO)
+            .await
+            .expect("forget"),
+        1
+    );
+    assert!(on_c.hub().get("done-2").is_some() && on_c.hub().get("done-1").is_none());
+}

@@ -98,6 +98,7 @@ async fn a_lagging_feed_of_all_conversations_is_resumed_from_the_log() {
                 cursors: None,
             },
         )
+        .await
         .unwrap();
     // Nobody reads the feed while far more than the broadcast buffer is appended: the writer
     // does not wait for it.
@@ -160,6 +161,7 @@ async fn a_feed_behind_the_memory_ring_reads_the_store() {
                 cursors: None,
             },
         )
+        .await
         .unwrap();
     let n = RECENT_EVENTS * 10;
     append_many(&orch, &alice, &["c"], n, 256).await;

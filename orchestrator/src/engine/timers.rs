@@ -27,6 +27,10 @@ pub const TICK: Duration = Duration::from_millis(20);
 /// at the deadline itself, and their `turn_error` trace lands first.
 pub const TURN_TIMEOUT_GRACE_MS: i64 = 100;
 
+/// How long a closed conversation stays in memory on a shared store after a client last
+/// named it.
+pub const FORGET_IDLE: Duration = Duration::from_secs(300);
+
 /// Checks every conversation's deadlines each [`TICK`] until the server stops.
 pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
     tokio::spawn(async move {
@@ -43,6 +47,16 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
             if ticks.is_multiple_of(50) {
                 // About once a second: recent events past their window leave memory.
                 hub.trim_recent();
+            }
+            if ticks.is_multiple_of(50 * 60) {
+                // About once a minute, on a shared store: closed conversations nobody named
+                // lately leave memory (loaded again when named).
+                let writer = writer.clone();
+                tokio::spawn(async move {
+                    if let Ok(n @ 1..) = writer.forget_idle(FORGET_IDLE).await {
+                        tracing::debug!(conversations = n, "idle closed conversations let go");
+                    }
+                });
             }
             let now = now_ms();
             for conv in hub.all() {

@@ -61,6 +61,14 @@ impl InProcessClient {
     fn o(&self) -> ClientResult<Arc<Orchestrator>> {
         self.orch.upgrade().ok_or(ClientError::Closed)
     }
+
+    /// The orchestrator, once it holds conversation `id` (on a shared store it may be in the
+    /// database only: [`Orchestrator::meet`]), as the WebSocket methods do.
+    async fn at(&self, id: &str) -> ClientResult<Arc<Orchestrator>> {
+        let o = self.o()?;
+        o.meet(id).await;
+        Ok(o)
+    }
 }
 
 #[async_trait]
@@ -88,7 +96,8 @@ impl AgentClient for InProcessClient {
     }
 
     async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot> {
-        self.o()?
+        self.at(conversation_id)
+            .await?
             .get_conversation(
                 &self.who,
                 ConversationParams {
@@ -99,19 +108,22 @@ impl AgentClient for InProcessClient {
     }
 
     async fn list_conversations(&self) -> ClientResult<ListConversationsResult> {
-        Ok(self.o()?.list_conversations(&self.who))
+        Ok(self.o()?.list_conversations(&self.who).await)
     }
 
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
-        self.o()?.tail(&self.who, p).await.map_err(rpc)
+        let o = self.at(&p.conversation_id).await?;
+        o.tail(&self.who, p).await.map_err(rpc)
     }
 
     async fn wait_for_change(&self, p: WaitForChangeParams) -> ClientResult<WaitForChangeResult> {
-        self.o()?.wait_for_change(&self.who, p).await.map_err(rpc)
+        let o = self.at(&p.conversation_id).await?;
+        o.wait_for_change(&self.who, p).await.map_err(rpc)
     }
 
     async fn get_updates(&self, p: GetUpdatesParams) -> ClientResult<GetUpdatesResult> {
-        self.o()?.get_updates(&self.who, p).await.map_err(rpc)
+        let o = self.at(&p.conversation_id).await?;
+        o.get_updates(&self.who, p).await.map_err(rpc)
     }
 
     async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
@@ -131,7 +143,7 @@ impl AgentClient for InProcessClient {
     }
 
     async fn subscribe(&self, p: SubscribeParams) -> ClientResult<EventStream> {
-        let mut feed = self.o()?.subscribe(&self.who, p).map_err(rpc)?;
+        let mut feed = self.o()?.subscribe(&self.who, p).await.map_err(rpc)?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
             loop {
@@ -179,7 +191,8 @@ impl AgentClient for InProcessClient {
         let p = ConversationParams {
             conversation_id: conversation_id.to_string(),
         };
-        self.o()?
+        self.at(conversation_id)
+            .await?
             .pause_conversation(&self.who, p)
             .await
             .map_err(rpc)
@@ -189,7 +202,8 @@ impl AgentClient for InProcessClient {
         let p = ConversationParams {
             conversation_id: conversation_id.to_string(),
         };
-        self.o()?
+        self.at(conversation_id)
+            .await?
             .resume_conversation(&self.who, p)
             .await
             .map_err(rpc)
@@ -199,6 +213,7 @@ impl AgentClient for InProcessClient {
         &self,
         p: ForkConversationParams,
     ) -> ClientResult<CreateConversationResult> {
-        self.o()?.fork_conversation(&self.who, p).await.map_err(rpc)
+        let o = self.at(&p.conversation_id).await?;
+        o.fork_conversation(&self.who, p).await.map_err(rpc)
     }
 }

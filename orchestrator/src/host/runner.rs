@@ -166,14 +166,16 @@ pub async fn run(
     )
     .await?;
     // From seq 0: nothing is missed, however fast the agents are.
-    let mut feed = orch.subscribe(
-        &admin,
-        SubscribeParams {
-            conversation_id: Some(id.clone()),
-            since_seq: Some(0),
-            cursors: None,
-        },
-    )?;
+    let mut feed = orch
+        .subscribe(
+            &admin,
+            SubscribeParams {
+                conversation_id: Some(id.clone()),
+                since_seq: Some(0),
+                cursors: None,
+            },
+        )
+        .await?;
     let participants = orch
         .hub()
         .get(&id)

@@ -306,7 +306,7 @@ async fn me(State(s): State<Shared>, Caller(who): Caller) -> Response {
 }
 
 async fn list(State(s): State<Shared>, Caller(who): Caller) -> Response {
-    ok(StatusCode::OK, s.orch.list_conversations(&who))
+    ok(StatusCode::OK, s.orch.list_conversations(&who).await)
 }
 
 async fn create(
@@ -447,14 +447,17 @@ async fn events(
         .transpose()?;
     let since = resume_after.or(q.since_seq).unwrap_or(0);
     let slot = StreamSlot::take(&s, "sse")?;
-    let feed = s.orch.subscribe(
-        &who,
-        SubscribeParams {
-            conversation_id: Some(id),
-            since_seq: Some(since),
-            cursors: None,
-        },
-    )?;
+    let feed = s
+        .orch
+        .subscribe(
+            &who,
+            SubscribeParams {
+                conversation_id: Some(id),
+                since_seq: Some(since),
+                cursors: None,
+            },
+        )
+        .await?;
     let stream = futures::stream::unfold((feed, slot), |(mut feed, slot)| async move {
         match feed.next().await {
             Ok(Some(ev)) => {

@@ -169,10 +169,7 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
         )
         .with_data(serde_json::json!({"limit": limit})));
     }
-    if let Some(id) = &p.conversation_id {
-        orch.meet(id).await;
-    }
-    let feed = orch.subscribe(&who, p).map_err(|e| e.to_rpc())?;
+    let feed = orch.subscribe(&who, p).await.map_err(|e| e.to_rpc())?;
     // Random, below 2^53 so that JavaScript clients read it exactly, like jsonrpsee's own ids.
     let sub_id = rand::random::<u64>() & ((1 << 53) - 1);
     let answer = serde_json::to_vec(&serde_json::json!({

@@ -118,7 +118,7 @@ pub fn module(
     add(
         &mut m,
         names::LIST_CONVERSATIONS,
-        |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who)) },
+        |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who).await) },
     )?;
     add(
         &mut m,

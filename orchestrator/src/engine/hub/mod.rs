@@ -106,6 +106,9 @@ pub struct ConvView {
     policy: std::sync::OnceLock<crate::engine::state::TurnPolicy>,
     /// For a sub-conversation: the conversation that opened it (set once).
     parent: std::sync::OnceLock<String>,
+    /// When a client last named it (ms since the epoch; from its loading on): on a shared
+    /// store a closed conversation untouched for a while leaves memory.
+    touched_ms: std::sync::atomic::AtomicI64,
     /// Live subscribers the publisher writes to itself (see [`live`]).
     pub live: live::LiveSet,
 }
@@ -122,6 +125,19 @@ impl ConvView {
             .read()
             .map(|c| c.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Notes that a client named it now.
+    pub fn touch(&self) {
+        self.touched_ms.store(
+            crate::engine::store::now_ms(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// When a client last named it (ms since the epoch).
+    pub fn touched_ms(&self) -> i64 {
+        self.touched_ms.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records when the current speaker was named (publisher and recovery only).
@@ -310,6 +326,7 @@ impl Hub {
             last_event_ms: std::sync::atomic::AtomicI64::new(0),
             policy: std::sync::OnceLock::new(),
             parent: std::sync::OnceLock::new(),
+            touched_ms: std::sync::atomic::AtomicI64::new(crate::engine::store::now_ms()),
         })
     }
 

@@ -160,7 +160,11 @@ impl Orchestrator {
     /// write, one created through another node moments ago may not have reached this one yet.
     /// Transports call it before a method that names a conversation.
     pub async fn meet(&self, id: &str) {
-        if !self.store.shared() || self.hub.get(id).is_some() {
+        if !self.store.shared() {
+            return;
+        }
+        if let Some(c) = self.hub.get(id) {
+            c.touch();
             return;
         }
         if let Err(e) = self.writer.meet(id.to_string()).await {
@@ -175,8 +179,41 @@ impl Orchestrator {
             .snapshot(&who.agent_id))
     }
 
+    /// On a shared store, loads the closed conversations of `who` (every one for an admin)
+    /// that this node does not hold: they stay in the database until a client names them.
+    async fn meet_closed(&self, who: &Identity) {
+        if !self.store.shared() {
+            return;
+        }
+        let store = self.store.clone();
+        let agent = (!who.admin).then(|| who.agent_id.clone());
+        let ids =
+            match tokio::task::spawn_blocking(move || store.closed_ids(agent.as_deref())).await {
+                Ok(Ok(ids)) => ids,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "could not list the closed conversations");
+                    return;
+                }
+                Err(_) => return,
+            };
+        let missing = ids.into_iter().filter(|id| self.hub.get(id).is_none());
+        // Queued together, so that the writer loads them in few batches.
+        futures::future::join_all(missing.map(|id| self.meet_owned(id))).await;
+    }
+
+    async fn meet_owned(&self, id: String) {
+        self.meet(&id).await;
+    }
+
+    /// On a shared store, lets go of the closed conversations that nobody holds and no client
+    /// named for `idle` (they are loaded again when named); how many.
+    pub async fn forget_idle(&self, idle: std::time::Duration) -> Result<usize> {
+        self.writer.forget_idle(idle).await
+    }
+
     /// `listConversations`: the caller's conversations (every one, for an admin).
-    pub fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
+    pub async fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
+        self.meet_closed(who).await;
         let mut convs = if who.admin {
             self.hub.all()
         } else {
@@ -549,7 +586,15 @@ impl Orchestrator {
     }
 
     /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
-    pub fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
+    pub async fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
+        match &p.conversation_id {
+            Some(id) => self.meet(id).await,
+            // A backlog of every conversation: the closed ones too.
+            None if p.since_seq.is_some() || p.cursors.as_ref().is_some_and(|c| !c.is_empty()) => {
+                self.meet_closed(who).await
+            }
+            None => {}
+        }
         match p.conversation_id {
             Some(id) => {
                 let conv = self.readable(who, &id)?;

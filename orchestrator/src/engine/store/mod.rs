@@ -112,7 +112,8 @@ pub trait LogWriter: Send {
         let _ = id;
         Ok(None)
     }
-    /// A conversation and all its events, by number (one another node created).
+    /// A conversation that is not closed and all its events, by number (one another node
+    /// created or wrote: a closed one is left in the database until a client names it).
     fn load_num(&mut self, num: i64) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
         let _ = num;
         Ok(None)
@@ -164,8 +165,17 @@ pub trait Durability: Send {
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Opens the writer (once, for the writer thread).
     fn writer(&self) -> Result<Box<dyn LogWriter>>;
-    /// Every conversation with its events, in seq order, for rebuilding state at start.
+    /// The conversations a node holds from its start, with their events in seq order: every
+    /// one on a store one node owns; on a [`Store::shared`] one, those not closed (a closed
+    /// conversation has no turn or timer to run; it is loaded when first touched).
     fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()>;
+    /// The closed conversations `agent` takes part in (every closed one for `None`): on a
+    /// shared store, what [`Store::recover`] left in the database. None on a store one node
+    /// owns (it holds every conversation).
+    fn closed_ids(&self, agent: Option<&str>) -> Result<Vec<String>> {
+        let _ = agent;
+        Ok(Vec::new())
+    }
     /// Events of one conversation with seq > `after`, at most `limit`, in seq order.
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>>;
     /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario

@@ -145,6 +145,18 @@ impl Writer {
             answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
+        if batch.iter().any(|j| matches!(j, Job::Forget { .. })) {
+            // Before any slot is looked up for the batch (forgetting moves slots).
+            let jobs = std::mem::take(batch);
+            for job in jobs {
+                match job {
+                    Job::Forget { idle_ms, reply } => {
+                        let _ = reply.send(self.forget_idle(idle_ms));
+                    }
+                    other => batch.push(other),
+                }
+            }
+        }
         if self.shared {
             // Another node may have written the conversations this batch touches: lock them
             // and catch up before deciding anything (see `shared`).
@@ -166,7 +178,7 @@ impl Writer {
         let jobs = batch.len() as u64;
         for job in batch.drain(..) {
             match job {
-                Job::Stop | Job::Refresh(_) => {}
+                Job::Stop | Job::Refresh(_) | Job::Forget { .. } => {}
                 // Loaded before the batch (`begin_shared`); answered after what was loaded is
                 // published.
                 Job::Meet { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),

@@ -89,6 +89,14 @@ pub enum Job {
     /// Catch up on what other nodes committed (conversation numbers with their new heads, or
     /// everything changed lately when `None`).
     Refresh(Option<Vec<(i64, u64)>>),
+    /// On a shared store: let go of the closed conversations nobody holds and no client named
+    /// for `idle_ms` (they are loaded again when named); answered with how many.
+    Forget {
+        /// How long untouched.
+        idle_ms: i64,
+        /// How many were let go.
+        reply: oneshot::Sender<usize>,
+    },
     /// Finish the queued work and stop.
     Stop,
 }
@@ -188,6 +196,17 @@ impl Convs {
         self.slots.push(slot);
         self.by_id.insert(ShortKey::new(id), self.slots.len() - 1);
         self.slots.len() - 1
+    }
+
+    /// Forgets the conversation in `at` (the last one takes its place).
+    fn remove(&mut self, at: usize) {
+        let slot = self.slots.swap_remove(at);
+        self.by_id.remove(slot.state.id.as_str());
+        self.by_num.remove(&slot.num);
+        if let Some(moved) = self.slots.get(at) {
+            self.by_id.insert(ShortKey::new(&moved.state.id), at);
+            self.by_num.insert(moved.num, at);
+        }
     }
 
     /// Forgets the conversations added since there were `len` (a batch that failed).
@@ -417,6 +436,18 @@ impl WriterHandle {
             .await
             .map_err(|_| Error::WriterGone)?;
         Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    }
+
+    /// On a shared store, lets go of the closed conversations that nobody holds and no client
+    /// named for `idle` (see [`Job::Forget`]); how many.
+    pub async fn forget_idle(&self, idle: std::time::Duration) -> Result<usize> {
+        let (reply, rx) = oneshot::channel();
+        let idle_ms = idle.as_millis() as i64;
+        self.tx
+            .send(Job::Forget { idle_ms, reply })
+            .await
+            .map_err(|_| Error::WriterGone)?;
+        rx.await.map_err(|_| Error::WriterGone)
     }
 
     /// Loads conversation `id` if another node created it and this one has not met it yet;

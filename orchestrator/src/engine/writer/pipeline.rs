@@ -207,6 +207,10 @@ impl Reply {
             Job::Create { reply, .. } | Job::Meet { reply, .. } => {
                 Some(Reply::Create(reply, Err(stopped())))
             }
+            Job::Forget { reply, .. } => {
+                let _ = reply.send(0);
+                None
+            }
             Job::Stop | Job::Refresh(_) => None,
         }
     }

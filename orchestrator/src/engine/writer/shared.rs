@@ -68,7 +68,7 @@ impl Writer {
                     self.refresh(changes.as_deref())?;
                     continue;
                 }
-                Job::Stop => continue,
+                Job::Stop | Job::Forget { .. } => continue,
             };
             let Some(at) = self.known(id)? else { continue };
             let slot = &self.convs.slots[at];
@@ -187,8 +187,35 @@ impl Writer {
         Ok(())
     }
 
+    /// Lets go of the closed conversations nobody holds (only this writer and the hub have
+    /// their view) and no client named for `idle_ms`; how many. Only on a shared store, where
+    /// the next client to name one loads it again ([`Writer::known`]); a closed conversation
+    /// never changes, so a reader that took its view just before keeps a true one.
+    pub(super) fn forget_idle(&mut self, idle_ms: i64) -> usize {
+        if !self.shared {
+            return 0;
+        }
+        let now = crate::engine::store::now_ms();
+        let mut forgotten = 0;
+        let mut at = 0;
+        while at < self.convs.slots.len() {
+            let slot = &self.convs.slots[at];
+            let idle = slot.state.core.closed
+                && now - slot.shared.touched_ms() >= idle_ms
+                && Arc::strong_count(&slot.shared) == 2;
+            if idle {
+                self.hub.remove(&slot.state.id);
+                self.convs.remove(at);
+                forgotten += 1;
+            } else {
+                at += 1;
+            }
+        }
+        forgotten
+    }
+
     /// Catches up on the conversations another node says it wrote (`None`: every one changed
-    /// lately), loading those this node has not met.
+    /// lately), loading those this node has not met unless they are closed.
     pub(super) fn refresh(&mut self, changes: Option<&[(i64, u64)]>) -> Result<()> {
         let lately;
         crate::engine::telemetry::refreshed(if changes.is_some() {

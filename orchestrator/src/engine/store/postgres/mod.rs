@@ -292,13 +292,16 @@ impl Store for PgStore {
         let (records, events) = self.with_client(|c| async move {
             let convs = c
                 .query(
-                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations ORDER BY num",
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE NOT closed ORDER BY num",
                     &[],
                 )
                 .await?;
             let events = c
                 .query(
-                    &format!("SELECT conv, {} FROM events ORDER BY conv, seq", rows::RECOVER_COLUMNS),
+                    &format!(
+                        "SELECT conv, {} FROM events WHERE conv IN (SELECT num FROM conversations WHERE NOT closed) ORDER BY conv, seq",
+                        rows::RECOVER_COLUMNS
+                    ),
                     &[],
                 )
                 .await?;
@@ -320,6 +323,19 @@ impl Store for PgStore {
             )));
         }
         Ok(())
+    }
+
+    fn closed_ids(&self, agent: Option<&str>) -> Result<Vec<String>> {
+        let agent = agent.map(str::to_string);
+        self.with_client(move |c| async move {
+            let rows = c
+                .query(
+                    "SELECT id FROM conversations WHERE closed AND ($1::text IS NULL OR participants ? $1) ORDER BY num",
+                    &[&agent],
+                )
+                .await?;
+            Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+        })
     }
 
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {

@@ -76,7 +76,7 @@ impl Statements {
                 .await?,
             find_conv_num: c
                 .prepare(
-                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE num = $1",
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE num = $1 AND NOT closed",
                 )
                 .await?,
             changed_since: c
