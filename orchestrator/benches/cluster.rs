@@ -179,6 +179,37 @@ async fn appends(
     n as f64 / elapsed
 }
 
+/// The writer's counters: batches, events, busy, lock and commit nanoseconds.
+fn counters(o: &Orchestrator) -> [u64; 5] {
+    let s = &o.writer().stats;
+    [
+        s.batches.load(Ordering::Relaxed),
+        s.events.load(Ordering::Relaxed),
+        s.busy_ns.load(Ordering::Relaxed),
+        s.lock_ns.load(Ordering::Relaxed),
+        s.commit_ns.load(Ordering::Relaxed),
+    ]
+}
+
+/// Where one node's writer spent the phase: events per batch, and the shares of the wall time
+/// it spent locking and catching up, committing, on the rest of the batch, and waiting for work.
+fn profile(before: [u64; 5], after: [u64; 5], secs: f64) -> String {
+    let d: Vec<f64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| (a - b) as f64)
+        .collect();
+    let wall = secs * 1e9;
+    format!(
+        "{:.0} events per batch; writer time: lock and catch-up {:.0}%, commit {:.0}%, deciding and handing on {:.0}%, waiting for work {:.0}%",
+        d[1] / d[0].max(1.0),
+        100.0 * d[3] / wall,
+        100.0 * d[4] / wall,
+        100.0 * (d[2] - d[3] - d[4]) / wall,
+        100.0 * (wall - d[2]).max(0.0) / wall
+    )
+}
+
 /// Append on `from`, delivered on `to`: milliseconds for each of `pings` appends in a row.
 async fn fanout(from: &Orchestrator, to: &Orchestrator, pings: usize) -> anyhow::Result<Vec<f64>> {
     let who = Identity::new("agent-0", false);
@@ -237,7 +268,12 @@ async fn main() -> anyhow::Result<()> {
     for round in 0..rounds {
         let c = ceiling(&base, secs).await?;
         let single = cluster(&base, "one", 1, clients).await?;
+        let before = counters(&single[0]);
         let o = appends(&single, Routing::Spread, secs, clients, depth).await;
+        println!(
+            "round {round}: one node: {}",
+            profile(before, counters(&single[0]), secs)
+        );
         shutdown(single).await;
         let three = cluster(&base, "three", 3, clients).await?;
         let s = appends(&three, Routing::Spread, secs, clients, depth).await;

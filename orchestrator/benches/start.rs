@@ -112,7 +112,7 @@ async fn postgres(base: &str, conversations: usize, each: u64) -> anyhow::Result
     )
     .await?;
     c.execute(
-        "UPDATE conversations SET head = $1 + 1, closed = true WHERE num % 10 <> 0",
+        "UPDATE conversations SET head = $1::bigint + 1, closed = true WHERE num % 10 <> 0",
         &[&each],
     )
     .await?;

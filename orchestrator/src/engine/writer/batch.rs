@@ -157,10 +157,23 @@ impl Writer {
                 }
             }
         }
+        let began = std::time::Instant::now();
+        self.process_timed(batch);
+        self.stats
+            .busy_ns
+            .fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn process_timed(&mut self, batch: &mut Vec<Job>) {
         if self.shared {
             // Another node may have written the conversations this batch touches: lock them
             // and catch up before deciding anything (see `shared`).
-            if let Err(e) = self.begin_shared(batch) {
+            let locking = std::time::Instant::now();
+            let locked = self.begin_shared(batch);
+            self.stats
+                .lock_ns
+                .fetch_add(locking.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if let Err(e) = locked {
                 tracing::warn!(error = %e, "a batch could not lock its conversations; refused");
                 let message = shared::failure_message(&e);
                 let replies = batch.drain(..).filter_map(Reply::refusing).collect();
@@ -245,6 +258,9 @@ impl Writer {
         let n_rows = rows.len() as u64;
         let started = std::time::Instant::now();
         let committed = self.log.commit(&work.new_convs, &rows);
+        self.stats
+            .commit_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(rows);
         match committed {
             Ok(()) => {

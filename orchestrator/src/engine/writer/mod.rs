@@ -153,6 +153,13 @@ pub struct WriterStats {
     pub events: AtomicU64,
     /// Jobs handled (appends, duplicates, refusals, creations).
     pub jobs: AtomicU64,
+    /// Nanoseconds the writer thread spent on batches, all told.
+    pub busy_ns: AtomicU64,
+    /// Of which: locking the batch's conversations and catching up on them (a shared store).
+    pub lock_ns: AtomicU64,
+    /// Of which: the commit (the statements, the transaction's end, its sync when the writer
+    /// syncs itself).
+    pub commit_ns: AtomicU64,
 }
 
 /// A cloneable handle to the writer thread.
