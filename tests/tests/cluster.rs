@@ -835,3 +835,57 @@ async fn closed_conversations_are_loaded_when_named_and_let_go_when_idle() {
     );
     assert!(on_c.hub().get("done-2").is_some() && on_c.hub().get("done-1").is_none());
 }
+
+/// The poll that covers lost notifications (`LogWriter::changed_lately`) finds every
+/// conversation written lately with its latest head, from the record of commits (which, unlike
+/// a notification, has no size limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poll_finds_what_other_nodes_wrote_lately() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let alice = a.client("alice").await;
+    for id in ["p-1", "p-2"] {
+        a.create(id, &["alice"]).await;
+    }
+    for i in 0..3 {
+        send(&alice, "p-1", "hello", &format!("p1-{i}")).await;
+    }
+    send(&alice, "p-2", "hello", "p2-0").await;
+    // Many conversations at once (in few batches).
+    let orch = a.running().orchestrator().clone();
+    let admin = orchestrator::engine::auth::Identity::new("admin", true);
+    let created = futures::future::join_all((0..900).map(|i| {
+        let (orch, admin) = (orch.clone(), admin.clone());
+        async move {
+            orch.create_conversation(
+                &admin,
+                agent_sdk::proto::CreateConversationParams {
+                    conversation_id: Some(format!("many-{i:04}-{}", "x".repeat(8))),
+                    participants: Some(vec!["alice".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+        }
+    }))
+    .await;
+    assert!(created.iter().all(Result::is_ok));
+    let store = tests::open_store(&a.db);
+    let mut w = store.writer().expect("a writer");
+    let lately: HashMap<i64, u64> = w.changed_lately().expect("the poll").into_iter().collect();
+    let heads: Vec<u64> = {
+        let db = tests::pg::connect(&a.db).await.expect("a connection");
+        let mut heads = Vec::new();
+        for id in ["p-1", "p-2", "many-0899-xxxxxxxx"] {
+            let row = db
+                .query_one("SELECT num, head FROM conversations WHERE id = $1", &[&id])
+                .await
+                .expect("the row");
+            let (num, head): (i64, i64) = (row.get(0), row.get(1));
+            assert_eq!(lately.get(&num), Some(&(head as u64)), "{id}");
+            heads.push(head as u64);
+        }
+        heads
+    };
+    assert_eq!(heads[..2], [4, 2]);
+    assert!(lately.len() >= 902, "{}", lately.len());
+}

@@ -71,6 +71,20 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (conversation_id, turn)
     );
     "#,
+    // 2: a head's move updates no index (a HOT update: no new index entries for every
+    // conversation of every batch), so the poll for other nodes' commits no longer reads an
+    // index on `updated_ms` but `commits`: one row per batch with every conversation it wrote
+    // and its new head (`num:head,…`, the notification's text, which a notification truncates
+    // to `*` past 7,000 bytes), kept a few minutes.
+    r#"
+    DROP INDEX conversations_updated;
+    ALTER TABLE conversations SET (fillfactor = 70);
+    CREATE TABLE commits (
+        at_ms BIGINT NOT NULL,
+        heads TEXT NOT NULL
+    );
+    CREATE INDEX commits_at ON commits (at_ms);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -46,6 +46,9 @@ pub const DB_TIMEOUT: Duration = Duration::from_secs(10);
 /// notification may be lost while its listening connection is down): longer than any batch's
 /// transaction and any difference between the nodes' clocks.
 pub const LATELY: Duration = Duration::from_secs(30);
+/// How long the record of commits (`commits`, what a poll reads) is kept: well past
+/// [`LATELY`].
+const COMMITS_KEPT: Duration = Duration::from_secs(300);
 /// Connections the pool keeps for reads and tokens.
 const POOL_SIZE: usize = 16;
 /// Conversation numbers fetched from the sequence at a time.
@@ -169,6 +172,7 @@ async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Resu
         return Ok(());
     }
     let mut poll = tokio::time::interval(POLL_EVERY);
+    let mut polls: u64 = 0;
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let wants = tokio::select! {
@@ -176,7 +180,21 @@ async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Resu
                 Some(payload) => changed(parse_notice(&payload)),
                 None => return Err(Error::Unavailable("the listening connection ended".into())),
             },
-            _ = poll.tick() => changed(None),
+            _ = poll.tick() => {
+                polls += 1;
+                if polls.is_multiple_of(30) {
+                    // Every node trims the record of commits now and then (deleting the same
+                    // rows twice is harmless).
+                    let before = super::now_ms() - COMMITS_KEPT.as_millis() as i64;
+                    if let Err(e) = client
+                        .execute("DELETE FROM commits WHERE at_ms < $1", &[&before])
+                        .await
+                    {
+                        tracing::debug!(error = %e, "trimming the record of commits failed");
+                    }
+                }
+                changed(None)
+            }
         };
         if !wants {
             driver.abort();
@@ -716,13 +734,22 @@ impl LogWriter for PgWriter {
 
     fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
         let since = super::now_ms() - LATELY.as_millis() as i64;
-        self.run(move |c, st| async move {
+        let texts: Vec<String> = self.run(move |c, st| async move {
             Ok(c.query(&st.changed_since, &[&since])
                 .await?
                 .iter()
-                .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
+                .map(|r| r.get::<_, String>(0))
                 .collect())
-        })
+        })?;
+        // The latest head of each conversation written lately.
+        let mut heads: std::collections::HashMap<i64, u64> = std::collections::HashMap::new();
+        for text in &texts {
+            for (num, head) in parse_notice(text).unwrap_or_default() {
+                let h = heads.entry(num).or_insert(head);
+                *h = (*h).max(head);
+            }
+        }
+        Ok(heads.into_iter().collect())
     }
 
     fn release(&mut self) -> Result<()> {

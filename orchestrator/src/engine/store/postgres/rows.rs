@@ -38,6 +38,7 @@ pub struct Statements {
     insert_events: Statement,
     move_heads: Statement,
     notify: Statement,
+    record_commit: Statement,
 }
 
 impl Statements {
@@ -80,7 +81,7 @@ impl Statements {
                 )
                 .await?,
             changed_since: c
-                .prepare("SELECT num, head FROM conversations WHERE updated_ms > $1")
+                .prepare("SELECT heads FROM commits WHERE at_ms > $1")
                 .await?,
             take_nums: c
                 .prepare("SELECT nextval('conversation_num') FROM generate_series(1, $1::bigint)")
@@ -123,6 +124,9 @@ impl Statements {
             notify: c
                 .prepare(&format!("SELECT pg_notify('{}', $1)", super::CHANNEL))
                 .await?,
+            record_commit: c
+                .prepare("INSERT INTO commits (at_ms, heads) VALUES ($1, $2)")
+                .await?,
         })
     }
 }
@@ -135,6 +139,9 @@ pub struct Batch {
     /// Per conversation written: number, head before, head after, whether it closed.
     heads: (Vec<i64>, Vec<i64>, Vec<i64>, Vec<bool>),
     ts_ms: i64,
+    /// Every conversation written with its new head (`num:head,…`).
+    heads_text: String,
+    /// The notification: `heads_text`, or `*` when that is too long for one.
     notice: String,
 }
 
@@ -170,6 +177,7 @@ impl Batch {
             events: EventColumns::default(),
             heads: Default::default(),
             ts_ms: rows.first().map_or(0, |r| r.ts_ms),
+            heads_text: String::new(),
             notice: String::new(),
         };
         for c in convs {
@@ -207,7 +215,12 @@ impl Batch {
             h.2[last] = d.seq as i64;
             h.3[last] |= d.finality == Some(Finality::Conversation);
         }
-        b.notice = notice(&b.heads.0, &b.heads.2);
+        b.heads_text = heads_text(&b.heads.0, &b.heads.2);
+        b.notice = if b.heads_text.len() > super::NOTIFY_MAX {
+            "*".into()
+        } else {
+            b.heads_text.clone()
+        };
         b
     }
 
@@ -234,6 +247,8 @@ impl Batch {
             [num, old, head, closed, &self.ts_ms];
         let declared: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.declared];
         let notice_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.notice];
+        let commit_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+            [&self.ts_ms, &self.heads_text];
         // Sent together, in this order (the driver pipelines them: one round trip and the
         // commit's sync): a statement that fails aborts the transaction, and the COMMIT after
         // it then rolls back — the batch fails as a whole, and the error says why.
@@ -260,23 +275,22 @@ impl Batch {
         let inserted = c.execute(&st.insert_events, &event_params);
         let moved = c.execute(&st.move_heads, &head_params);
         let notified = c.execute(&st.notify, &notice_params);
+        let recorded = c.execute(&st.record_commit, &commit_params);
         let committed = c.batch_execute("COMMIT");
-        futures::try_join!(began, convs, declare, inserted, moved, notified, committed)?;
+        futures::try_join!(began, convs, declare, inserted, moved, notified, recorded, committed)?;
         Ok(())
     }
 }
 
-/// The notification of a batch: `num:head` per conversation, or `*` when too long.
-fn notice(nums: &[i64], heads: &[i64]) -> String {
+/// What a batch wrote: `num:head` per conversation.
+fn heads_text(nums: &[i64], heads: &[i64]) -> String {
+    use std::fmt::Write;
     let mut s = String::new();
     for (n, h) in nums.iter().zip(heads) {
         if !s.is_empty() {
             s.push(',');
         }
-        s.push_str(&format!("{n}:{h}"));
-        if s.len() > super::NOTIFY_MAX {
-            return "*".into();
-        }
+        let _ = write!(s, "{n}:{h}");
     }
     s
 }
