@@ -889,3 +889,47 @@ async fn the_poll_finds_what_other_nodes_wrote_lately() {
     assert_eq!(heads[..2], [4, 2]);
     assert!(lately.len() >= 902, "{}", lately.len());
 }
+
+/// Nodes trim what they no longer need: the record of commits past 5 minutes, and turn claims
+/// whose lease ended more than 5 minutes ago (a write under such a claim is refused whether its
+/// row is there or not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_commits_and_claims_are_trimmed() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let old = chrono::Utc::now().timestamp_millis() - 600_000;
+    db.execute(
+        "INSERT INTO commits (at_ms, heads) VALUES ($1, '1:1')",
+        &[&old],
+    )
+    .await
+    .expect("an old commit");
+    db.execute(
+        "INSERT INTO turn_claims (conversation_id, turn, holder, fence, lease_until_ms) \
+         VALUES ('gone', 1, 'node-x', 1, $1), ('recent', 1, 'node-x', 2, $2)",
+        &[&old, &(old + 590_000)],
+    )
+    .await
+    .expect("claims");
+    // A node trims on its first poll (a second after it starts), then every 30.
+    let _b = a.another_node().await;
+    let until = tokio::time::Instant::now() + tests::WAIT;
+    loop {
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM commits WHERE at_ms = $1), \
+                        (SELECT count(*) FROM turn_claims WHERE conversation_id = 'gone'), \
+                        (SELECT count(*) FROM turn_claims WHERE conversation_id = 'recent')",
+                &[&old],
+            )
+            .await
+            .expect("count");
+        let (commits, gone, recent): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if commits == 0 && gone == 0 {
+            assert_eq!(recent, 1, "a claim whose lease ended lately is kept");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "not trimmed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -46,8 +46,8 @@ pub const DB_TIMEOUT: Duration = Duration::from_secs(10);
 /// notification may be lost while its listening connection is down): longer than any batch's
 /// transaction and any difference between the nodes' clocks.
 pub const LATELY: Duration = Duration::from_secs(30);
-/// How long the record of commits (`commits`, what a poll reads) is kept: well past
-/// [`LATELY`].
+/// How long the record of commits (`commits`, what a poll reads) is kept, well past
+/// [`LATELY`], and a turn claim after its lease ended.
 const COMMITS_KEPT: Duration = Duration::from_secs(300);
 /// Connections the pool keeps for reads and tokens.
 const POOL_SIZE: usize = 16;
@@ -182,15 +182,22 @@ async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Resu
             },
             _ = poll.tick() => {
                 polls += 1;
-                if polls.is_multiple_of(30) {
-                    // Every node trims the record of commits now and then (deleting the same
-                    // rows twice is harmless).
+                if polls % 30 == 1 {
+                    // Every node trims the record of commits, and the claims whose lease ended
+                    // long ago, now and then (deleting the same rows twice is harmless). A write
+                    // whose claim row is gone is refused like one whose fence was taken over,
+                    // and a claim asked again makes a new row with a new fence.
                     let before = super::now_ms() - COMMITS_KEPT.as_millis() as i64;
-                    if let Err(e) = client
-                        .execute("DELETE FROM commits WHERE at_ms < $1", &[&before])
-                        .await
-                    {
-                        tracing::debug!(error = %e, "trimming the record of commits failed");
+                    let kept_ms = COMMITS_KEPT.as_millis() as i64;
+                    let trimmed = client
+                        .batch_execute(&format!(
+                            "DELETE FROM commits WHERE at_ms < {before}; \
+                             DELETE FROM turn_claims WHERE lease_until_ms < \
+                               (extract(epoch from clock_timestamp()) * 1000)::bigint - {kept_ms}"
+                        ))
+                        .await;
+                    if let Err(e) = trimmed {
+                        tracing::debug!(error = %e, "trimming commits and old claims failed");
                     }
                 }
                 changed(None)
