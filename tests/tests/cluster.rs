@@ -933,3 +933,37 @@ async fn old_commits_and_claims_are_trimmed() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// A batch whose lock fails in the database (here: a lock timeout while a test connection holds
+/// the conversation's row) is refused, and the node's next batch works: the failed
+/// transaction, begun in the same round trip as the lock, is ended, not left aborted under
+/// every later statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_lock_leaves_the_writer_working() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("stuck", &["alice"]).await;
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let name = url::Url::parse(&a.db).expect("the URL").path()[1..].to_string();
+    // Sessions opened from now on give up waiting for a lock after 300 ms.
+    db.batch_execute(&format!("ALTER DATABASE {name} SET lock_timeout = '300ms'"))
+        .await
+        .expect("lock_timeout");
+    let b = a.another_node().await;
+    let alice = b.client("alice").await;
+    send(&alice, "stuck", "before", "k1").await;
+    db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'stuck' FOR UPDATE")
+        .await
+        .expect("hold the row");
+    let refused = alice
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "stuck", "payload": {"text": "while held"}, "finality": "none", "clientRequestId": "k2"})),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    db.batch_execute("ROLLBACK").await.expect("let go");
+    let r = send(&alice, "stuck", "after", "k2").await;
+    assert_eq!(r["seq"], 3, "{r}");
+    let r = send(&alice, "stuck", "again", "k3").await;
+    assert_eq!(r["seq"], 4, "{r}");
+}

@@ -192,8 +192,12 @@ async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Resu
                     let trimmed = client
                         .batch_execute(&format!(
                             "DELETE FROM commits WHERE at_ms < {before}; \
-                             DELETE FROM turn_claims WHERE lease_until_ms < \
-                               (extract(epoch from clock_timestamp()) * 1000)::bigint - {kept_ms}"
+                             WITH old AS (SELECT conversation_id, turn FROM turn_claims \
+                               WHERE lease_until_ms < \
+                                 (extract(epoch from clock_timestamp()) * 1000)::bigint - {kept_ms} \
+                               ORDER BY 1, 2 FOR UPDATE) \
+                             DELETE FROM turn_claims t USING old o \
+                               WHERE t.conversation_id = o.conversation_id AND t.turn = o.turn"
                         ))
                         .await;
                     if let Err(e) = trimmed {
@@ -486,11 +490,18 @@ impl Store for PgStore {
         let kept = self.with_client(move |c| async move {
             let rows = c
                 .query(
-                    "UPDATE turn_claims t
+                    // Rows locked in the order a batch's fence check locks them (conversation,
+                    // turn), so that the two never wait on each other in a circle.
+                    "WITH mine AS (
+                       SELECT t.conversation_id, t.turn FROM turn_claims t
+                       JOIN unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(c, n, f)
+                         ON t.conversation_id = u.c AND t.turn = u.n AND t.fence = u.f
+                       WHERE t.holder = $1 OR t.holder LIKE $1 || '/%'
+                       ORDER BY 1, 2 FOR UPDATE OF t)
+                     UPDATE turn_claims t
                      SET lease_until_ms = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $5
-                     FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(c, n, f)
-                     WHERE t.conversation_id = u.c AND t.turn = u.n AND t.fence = u.f
-                       AND (t.holder = $1 OR t.holder LIKE $1 || '/%')
+                     FROM mine m
+                     WHERE t.conversation_id = m.conversation_id AND t.turn = m.turn
                      RETURNING t.fence",
                     &[&holder, &convs, &turns, &fences, &lease_ms],
                 )
@@ -505,7 +516,12 @@ impl Store for PgStore {
         self.with_client(move |c| async move {
             // The node's own claims, and its push replicas' (`node/claim`).
             c.execute(
-                "UPDATE turn_claims SET lease_until_ms = 0 WHERE holder = $1 OR holder LIKE $1 || '/%'",
+                "WITH mine AS (
+                   SELECT conversation_id, turn FROM turn_claims
+                   WHERE holder = $1 OR holder LIKE $1 || '/%'
+                   ORDER BY 1, 2 FOR UPDATE)
+                 UPDATE turn_claims t SET lease_until_ms = 0 FROM mine m
+                 WHERE t.conversation_id = m.conversation_id AND t.turn = m.turn",
                 &[&holder],
             )
             .await?;
@@ -590,12 +606,15 @@ impl PgWriter {
         out
     }
 
-    /// Ends a failed batch's transaction: rolled back, or the connection dropped when even
-    /// that fails (the server then rolls it back itself).
+    /// After a failed call: ends whatever transaction it left open (a batch's lock is sent
+    /// with its BEGIN, so the server may hold an aborted transaction the writer never saw
+    /// begin: every later statement would fail until it is ended), or drops the connection when
+    /// even that fails (the server then rolls it back itself).
     fn abort(&mut self) {
-        let was = std::mem::replace(&mut self.in_tx, false);
+        self.in_tx = false;
         let Some(c) = &self.conn else { return };
-        if !was && !c.client.is_closed() {
+        if c.client.is_closed() {
+            self.conn = None;
             return;
         }
         let client = c.client.clone();
