@@ -198,11 +198,7 @@ impl Orchestrator {
             };
         let missing = ids.into_iter().filter(|id| self.hub.get(id).is_none());
         // Queued together, so that the writer loads them in few batches.
-        futures::future::join_all(missing.map(|id| self.meet_owned(id))).await;
-    }
-
-    async fn meet_owned(&self, id: String) {
-        self.meet(&id).await;
+        futures::future::join_all(missing.map(|id| async move { self.meet(&id).await })).await;
     }
 
     /// On a shared store, lets go of the closed conversations that nobody holds and no client

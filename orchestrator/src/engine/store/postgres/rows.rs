@@ -81,7 +81,13 @@ impl Statements {
                 )
                 .await?,
             changed_since: c
-                .prepare("SELECT heads FROM commits WHERE at_ms > $1")
+                // Folded in the database: each conversation written lately, once, with its
+                // latest head (not every batch's text to the writer thread).
+                .prepare(
+                    "SELECT split_part(p, ':', 1)::bigint, max(split_part(p, ':', 2)::bigint) \
+                     FROM commits, unnest(string_to_array(heads, ',')) AS p \
+                     WHERE at_ms > $1 GROUP BY 1",
+                )
                 .await?,
             take_nums: c
                 .prepare("SELECT nextval('conversation_num') FROM generate_series(1, $1::bigint)")
