@@ -98,8 +98,6 @@ async fn postgres(base: &str, conversations: usize, each: u64) -> anyhow::Result
         &[&PAYLOAD, &each],
     )
     .await?;
-    c.execute("UPDATE conversations SET head = $1", &[&each])
-        .await?;
     c.batch_execute("VACUUM ANALYZE").await?;
     let all_open = start(&db, conversations).await?;
     // Then nine in ten closed (a message with finality `conversation` each), as a database
@@ -112,8 +110,8 @@ async fn postgres(base: &str, conversations: usize, each: u64) -> anyhow::Result
     )
     .await?;
     c.execute(
-        "UPDATE conversations SET head = $1::bigint + 1, closed = true WHERE num % 10 <> 0",
-        &[&each],
+        "UPDATE conversations SET closed = true WHERE num % 10 <> 0",
+        &[],
     )
     .await?;
     c.batch_execute("VACUUM ANALYZE").await?;

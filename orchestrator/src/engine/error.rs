@@ -58,6 +58,11 @@ pub enum Error {
     /// acknowledged; the caller may retry, on this node or another.
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
+    /// A batch decided on a view of a conversation that another node had already moved past:
+    /// the database refused it as a whole (a seq written twice), and nothing of it was written.
+    /// The writer catches up and runs the batch again.
+    #[error("another node wrote first: {0}")]
+    Conflict(String),
     /// The writer thread is gone (the server is stopping).
     #[error("the log writer has stopped")]
     WriterGone,

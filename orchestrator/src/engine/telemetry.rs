@@ -46,6 +46,9 @@ pub const CLUSTER_CAUGHT_UP: &str = "orchestrator_cluster_caught_up_events_total
 /// notification named the conversations) or `scan` (the poll, or a notification too long to
 /// name them).
 pub const CLUSTER_REFRESHES: &str = "orchestrator_cluster_refreshes_total";
+/// On a cluster: batches refused by the database because another node had appended to one of
+/// their conversations first (nothing of them was written; each was caught up and run again).
+pub const CLUSTER_CONFLICTS: &str = "orchestrator_cluster_conflicts_total";
 /// One executor run of an agent on a turn, in seconds (the executor crate records it).
 pub const EXECUTOR_RUN_SECONDS: &str = executors::core::RUN_SECONDS;
 
@@ -123,6 +126,10 @@ fn describe() {
     describe_counter!(
         CLUSTER_REFRESHES,
         "Looks at other nodes' commits, by source."
+    );
+    describe_counter!(
+        CLUSTER_CONFLICTS,
+        "Batches another node got ahead of, caught up and run again."
     );
     describe_histogram!(
         EXECUTOR_RUN_SECONDS,
@@ -204,6 +211,11 @@ pub fn caught_up(events: usize) {
 /// A look at other nodes' commits (`source`: `notification`, `scan`).
 pub fn refreshed(source: &'static str) {
     counter!(CLUSTER_REFRESHES, "source" => source).increment(1);
+}
+
+/// A batch another node got ahead of (run again).
+pub fn conflict() {
+    counter!(CLUSTER_CONFLICTS).increment(1);
 }
 
 /// A feed resumed from the log after falling behind.

@@ -78,9 +78,12 @@ pub struct TokenRecord {
 /// The writer side: owned by the writer thread.
 ///
 /// A backend that several nodes share ([`Store::shared`]) runs each batch in a transaction
-/// that [`LogWriter::lock`] begins: the writer then catches up each conversation whose head in
-/// the log is past its own view ([`LogWriter::read_since`]) before it decides anything, and
-/// [`LogWriter::commit`] (or [`LogWriter::release`], when the batch writes nothing) ends it.
+/// that [`LogWriter::lock`] begins: it locks the conversations the batch writes and reads what
+/// the log has past the writer's view of those it asks for, which the writer takes in before
+/// it decides anything; [`LogWriter::commit`] (or
+/// [`LogWriter::release`], when the batch writes nothing) ends it. The commit refuses the whole
+/// batch ([`crate::engine::error::Error::Conflict`]) when it inserts a seq the log has already:
+/// the writer's view of that conversation was behind.
 /// A backend with a single writer (SQLite) needs none of that: its defaults do nothing.
 pub trait LogWriter: Send {
     /// Commits new conversations and events in one transaction. The commit is in the log when
@@ -107,6 +110,13 @@ pub trait LogWriter: Send {
         let _ = (num, after);
         Ok(Vec::new())
     }
+    /// For each (conversation number, seq) pair: that conversation's events after the seq, in
+    /// seq order (catching up on many conversations at once).
+    fn read_many(&mut self, from: &[(i64, u64)]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
+        from.iter()
+            .map(|&(num, after)| Ok((num, self.read_since(num, after)?)))
+            .collect()
+    }
     /// A conversation and all its events, when this node has not seen it yet.
     fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
         let _ = id;
@@ -132,8 +142,13 @@ pub trait LogWriter: Send {
 /// What a batch locks before it decides ([`LogWriter::lock`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ToLock<'a> {
-    /// The conversations it touches, by number.
+    /// The conversations it touches, by number: locked until the batch ends.
     pub nums: &'a [i64],
+    /// Those of them the writer catches up on from the log once the locks are held, each with
+    /// the head of its view: the ones another node wrote lately, or every one when the batch
+    /// runs again after a conflict. For the others the writer trusts its view, which the commit
+    /// checks.
+    pub read: &'a [(i64, u64)],
     /// The ids it would create.
     pub new_ids: &'a [String],
     /// The writes made for claimed turns: each turn and the fence the write carries (the claims
@@ -144,8 +159,9 @@ pub struct ToLock<'a> {
 /// What a batch found when it locked its conversations ([`LogWriter::lock`]).
 #[derive(Debug, Default)]
 pub struct Locked {
-    /// Each locked conversation's number and the seq of its last event in the log.
-    pub heads: Vec<(i64, u64)>,
+    /// The events after the view's head of each conversation [`ToLock::read`] named (only those
+    /// that have some), read once the locks were held: with them, the view is the log.
+    pub read: Vec<(i64, Vec<RecoveredEvent>)>,
     /// The ids asked to be created that exist already.
     pub existing: Vec<String>,
     /// The fences asked about that another holder has taken.

@@ -110,6 +110,54 @@ fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
     drafts
 }
 
+/// What a job asks, without its answer's channel (which stays in the batch's replies): what
+/// runs again after a conflict.
+enum Again {
+    Append(String, Box<AppendRequest>),
+    Create(Box<CreateJob>),
+    Meet(String),
+}
+
+impl Again {
+    fn of(job: &Job) -> Option<Again> {
+        match job {
+            Job::Append {
+                conversation,
+                request,
+                ..
+            } => Some(Again::Append(conversation.clone(), request.clone())),
+            Job::Create { conv, .. } => Some(Again::Create(conv.clone())),
+            Job::Meet { id, .. } => Some(Again::Meet(id.clone())),
+            Job::Refresh(_) | Job::Forget { .. } | Job::Stop => None,
+        }
+    }
+}
+
+/// The jobs of a batch to run again: each request with the reply it owes (the replies are in
+/// job order, one per job that [`Again::of`] kept).
+fn again_with(again: Vec<Again>, replies: Vec<Reply>) -> Vec<Job> {
+    let mut jobs = Vec::with_capacity(again.len());
+    let mut unmatched = Vec::new();
+    for (a, r) in again.into_iter().zip(replies) {
+        match (a, r) {
+            (Again::Append(conversation, request), Reply::Append(reply, _)) => {
+                jobs.push(Job::Append {
+                    conversation,
+                    request,
+                    reply,
+                })
+            }
+            (Again::Create(conv), Reply::Create(reply, _)) => {
+                jobs.push(Job::Create { conv, reply })
+            }
+            (Again::Meet(id), Reply::Create(reply, _)) => jobs.push(Job::Meet { id, reply }),
+            (_, r) => unmatched.push(r),
+        }
+    }
+    fail_all(unmatched, "internal error: a batch could not be run again");
+    jobs
+}
+
 impl Writer {
     /// Checks a new sub-conversation against its parent (open, depth, fan-out) and appends the
     /// parent's `subconversation_started` to the batch; the child's depth.
@@ -158,18 +206,50 @@ impl Writer {
             }
         }
         let began = std::time::Instant::now();
-        self.process_timed(batch);
+        let mut attempt = 1;
+        loop {
+            // On a shared store, what each job asks, to run the batch again if another node
+            // gets ahead of it.
+            let again: Vec<Again> = match self.shared {
+                true => batch.iter().filter_map(Again::of).collect(),
+                false => Vec::new(),
+            };
+            let Some((replies, conflict)) = self.process_once(batch, attempt > 1) else {
+                break;
+            };
+            if conflict {
+                crate::engine::telemetry::conflict();
+                self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.rechecks.fetch_add(1, Ordering::Relaxed);
+            }
+            if attempt == shared::MAX_ATTEMPTS {
+                tracing::warn!(
+                    attempts = attempt,
+                    "other nodes kept getting ahead of a batch; refused"
+                );
+                fail_all(replies, crate::engine::error::UNAVAILABLE);
+                break;
+            }
+            attempt += 1;
+            batch.extend(again_with(again, replies));
+        }
         self.stats
             .busy_ns
             .fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
-    fn process_timed(&mut self, batch: &mut Vec<Job>) {
+    /// Runs the batch once (catching up on every conversation from the log first when
+    /// `read_all`). When it must run again, nothing of it was written and the state is rolled
+    /// back: answers the batch's unanswered replies, in job order, and whether that is because
+    /// of a conflict (another node appended first) rather than an answer that must be decided
+    /// on a view read from the log.
+    fn process_once(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Option<(Vec<Reply>, bool)> {
         if self.shared {
-            // Another node may have written the conversations this batch touches: lock them
-            // and catch up before deciding anything (see `shared`).
+            // The conversations are locked, and those other nodes wrote lately caught up on,
+            // before anything is decided (see `shared`).
             let locking = std::time::Instant::now();
-            let locked = self.begin_shared(batch);
+            let locked = self.begin_shared(batch, read_all);
             self.stats
                 .lock_ns
                 .fetch_add(locking.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -178,7 +258,7 @@ impl Writer {
                 let message = shared::failure_message(&e);
                 let replies = batch.drain(..).filter_map(Reply::refusing).collect();
                 fail_all(replies, message);
-                return;
+                return None;
             }
         }
         let ts_ms = now_ms();
@@ -189,6 +269,8 @@ impl Writer {
             replies: Vec::with_capacity(batch.len()),
         };
         let jobs = batch.len() as u64;
+        // A refusal decided on a view nothing verifies (no lock, no write)?
+        let mut unverified = false;
         for job in batch.drain(..) {
             match job {
                 Job::Stop | Job::Refresh(_) | Job::Forget { .. } => {}
@@ -197,6 +279,7 @@ impl Writer {
                 Job::Meet { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),
                 Job::Create { conv, reply } => {
                     let created = self.create_one(*conv, &mut work);
+                    unverified |= created.is_err();
                     work.replies.push(Reply::Create(reply, created));
                 }
                 Job::Append {
@@ -225,6 +308,27 @@ impl Writer {
         for t in &work.touched {
             self.convs.slots[t.slot].mark = 0;
         }
+        if self.shared && !read_all {
+            // What a batch writes is checked by the log's key at the commit; an answer that
+            // writes nothing (a refusal, a change already made) is not: decided on this node's
+            // view of a conversation whose head it did not read, it may be behind another
+            // node's commit. The batch runs again on views read from the log before anything
+            // is answered.
+            let verified = &self.verified;
+            unverified |= work.touched.iter().any(|t| {
+                t.drafts.is_empty()
+                    && verified
+                        .binary_search(&self.convs.slots[t.slot].num)
+                        .is_err()
+            });
+            if unverified {
+                if let Err(e) = self.log.release() {
+                    tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
+                }
+                self.roll_back(work.touched, slots_before, false);
+                return Some((work.replies, false));
+            }
+        }
         // A conversation whose appends were all refused is as it was.
         work.touched.retain(|t| !t.drafts.is_empty());
         if work.touched.is_empty() {
@@ -242,7 +346,7 @@ impl Writer {
             } else {
                 answer(work.replies);
             }
-            return;
+            return None;
         }
         let slots = &self.convs.slots;
         let rows: Vec<NewRow<'_>> = work
@@ -269,21 +373,42 @@ impl Writer {
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
                 self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
                 self.hand_on(ts_ms, jobs as usize, work);
+                None
             }
             Err(e) => {
-                tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
-                for t in work.touched {
-                    if let Undo::TurnState(core) = t.undo {
-                        let state = &mut self.convs.slots[t.slot].state;
-                        let first_new = core.head + 1;
-                        state.core = core;
-                        state.forget_keys_from(first_new);
-                    }
+                let conflict = matches!(e, Error::Conflict(_));
+                if conflict {
+                    tracing::debug!(error = %e, "another node wrote first; the batch runs again");
+                } else {
+                    tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
                 }
-                self.convs.truncate(slots_before);
+                self.roll_back(work.touched, slots_before, conflict);
+                if conflict {
+                    return Some((work.replies, true));
+                }
                 fail_all(work.replies, shared::failure_message(&e));
+                None
             }
         }
+    }
+
+    /// Puts every conversation a batch touched back as it was before it, and forgets those it
+    /// created; `contended`: another node wrote one of them first, so their heads are read
+    /// before deciding for a while.
+    fn roll_back(&mut self, touched: Vec<Touched>, slots_before: usize, contended: bool) {
+        let read_until = now_ms() + shared::CONTENDED.as_millis() as i64;
+        for t in touched {
+            if let Undo::TurnState(core) = t.undo {
+                let slot = &mut self.convs.slots[t.slot];
+                let first_new = core.head + 1;
+                slot.state.core = core;
+                slot.state.forget_keys_from(first_new);
+                if contended {
+                    slot.read_until_ms = read_until;
+                }
+            }
+        }
+        self.convs.truncate(slots_before);
     }
 
     /// Applies one creation to the batch: the new conversation's state and events (and, for a
@@ -357,6 +482,7 @@ impl Writer {
                 state,
                 shared,
                 mark: work.touched.len() + 1,
+                read_until_ms: 0,
             },
         );
         work.touched.push(Touched {

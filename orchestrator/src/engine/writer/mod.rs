@@ -102,7 +102,7 @@ pub enum Job {
 }
 
 /// A conversation to create.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CreateJob {
     /// Its id.
     pub id: String,
@@ -121,7 +121,7 @@ pub struct CreateJob {
 }
 
 /// The prefix a forked conversation starts from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ForkFrom {
     /// The conversation forked.
     pub from: String,
@@ -132,7 +132,7 @@ pub struct ForkFrom {
 /// What makes a new conversation a sub-conversation. The writer checks the limits against its
 /// authoritative state and logs `subconversation_started` in the parent in the same transaction
 /// as the child's creation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ChildOf {
     /// The parent conversation.
     pub parent: String,
@@ -160,6 +160,12 @@ pub struct WriterStats {
     /// Of which: the commit (the statements, the transaction's end, its sync when the writer
     /// syncs itself).
     pub commit_ns: AtomicU64,
+    /// On a shared store: batches refused by the database because another node appended first
+    /// (caught up and run again).
+    pub conflicts: AtomicU64,
+    /// On a shared store: batches run again, on views read from the log, because an answer
+    /// that writes nothing was decided on a view nothing verified.
+    pub rechecks: AtomicU64,
 }
 
 /// A cloneable handle to the writer thread.
@@ -178,6 +184,9 @@ struct Slot {
     /// While a batch runs: this conversation's place in its [`Touched`] list, plus one (0: not
     /// touched yet), so that each append finds its batch entry without a lookup.
     mark: usize,
+    /// On a shared store: until when (ms since the epoch) batches read this conversation's head
+    /// from the log before deciding, because another node wrote it lately (see `shared`).
+    read_until_ms: i64,
 }
 
 /// The writer's conversations: their states side by side, found by id once per append (and
@@ -243,6 +252,9 @@ struct Writer {
     shared: bool,
     /// The fenced writes of the current batch whose turn another node has taken.
     stale: Vec<(crate::engine::store::TurnKey, i64)>,
+    /// The conversations whose heads the current batch read from the log once it held their
+    /// locks (by number, sorted): its view of them is the log's.
+    verified: Vec<i64>,
     stats: Arc<WriterStats>,
     metrics: crate::engine::telemetry::CommitMetrics,
 }
@@ -292,6 +304,7 @@ fn slot_from(
         state,
         shared,
         mark: 0,
+        read_until_ms: 0,
     }
 }
 
@@ -355,6 +368,7 @@ impl WriterHandle {
             convs,
             shared: log_shared,
             stale: Vec::new(),
+            verified: Vec::new(),
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
         };

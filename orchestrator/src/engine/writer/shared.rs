@@ -1,15 +1,33 @@
 //! The writer on a log that other nodes write too (PostgreSQL).
 //!
 //! Before a batch decides anything, [`Writer::begin_shared`] locks, in the database, every
-//! conversation the batch may touch, and catches the writer's state up on whatever another node
-//! appended to them since this one last looked: the batch then decides on the whole log, and
-//! the lock keeps it whole until the commit. Events another node commits are also caught up on
-//! when it says so ([`Job::Refresh`], from the store's notifications and its polling), so that
-//! readers and subscribers here see them; those are published in the log's order, through the
-//! same pipeline as this node's own batches.
+//! conversation the batch may write (so that nodes writing the same conversation take turns),
+//! and catches the writer's state up on whatever another node appended to those it wrote
+//! lately ([`CONTENDED`]): what the log has past this node's view of them is read once the
+//! locks are held. For the
+//! others the batch trusts this node's view, and its commit checks it: the commit inserts the
+//! seqs that follow the head the batch decided on, and the log's (conversation, seq) key
+//! refuses the whole batch if another node appended first ([`Error::Conflict`]: this node
+//! missed a notification, or had not received it yet). Nothing of it is written; the writer
+//! runs it again reading every conversation ([`Writer::process`]), which no other node can get
+//! ahead of, since it holds the locks. An answer that writes nothing (a refusal, a change
+//! already made) is not checked by any insert, so one decided on a view that was not read is
+//! decided again the same way. Events another node commits are also caught up on when it says
+//! so ([`Job::Refresh`], from the store's notifications and its polling), so that readers and
+//! subscribers here see them; those are published in the log's order, through the same
+//! pipeline as this node's own batches.
 
 use super::*;
 use crate::engine::store::{ConversationRecord, RecoveredEvent};
+
+/// How long after another node last wrote a conversation (as far as this node has seen) its
+/// batches read its head from the log before deciding, rather than decide on this node's view
+/// and risk a conflict.
+pub(super) const CONTENDED: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The most times one batch runs: after a conflict it runs again with every head read under the
+/// locks, which no other node can get ahead of; a further conflict would be a fault.
+pub(super) const MAX_ATTEMPTS: usize = 4;
 
 /// The refusal of a write made for a turn another node has taken over.
 pub(super) fn taken_over(conversation: &str, turn: u64) -> RpcError {
@@ -29,11 +47,16 @@ pub(super) fn failure_message(e: &Error) -> &'static str {
 }
 
 impl Writer {
-    /// Locks the conversations `batch` may touch and catches up on them; loads the ones this
-    /// node has not met yet (created by another node) and the ids it would create that another
-    /// node has taken meanwhile (so that the creation is refused).
-    pub(super) fn begin_shared(&mut self, batch: &[Job]) -> Result<()> {
+    /// Loads the conversations `batch` may touch that this node has not met yet (created by
+    /// another node) and the ids it would create that another node has taken meanwhile (so that
+    /// the creation is refused); locks its conversations, the ids it would create and the
+    /// claims of its fenced writes; catches up on the conversations another node wrote lately
+    /// (on every one when `read_all`).
+    pub(super) fn begin_shared(&mut self, batch: &[Job], read_all: bool) -> Result<()> {
+        let now = crate::engine::store::now_ms();
+        self.verified.clear();
         let mut nums = Vec::new();
+        let mut read = Vec::new();
         let mut new_ids = Vec::new();
         let mut fences = Vec::new();
         self.stale.clear();
@@ -73,31 +96,47 @@ impl Writer {
             let Some(at) = self.known(id)? else { continue };
             let slot = &self.convs.slots[at];
             nums.push(slot.num);
+            if read_all || slot.read_until_ms > now {
+                read.push(slot.num);
+            }
             // A sub-conversation that closes reports to its parent in the same batch.
             if let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) {
                 if let Some(p) = self.known(&parent)? {
-                    nums.push(self.convs.slots[p].num);
+                    let parent = &self.convs.slots[p];
+                    nums.push(parent.num);
+                    if read_all || parent.read_until_ms > now {
+                        read.push(parent.num);
+                    }
                 }
             }
         }
-        if nums.is_empty() && new_ids.is_empty() {
+        nums.sort_unstable();
+        nums.dedup();
+        read.sort_unstable();
+        read.dedup();
+        // Each with its view's head as it is now (a refresh above may have moved it).
+        let read: Vec<(i64, u64)> = read
+            .into_iter()
+            .filter_map(|n| {
+                let at = *self.convs.by_num.get(&n)?;
+                Some((n, self.convs.slots[at].state.core.head))
+            })
+            .collect();
+        if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
             return Ok(());
         }
         let locked = self.log.lock(&crate::engine::store::ToLock {
             nums: &nums,
+            read: &read,
             new_ids: &new_ids,
             fences: &fences,
         })?;
         self.stale.extend(locked.stale);
+        self.verified = read.into_iter().map(|r| r.0).collect();
         for id in &locked.existing {
             self.known(id)?;
         }
-        for (num, head) in locked.heads {
-            if let Some(&at) = self.convs.by_num.get(&num) {
-                self.catch_up(at, head)?;
-            }
-        }
-        Ok(())
+        self.take_in_read(locked.read)
     }
 
     /// The slot of conversation `id`, loaded from the log if this node has not met it.
@@ -127,20 +166,47 @@ impl Writer {
                 state,
                 shared,
                 mark: 0,
+                read_until_ms: 0,
             },
         );
         self.take_in(at, events, true)?;
         Ok(at)
     }
 
-    /// Brings the conversation in `at` up to `head` from the log, publishing what it reads.
-    fn catch_up(&mut self, at: usize, head: u64) -> Result<()> {
-        let slot = &self.convs.slots[at];
-        if head <= slot.state.core.head {
+    /// Brings each known conversation of `heads` (numbers and heads in the log) up to its head
+    /// from the log (in one read), publishing what it reads.
+    fn catch_up(&mut self, heads: &[(i64, u64)]) -> Result<()> {
+        let mut behind = Vec::new();
+        for &(num, head) in heads {
+            let Some(&at) = self.convs.by_num.get(&num) else {
+                continue;
+            };
+            let view = self.convs.slots[at].state.core.head;
+            if head > view {
+                behind.push((num, view));
+            }
+        }
+        if behind.is_empty() {
             return Ok(());
         }
-        let events = self.log.read_since(slot.num, slot.state.core.head)?;
-        self.take_in(at, events, false)
+        behind.sort_unstable();
+        behind.dedup_by_key(|b| b.0);
+        let read = self.log.read_many(&behind)?;
+        self.take_in_read(read)
+    }
+
+    /// Takes in what was read from the log past this node's views (per conversation number);
+    /// another node wrote those, so their next batches read them first for a while
+    /// ([`CONTENDED`]).
+    fn take_in_read(&mut self, read: Vec<(i64, Vec<RecoveredEvent>)>) -> Result<()> {
+        let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
+        for (num, events) in read {
+            if let Some(&at) = self.convs.by_num.get(&num) {
+                self.convs.slots[at].read_until_ms = until;
+                self.take_in(at, events, false)?;
+            }
+        }
+        Ok(())
     }
 
     /// Observes events another node committed and hands them on to be published, one commit
@@ -230,18 +296,13 @@ impl Writer {
                 &lately
             }
         };
-        for &(num, head) in changes {
-            let at = match self.convs.by_num.get(&num) {
-                Some(&at) => at,
-                None => {
-                    if let Some((record, events)) = self.log.load_num(num)? {
-                        self.adopt(record, events)?;
-                    }
-                    continue;
+        for &(num, _) in changes {
+            if !self.convs.by_num.contains_key(&num) {
+                if let Some((record, events)) = self.log.load_num(num)? {
+                    self.adopt(record, events)?;
                 }
-            };
-            self.catch_up(at, head)?;
+            }
         }
-        Ok(())
+        self.catch_up(changes)
     }
 }

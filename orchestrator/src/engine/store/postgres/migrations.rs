@@ -85,6 +85,17 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX commits_at ON commits (at_ms);
     "#,
+    // 3: the (conversation, seq) primary key is the compare-and-set of every batch: a batch
+    // inserts each conversation's next seqs after the head it decided on, so it commits only if
+    // no other node appended to that conversation since (a second insert of a seq fails in the
+    // database). No head to move per conversation and batch, no row lock for a conversation
+    // only this node writes, no foreign key checked per event (every event's conversation is
+    // one the writer read or created in the same transaction); `closed` moves once, when a
+    // batch closes a conversation.
+    r#"
+    ALTER TABLE events DROP CONSTRAINT IF EXISTS events_conv_fkey;
+    ALTER TABLE conversations DROP COLUMN head, DROP COLUMN updated_ms;
+    "#,
 ];
 
 /// The schema version this build writes.

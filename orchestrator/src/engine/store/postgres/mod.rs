@@ -1,16 +1,19 @@
 //! The PostgreSQL backend: several nodes share one database.
 //!
 //! Reads and tokens go through a pool ([`deadpool_postgres`]); the writer thread owns one
-//! connection of its own ([`PgWriter`]), on which each batch is one transaction: it locks the
-//! rows of the conversations it touches (`SELECT … FOR UPDATE`, in the order of their numbers,
-//! so that two nodes never wait on each other in a circle), reads their heads, and the writer
-//! catches up from the log whatever another node appended since it last looked; only then does
-//! it decide, and the commit inserts the events, moves each head with a compare-and-set on the
-//! head it locked, and notifies the other nodes (`pg_notify`, ids and heads only) in the same
-//! transaction. `synchronous_commit=on`: the commit is durable when it returns, so
-//! [`Durability::sync`] has nothing left to do. The (conversation, seq) primary key is the last
-//! line of defence. ARCHITECTURE.md ("Several nodes") has the argument for why no interleaving
-//! of two nodes breaks an invariant.
+//! connection of its own ([`PgWriter`]), on which each batch is one transaction. The
+//! (conversation, seq) primary key is each conversation's compare-and-set: a batch inserts the
+//! seqs that follow the head it decided on, so it commits only if no other node appended to
+//! any of its conversations since ([`Error::Conflict`] otherwise: nothing is written, and the
+//! writer catches up and runs the batch again). Every conversation a batch writes is locked
+//! before it decides (`SELECT … FOR UPDATE`, in the order of their numbers, so that two nodes
+//! never wait on each other in a circle), so that its writers take turns; what the log has past
+//! the writer's view of those another node wrote lately is read once the locks are held. The commit inserts
+//! the events, marks the conversations it closes, records the commit and notifies the other
+//! nodes (`pg_notify`, ids and heads only) in the same transaction. `synchronous_commit=on`: the
+//! commit is durable when it returns, so [`Durability::sync`] has nothing left to do.
+//! ARCHITECTURE.md ("Several nodes") has the argument for why no interleaving of two nodes
+//! breaks an invariant.
 //!
 //! The storage traits are synchronous (the writer is a thread of its own); this backend runs
 //! its async driver on a small runtime of its own and waits for it, so that it can be called
@@ -563,9 +566,12 @@ impl LogWriter for PgWriter {
     fn lock(&mut self, asked: &ToLock<'_>) -> Result<Locked> {
         let ToLock {
             nums,
+            read,
             new_ids,
             fences,
         } = *asked;
+        let read_nums: Vec<i64> = read.iter().map(|r| r.0).collect();
+        let read_after: Vec<i64> = read.iter().map(|r| r.1 as i64).collect();
         let fenced: Vec<String> = fences
             .iter()
             .map(|(k, _)| k.conversation_id.clone())
@@ -597,11 +603,19 @@ impl LogWriter for PgWriter {
                 c.execute(&st.lock_ids, &[&ids]).await?;
                 c.query(&st.existing_ids, &[&ids]).await
             };
-            let heads = async {
+            // The rows' locks, then (pipelined: the server runs it once they are held, on a
+            // snapshot taken then) what the log has past the writer's view.
+            let rows_locked = async {
                 if nums.is_empty() {
                     return Ok(Vec::new());
                 }
-                c.query(&st.lock_heads, &[&nums]).await
+                c.query(&st.lock_convs, &[&nums]).await
+            };
+            let caught_up = async {
+                if read_nums.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&st.read_many, &[&read_nums, &read_after]).await
             };
             let claims = async {
                 if asked.is_empty() {
@@ -611,16 +625,14 @@ impl LogWriter for PgWriter {
                 // writes.
                 c.query(&st.lock_fences, &[&fenced, &fenced_turns]).await
             };
-            let ((), existing, heads, claims) = futures::try_join!(begin, existing, heads, claims)?;
+            let ((), existing, _, caught_up, claims) =
+                futures::try_join!(begin, existing, rows_locked, caught_up, claims)?;
             let current: std::collections::HashMap<(String, i64), i64> = claims
                 .iter()
                 .map(|r| ((r.get(0), r.get(1)), r.get(2)))
                 .collect();
             Ok(Locked {
-                heads: heads
-                    .iter()
-                    .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
-                    .collect(),
+                read: rows::by_conversation(&caught_up)?,
                 existing: existing.iter().map(|r| r.get(0)).collect(),
                 stale: asked
                     .into_iter()
@@ -639,6 +651,14 @@ impl LogWriter for PgWriter {
             Ok(c.query(&st.read_since, &[&num, &(after as i64)]).await?)
         })?;
         rows.iter().map(|r| recovered_from(r, 0)).collect()
+    }
+
+    fn read_many(&mut self, from: &[(i64, u64)]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
+        let nums: Vec<i64> = from.iter().map(|f| f.0).collect();
+        let after: Vec<i64> = from.iter().map(|f| f.1 as i64).collect();
+        let rows = self
+            .run(move |c, st| async move { Ok(c.query(&st.read_many, &[&nums, &after]).await?) })?;
+        rows::by_conversation(&rows)
     }
 
     fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
@@ -671,6 +691,26 @@ impl LogWriter for PgWriter {
         let batch = rows::Batch::new(convs, rows);
         let began = std::mem::replace(&mut self.in_tx, false);
         self.run(move |c, st| async move { batch.write(&c, &st, !began).await })
+            .map_err(|e| match e {
+                // A seq (or an id) another node wrote first: the batch was decided on a view
+                // that is behind the log. Nothing of it was written.
+                // (Or, should two batches ever wait on each other in a circle, the one the
+                // database chose to end.)
+                Error::Postgres(p)
+                    if [
+                        tokio_postgres::error::SqlState::UNIQUE_VIOLATION,
+                        tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED,
+                    ]
+                    .iter()
+                    .any(|c| p.code() == Some(c)) =>
+                {
+                    Error::Conflict(p.as_db_error().map_or_else(
+                        || p.to_string(),
+                        |d| d.detail().unwrap_or(d.message()).to_string(),
+                    ))
+                }
+                other => other,
+            })
     }
 
     fn conversation_num(&mut self) -> Result<i64> {

@@ -26,9 +26,10 @@ pub const CATCH_UP_COLUMNS: &str =
 pub struct Statements {
     pub lock_ids: Statement,
     pub existing_ids: Statement,
-    pub lock_heads: Statement,
+    pub lock_convs: Statement,
     pub lock_fences: Statement,
     pub read_since: Statement,
+    pub read_many: Statement,
     pub find_conv: Statement,
     pub find_conv_num: Statement,
     pub changed_since: Statement,
@@ -36,7 +37,7 @@ pub struct Statements {
     insert_convs: Statement,
     declare: Statement,
     insert_events: Statement,
-    move_heads: Statement,
+    close_convs: Statement,
     notify: Statement,
     record_commit: Statement,
 }
@@ -53,11 +54,15 @@ impl Statements {
             existing_ids: c
                 .prepare("SELECT id FROM conversations WHERE id = ANY($1::text[])")
                 .await?,
-            lock_heads: c
+            // Locks the rows only (waiting for another node's batch that holds one): the events
+            // past the writer's view are read by the next statement, whose snapshot is taken
+            // once these are held, so that it sees what that batch committed.
+            lock_convs: c
                 .prepare(
-                    "SELECT num, head FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
+                    "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
                 )
                 .await?,
+
             lock_fences: c
                 .prepare(
                     "SELECT t.conversation_id, t.turn, t.fence FROM turn_claims t
@@ -68,6 +73,16 @@ impl Statements {
             read_since: c
                 .prepare(&format!(
                     "SELECT {CATCH_UP_COLUMNS} FROM events WHERE conv = $1 AND seq > $2 ORDER BY seq"
+                ))
+                .await?,
+            // One index range per conversation (`OFFSET 0` keeps the planner from making it a
+            // join, which it would run as a scan of the whole log).
+            read_many: c
+                .prepare(&format!(
+                    "SELECT u.n, e.* FROM unnest($1::bigint[], $2::bigint[]) AS u(n, after) \
+                     CROSS JOIN LATERAL (SELECT {CATCH_UP_COLUMNS} FROM events \
+                       WHERE conv = u.n AND seq > u.after ORDER BY seq OFFSET 0) e \
+                     ORDER BY 1, 2"
                 ))
                 .await?,
             find_conv: c
@@ -112,20 +127,8 @@ impl Statements {
                                           $6::text[], $7::text[], $8::text[], $9::bytea[], $10::bigint[])",
                 )
                 .await?,
-            // The compare-and-set on each head: a batch decided on a view the log has moved
-            // past (which the lock should make impossible) writes nothing.
-            // The check is the database's own (an error aborts the transaction), so that the
-            // COMMIT can go in the same pipeline: a COMMIT after an error rolls back.
-            move_heads: c
-                .prepare(
-                    "WITH moved AS (
-                       UPDATE conversations c SET head = u.head, closed = c.closed OR u.closed, updated_ms = $5
-                       FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bool[]) AS u(num, old, head, closed)
-                       WHERE c.num = u.num AND c.head = u.old RETURNING 1)
-                     SELECT CASE WHEN (SELECT count(*) FROM moved) = cardinality($1::bigint[]) THEN 0
-                       ELSE ('nothing written: a conversation moved past the head this batch locked; moved '
-                             || (SELECT count(*) FROM moved))::int END",
-                )
+            close_convs: c
+                .prepare("UPDATE conversations SET closed = true WHERE num = ANY($1::bigint[])")
                 .await?,
             notify: c
                 .prepare(&format!("SELECT pg_notify('{}', $1)", super::CHANNEL))
@@ -142,8 +145,10 @@ pub struct Batch {
     convs: ConvColumns,
     declared: Vec<String>,
     events: EventColumns,
-    /// Per conversation written: number, head before, head after, whether it closed.
-    heads: (Vec<i64>, Vec<i64>, Vec<i64>, Vec<bool>),
+    /// Per conversation written: its number and its head after the batch.
+    heads: (Vec<i64>, Vec<i64>),
+    /// The conversations the batch closes.
+    closing: Vec<i64>,
     ts_ms: i64,
     /// Every conversation written with its new head (`num:head,…`).
     heads_text: String,
@@ -182,6 +187,7 @@ impl Batch {
             declared: Vec::new(),
             events: EventColumns::default(),
             heads: Default::default(),
+            closing: Vec::new(),
             ts_ms: rows.first().map_or(0, |r| r.ts_ms),
             heads_text: String::new(),
             notice: String::new(),
@@ -197,7 +203,11 @@ impl Batch {
             b.declared.extend(c.declared.iter().cloned());
         }
         let e = &mut b.events;
-        for r in rows {
+        // In the order of (conversation, seq), on every node: a batch that waits for another's
+        // seq (to learn whether it committed) never holds one that the other waits for.
+        let mut order: Vec<&NewRow<'_>> = rows.iter().collect();
+        order.sort_by_key(|r| (r.conv, r.draft.seq));
+        for r in order {
             let d = r.draft;
             e.conv.push(r.conv);
             e.seq.push(d.seq as i64);
@@ -211,17 +221,18 @@ impl Batch {
             e.ts_ms.push(r.ts_ms);
             let h = &mut b.heads;
             // Rows come grouped by conversation, in seq order.
-            if h.0.last() != Some(&r.conv) {
+            if h.0.last() == Some(&r.conv) {
+                let last = h.1.len() - 1;
+                h.1[last] = d.seq as i64;
+            } else {
                 h.0.push(r.conv);
-                h.1.push(d.seq as i64 - 1);
-                h.2.push(d.seq as i64);
-                h.3.push(false);
+                h.1.push(d.seq as i64);
             }
-            let last = h.2.len() - 1;
-            h.2[last] = d.seq as i64;
-            h.3[last] |= d.finality == Some(Finality::Conversation);
+            if d.finality == Some(Finality::Conversation) {
+                b.closing.push(r.conv);
+            }
         }
-        b.heads_text = heads_text(&b.heads.0, &b.heads.2);
+        b.heads_text = heads_text(&b.heads.0, &b.heads.1);
         b.notice = if b.heads_text.len() > super::NOTIFY_MAX {
             "*".into()
         } else {
@@ -230,8 +241,10 @@ impl Batch {
         b
     }
 
-    /// Writes the batch in the open transaction: conversations, declarations, events, heads
-    /// (failing when one did not move from where the batch found it), and the notification.
+    /// Writes the batch in the open transaction (or one it begins): conversations,
+    /// declarations, events (failing, as a whole, when another node has written one of their
+    /// seqs: the (conversation, seq) primary key is the compare-and-set on each head), the
+    /// conversations it closes, the record of the commit and the notification.
     pub async fn write(&self, c: &Client, st: &Statements, begin: bool) -> Result<()> {
         let ConvColumns(n, i, b, p, m) = &self.convs;
         let conv_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [n, i, b, p, m];
@@ -248,9 +261,7 @@ impl Batch {
             &e.hash,
             &e.ts_ms,
         ];
-        let (num, old, head, closed) = &self.heads;
-        let head_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [num, old, head, closed, &self.ts_ms];
+        let closing: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.closing];
         let declared: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.declared];
         let notice_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.notice];
         let commit_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
@@ -279,11 +290,19 @@ impl Batch {
             Ok(())
         };
         let inserted = c.execute(&st.insert_events, &event_params);
-        let moved = c.execute(&st.move_heads, &head_params);
+        // Before the events: a batch takes a conversation's row lock (to mark it closed)
+        // before it holds any seq another batch could be waiting for, so that the two never
+        // wait on each other in a circle.
+        let closed = async {
+            if !self.closing.is_empty() {
+                c.execute(&st.close_convs, &closing).await?;
+            }
+            Ok(())
+        };
         let notified = c.execute(&st.notify, &notice_params);
         let recorded = c.execute(&st.record_commit, &commit_params);
         let committed = c.batch_execute("COMMIT");
-        futures::try_join!(began, convs, declare, inserted, moved, notified, recorded, committed)?;
+        futures::try_join!(began, convs, declare, closed, inserted, notified, recorded, committed)?;
         Ok(())
     }
 }
@@ -299,6 +318,21 @@ fn heads_text(nums: &[i64], heads: &[i64]) -> String {
         let _ = write!(s, "{n}:{h}");
     }
     s
+}
+
+/// Rows of `read_many` (`conv` then [`CATCH_UP_COLUMNS`], ordered by conversation and seq),
+/// grouped by conversation.
+pub fn by_conversation(rows: &[Row]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
+    let mut out: Vec<(i64, Vec<RecoveredEvent>)> = Vec::new();
+    for r in rows {
+        let num: i64 = r.try_get(0)?;
+        let event = recovered_from(r, 1)?;
+        match out.last_mut() {
+            Some((n, events)) if *n == num => events.push(event),
+            _ => out.push((num, vec![event])),
+        }
+    }
+    Ok(out)
 }
 
 /// A conversation row (`num, id, created_by, participants, metadata`).
