@@ -97,9 +97,11 @@ pub trait LogWriter: Send {
     /// What makes this writer's commits durable, for the thread that answers callers (taken
     /// once, before the first commit).
     fn durability(&mut self) -> Result<Box<dyn Durability>>;
-    /// Begins a batch: locks what [`ToLock`] names until the batch ends, and answers the
-    /// conversations' heads in the log, which of the ids exist already, and which fences are
-    /// stale.
+    /// Begins a batch: locks what [`ToLock`] names until the batch ends, and answers what the
+    /// log has past the writer's view of the conversations it asked to read, which of the ids
+    /// exist already, and which fences are stale. When there is nothing to read or check, a
+    /// backend may take the conversations' locks with the commit instead, before it writes
+    /// anything (a decision on a view nobody read is checked by the commit either way).
     fn lock(&mut self, asked: &ToLock<'_>) -> Result<Locked> {
         let _ = asked;
         Ok(Locked::default())

@@ -245,7 +245,13 @@ impl Batch {
     /// declarations, events (failing, as a whole, when another node has written one of their
     /// seqs: the (conversation, seq) primary key is the compare-and-set on each head), the
     /// conversations it closes, the record of the commit and the notification.
-    pub async fn write(&self, c: &Client, st: &Statements, begin: bool) -> Result<()> {
+    pub async fn write(
+        &self,
+        c: &Client,
+        st: &Statements,
+        begin: bool,
+        lock: &[i64],
+    ) -> Result<()> {
         let ConvColumns(n, i, b, p, m) = &self.convs;
         let conv_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [n, i, b, p, m];
         let e = &self.events;
@@ -275,6 +281,14 @@ impl Batch {
             }
             Ok::<_, tokio_postgres::Error>(())
         };
+        // The rows of conversations the batch did not lock before deciding, before anything is
+        // written: every writer of a conversation holds its lock when it inserts its events.
+        let locked = async {
+            if !lock.is_empty() {
+                c.query(&st.lock_convs, &[&lock]).await?;
+            }
+            Ok(())
+        };
         let convs = async {
             if !n.is_empty() {
                 c.execute(&st.insert_convs, &conv_params).await?;
@@ -302,7 +316,9 @@ impl Batch {
         let notified = c.execute(&st.notify, &notice_params);
         let recorded = c.execute(&st.record_commit, &commit_params);
         let committed = c.batch_execute("COMMIT");
-        futures::try_join!(began, convs, declare, closed, inserted, notified, recorded, committed)?;
+        futures::try_join!(
+            began, locked, convs, declare, closed, inserted, notified, recorded, committed
+        )?;
         Ok(())
     }
 }
