@@ -508,3 +508,33 @@ pub async fn create_scenario(client: &dyn agent_sdk::AgentClient, id: &str, scen
         .await
         .expect("create");
 }
+
+/// Sends a text message (finality `none`) with an idempotency key; its answer (panics on an
+/// error).
+pub async fn ws_send(c: &WsClient, conv: &str, text: &str, key: &str) -> Value {
+    c.request(
+        "sendMessage",
+        P(json!({"conversationId": conv, "payload": {"text": text}, "finality": "none", "clientRequestId": key})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("sendMessage {key}: {e}"))
+}
+
+/// Every event of `conv` as `c` reads it (`tail`), in pages.
+pub async fn ws_log(c: &WsClient, conv: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    loop {
+        let page: Value = c
+            .request(
+                "tail",
+                P(json!({"conversationId": conv, "sinceSeq": all.len(), "limit": 500})),
+            )
+            .await
+            .expect("tail");
+        let events = page["events"].as_array().expect("events").clone();
+        if events.is_empty() {
+            return all;
+        }
+        all.extend(events);
+    }
+}

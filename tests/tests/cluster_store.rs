@@ -1,0 +1,343 @@
+//! What a node keeps in, reads from and writes to the shared database, and how it stays right
+//! when its view is behind: closed conversations loaded when named and let go when idle, the
+//! poll that covers lost notifications, trimming, a failed lock, and a node whose view of a
+//! conversation is behind the log (another node committed, and the notification has not
+//! reached it yet), which never writes or refuses from that view: the database refuses a batch
+//! that inserts a seq another node wrote, and the node catches up and runs the batch again; an
+//! answer that writes nothing is decided again on a view read from the log. There the other
+//! node's commit is a row written straight into the database, without a notification, so the
+//! node's view is behind for certain when the request comes.
+
+use std::collections::HashMap;
+
+use jsonrpsee::core::client::ClientT;
+use serde_json::{json, Value};
+use tests::{subscribe, test_limits, ws_log as log, ws_send as send, TestServer, P};
+
+/// Appends a copy of the conversation's last event, with `finality`, as the next seq, as
+/// another node's commit would (no notification): the log is now one event past every view.
+async fn written_elsewhere(db: &str, conversation: &str, finality: &str) -> i64 {
+    let db = tests::pg::connect(db).await.expect("a connection");
+    db.query_one(
+        "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, ts_ms)
+         SELECT e.conv, e.seq + 1, 'message', 'bob', e.turn, $2, '{\"text\":\"from elsewhere\"}', e.ts_ms
+         FROM events e JOIN conversations c ON c.num = e.conv
+         WHERE c.id = $1 ORDER BY e.seq DESC LIMIT 1
+         RETURNING seq",
+        &[&conversation, &finality],
+    )
+    .await
+    .expect("a row written behind the node's back")
+    .get(0)
+}
+
+/// The orchestrator's counter of batches run again after a conflict, as `/metrics` shows it.
+fn conflicts() -> f64 {
+    orchestrator::engine::telemetry::render()
+        .lines()
+        .find(|l| l.starts_with(orchestrator::engine::telemetry::CLUSTER_CONFLICTS))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_behind_the_log_is_caught_up_and_run_again() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("behind", &["alice", "bob"]).await;
+    let alice = a.client("alice").await;
+    let send = |key: &'static str| {
+        let alice = &alice;
+        async move {
+            alice
+                .request::<Value, _>(
+                    "sendMessage",
+                    P(json!({"conversationId": "behind", "payload": {"text": key},
+                             "finality": "none", "clientRequestId": key})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("sendMessage {key}: {e}"))
+        }
+    };
+    assert_eq!(send("first").await["seq"], 2);
+    let before = conflicts();
+    assert_eq!(written_elsewhere(&a.db, "behind", "none").await, 3);
+    // The node decides seq 3 on its view; the database refuses it; the node catches up on seq
+    // 3 and writes seq 4.
+    let r = send("second").await;
+    assert_eq!(r["seq"], 4, "{r}");
+    assert!(conflicts() > before, "the batch ran again after a conflict");
+    // The retry of the same key answers the same seq.
+    assert_eq!(send("second").await["seq"], 4);
+    let log: Value = alice
+        .request(
+            "tail",
+            P(json!({"conversationId": "behind", "sinceSeq": 0, "limit": 100})),
+        )
+        .await
+        .expect("tail");
+    let events = log["events"].as_array().expect("events");
+    let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(events[2]["payload"]["text"], "from elsewhere");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_decided_on_the_log_not_on_a_view_behind_it() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("refusal", &["alice", "bob"]).await;
+    let alice = a.client("alice").await;
+    let in_turn = |turn: u64, text: &'static str| {
+        alice.request::<Value, _>(
+            "sendMessage",
+            P(
+                json!({"conversationId": "refusal", "payload": {"text": text},
+                     "finality": "none", "turnHint": {"turn": turn}}),
+            ),
+        )
+    };
+    in_turn(1, "in turn 1").await.expect("turn 1 is open");
+    // Elsewhere, bob ends turn 1: the log is in turn 2; this node's view is still in turn 1.
+    written_elsewhere(&a.db, "refusal", "turn").await;
+    // On the node's view alone this would be refused (its view is in turn 1); decided on the
+    // log, it lands after bob's message.
+    let r = in_turn(2, "in turn 2")
+        .await
+        .expect("accepted: the log is in turn 2");
+    assert_eq!(r["seq"], 4, "{r}");
+    assert_eq!(r["turn"], 2, "{r}");
+    // And a write for turn 1, which the node's view now knows is over, is refused.
+    let late = in_turn(1, "late").await;
+    assert!(late.is_err(), "{late:?}");
+}
+
+/// On PostgreSQL a node holds the open conversations from its start; a closed one stays in the
+/// database until a client names it (reads it, lists it, follows every conversation from a
+/// cursor), and leaves memory again once nobody holds it and no client named it for a while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_conversations_are_loaded_when_named_and_let_go_when_idle() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    for id in ["open-1", "done-1", "done-2"] {
+        a.create(id, &["alice", "bob"]).await;
+    }
+    let alice = a.client("alice").await;
+    send(&alice, "open-1", "still talking", "k-open").await;
+    for id in ["done-1", "done-2"] {
+        let _: Value = alice
+            .request(
+                "sendMessage",
+                P(json!({"conversationId": id, "payload": {"text": "bye"}, "finality": "conversation"})),
+            )
+            .await
+            .expect("close");
+    }
+    let b = a.another_node().await;
+    let held = |n: &TestServer| n.running().orchestrator().hub().len();
+    assert_eq!(held(&b), 1, "only the open conversation is loaded at start");
+    // Named: loaded, with its whole log.
+    let bob = b.client("bob").await;
+    let on_a = log(&alice, "done-1").await;
+    assert_eq!(log(&bob, "done-1").await, on_a);
+    assert_eq!(held(&b), 2);
+    // Listed: every conversation of the caller, closed ones included.
+    let listed: Value = bob
+        .request("listConversations", P(json!({})))
+        .await
+        .expect("list");
+    let ids: Vec<&str> = listed["conversations"]
+        .as_array()
+        .expect("conversations")
+        .iter()
+        .map(|c| c["conversationId"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["done-1", "done-2", "open-1"]);
+    assert_eq!(listed["conversations"][1]["status"], "closed");
+    // Let go when idle (here: at once), then loaded again when named, the same.
+    let orch = b.running().orchestrator().clone();
+    let forgotten = orch
+        .forget_idle(std::time::Duration::ZERO)
+        .await
+        .expect("forget");
+    assert_eq!(forgotten, 2, "both closed conversations let go");
+    assert_eq!(held(&b), 1);
+    assert_eq!(log(&bob, "done-1").await, on_a);
+    // A closed conversation takes nothing, loaded or not.
+    let err = bob
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "done-2", "payload": {"text": "again"}, "finality": "none"})),
+        )
+        .await
+        .expect_err("closed");
+    assert!(err.to_string().contains("closed"), "{err}");
+    // Every conversation from a cursor: the closed ones' events too.
+    let c = b.another_node().await;
+    let carol = c.client("alice").await;
+    let mut sub = subscribe(&carol, json!({"sinceSeq": 0})).await;
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 3 {
+        let n = tests::next_event(&mut sub, "every conversation's events").await;
+        seen.insert(
+            n["event"]["conversationId"]
+                .as_str()
+                .expect("id")
+                .to_string(),
+        );
+    }
+    // A view someone holds (a subscription to done-2) is not let go; done-1 is.
+    let _one = subscribe(&carol, json!({"conversationId": "done-2", "sinceSeq": 0})).await;
+    let on_c = c.running().orchestrator().clone();
+    assert_eq!(
+        on_c.forget_idle(std::time::Duration::ZERO)
+            .await
+            .expect("forget"),
+        1
+    );
+    assert!(on_c.hub().get("done-2").is_some() && on_c.hub().get("done-1").is_none());
+}
+
+/// The poll that covers lost notifications (`LogWriter::changed_lately`) finds every
+/// conversation written lately with its latest head, from the record of commits (which, unlike
+/// a notification, has no size limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poll_finds_what_other_nodes_wrote_lately() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let alice = a.client("alice").await;
+    for id in ["p-1", "p-2"] {
+        a.create(id, &["alice"]).await;
+    }
+    for i in 0..3 {
+        send(&alice, "p-1", "hello", &format!("p1-{i}")).await;
+    }
+    send(&alice, "p-2", "hello", "p2-0").await;
+    // Many conversations at once (in few batches).
+    let orch = a.running().orchestrator().clone();
+    let admin = orchestrator::engine::auth::Identity::new("admin", true);
+    let created = futures::future::join_all((0..900).map(|i| {
+        let (orch, admin) = (orch.clone(), admin.clone());
+        async move {
+            orch.create_conversation(
+                &admin,
+                agent_sdk::proto::CreateConversationParams {
+                    conversation_id: Some(format!("many-{i:04}-{}", "x".repeat(8))),
+                    participants: Some(vec!["alice".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+        }
+    }))
+    .await;
+    assert!(created.iter().all(Result::is_ok));
+    let store = tests::open_store(&a.db);
+    let mut w = store.writer().expect("a writer");
+    let lately: HashMap<i64, u64> = w.changed_lately().expect("the poll").into_iter().collect();
+    let heads: Vec<u64> = {
+        let db = tests::pg::connect(&a.db).await.expect("a connection");
+        let mut heads = Vec::new();
+        for id in ["p-1", "p-2", "many-0899-xxxxxxxx"] {
+            let row = db
+                .query_one(
+                    "SELECT c.num, max(e.seq) FROM conversations c JOIN events e ON e.conv = c.num \
+                     WHERE c.id = $1 GROUP BY c.num",
+                    &[&id],
+                )
+                .await
+                .expect("the row");
+            let (num, head): (i64, i64) = (row.get(0), row.get(1));
+            assert_eq!(lately.get(&num), Some(&(head as u64)), "{id}");
+            heads.push(head as u64);
+        }
+        heads
+    };
+    assert_eq!(heads[..2], [4, 2]);
+    assert!(lately.len() >= 902, "{}", lately.len());
+}
+
+/// Nodes trim what they no longer need: the record of commits past 5 minutes, and turn claims
+/// whose lease ended more than 5 minutes ago (a write under such a claim is refused whether its
+/// row is there or not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_commits_and_claims_are_trimmed() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let old = chrono::Utc::now().timestamp_millis() - 600_000;
+    db.execute(
+        "INSERT INTO commits (at_ms, heads) VALUES ($1, '1:1')",
+        &[&old],
+    )
+    .await
+    .expect("an old commit");
+    db.execute(
+        "INSERT INTO turn_claims (conversation_id, turn, holder, fence, lease_until_ms) \
+         VALUES ('gone', 1, 'node-x', 1, $1), ('recent', 1, 'node-x', 2, $2)",
+        &[&old, &(old + 590_000)],
+    )
+    .await
+    .expect("claims");
+    // A node trims on its first poll (a second after it starts), then every 30.
+    let _b = a.another_node().await;
+    let until = tokio::time::Instant::now() + tests::WAIT;
+    loop {
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM commits WHERE at_ms = $1), \
+                        (SELECT count(*) FROM turn_claims WHERE conversation_id = 'gone'), \
+                        (SELECT count(*) FROM turn_claims WHERE conversation_id = 'recent')",
+                &[&old],
+            )
+            .await
+            .expect("count");
+        let (commits, gone, recent): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if commits == 0 && gone == 0 {
+            assert_eq!(recent, 1, "a claim whose lease ended lately is kept");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "not trimmed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A batch whose lock fails in the database (here: a lock timeout while a test connection holds
+/// the conversation's row) is refused, and the node's next batch works: the failed
+/// transaction, begun in the same round trip as the lock, is ended, not left aborted under
+/// every later statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_lock_leaves_the_writer_working() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("stuck", &["alice"]).await;
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let name = url::Url::parse(&a.db).expect("the URL").path()[1..].to_string();
+    // Sessions opened from now on give up waiting for a lock after 300 ms.
+    db.batch_execute(&format!("ALTER DATABASE {name} SET lock_timeout = '300ms'"))
+        .await
+        .expect("lock_timeout");
+    let b = a.another_node().await;
+    let alice = b.client("alice").await;
+    send(&alice, "stuck", "before", "k1").await;
+    // Written through the other node too: node b catches up on it (and reads its head under
+    // the lock from then on).
+    send(&a.client("alice").await, "stuck", "from a", "k0").await;
+    tests::eventually("node b sees node a's write", || {
+        b.running()
+            .orchestrator()
+            .hub()
+            .get("stuck")
+            .is_some_and(|c| c.core().head == 3)
+    })
+    .await;
+    db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'stuck' FOR UPDATE")
+        .await
+        .expect("hold the row");
+    let refused = alice
+        .request::<Value, _>(
+            "sendMessage",
+            P(json!({"conversationId": "stuck", "payload": {"text": "while held"}, "finality": "none", "clientRequestId": "k2"})),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    db.batch_execute("ROLLBACK").await.expect("let go");
+    let r = send(&alice, "stuck", "after", "k2").await;
+    assert_eq!(r["seq"], 4, "{r}");
+    let r = send(&alice, "stuck", "again", "k3").await;
+    assert_eq!(r["seq"], 5, "{r}");
+}
