@@ -205,7 +205,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
     /// For a log other nodes write too: calls `changed` with the conversations (numbers and
     /// new heads) another node committed to, as it learns of them, or with `None` when some may
-    /// have been missed (look at everything changed lately); until `changed` answers false.
+    /// have been missed (look at everything changed lately); until `changed` answers
+    /// [`Heard::Stop`].
     fn follow(&self, changed: Changed) -> Result<()> {
         let _ = changed;
         Ok(())
@@ -280,9 +281,19 @@ pub struct Fence {
     pub fence: i64,
 }
 
-/// Told what other nodes committed ([`Store::follow`]); answers false when it no longer wants
-/// to know.
-pub type Changed = Box<dyn Fn(Option<Vec<(i64, u64)>>) -> bool + Send + Sync>;
+/// Told what other nodes committed ([`Store::follow`]).
+pub type Changed = Box<dyn Fn(Option<Vec<(i64, u64)>>) -> Heard + Send + Sync>;
+
+/// What became of news of other nodes' commits ([`Changed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// Taken: it will be acted on.
+    Taken,
+    /// Dropped (the writer's queue was full): look at everything changed lately soon.
+    Dropped,
+    /// No longer wanted: stop following.
+    Stop,
+}
 
 /// Opens the store `db` names: a `postgres://` URL selects PostgreSQL (`sync` does not apply:
 /// every commit is synced, `synchronous_commit=on`), anything else is a SQLite file (created if

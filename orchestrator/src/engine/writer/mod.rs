@@ -32,7 +32,7 @@ use crate::engine::hub::{ConvView, Hub};
 use crate::engine::state::{
     AppendRequest, Applied, ConvMachine, Draft, ShortKey, TurnPolicy, TurnState,
 };
-use crate::engine::store::{now_ms, Durability, LogWriter, NewConversation, NewRow, Store};
+use crate::engine::store::{now_ms, Durability, Heard, LogWriter, NewConversation, NewRow, Store};
 
 mod appending;
 mod batch;
@@ -324,14 +324,15 @@ impl WriterHandle {
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
         {
-            // Other nodes' commits, caught up on by this writer (a lost notice is covered by the
-            // next poll, so a full queue drops it).
+            // Other nodes' commits, caught up on by this writer (a full queue drops the notice,
+            // and the store looks at everything changed lately at its next poll).
             let tx = tx.clone();
             store.follow(Box::new(move |changes| {
-                !matches!(
-                    tx.try_send(Job::Refresh(changes)),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
+                match tx.try_send(Job::Refresh(changes)) {
+                    Ok(()) => Heard::Taken,
+                    Err(mpsc::error::TrySendError::Full(_)) => Heard::Dropped,
+                    Err(mpsc::error::TrySendError::Closed(_)) => Heard::Stop,
+                }
             }))?;
         }
         let durability = Arc::new(Mutex::new(log.durability()?));

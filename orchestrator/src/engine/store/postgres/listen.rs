@@ -1,6 +1,11 @@
-//! Following the other nodes' commits: a connection that LISTENs on [`CHANNEL`], a poll of
-//! the record of commits every [`POLL_EVERY`] for what a notification did not say, and now and
-//! then the trimming of that record and of claims long expired.
+//! Following the other nodes' commits: a connection that LISTENs on [`CHANNEL`]; a look at
+//! the record of commits (`commits`) for what no notification said — each time the connection
+//! is made (notifications are not queued for a node that is not listening), after a notice the
+//! writer had no room for, and every [`SAFETY_POLL`] whatever happens; and now and then the
+//! trimming of that record and of claims long expired. While the connection is up every
+//! commit's notification reaches it (PostgreSQL delivers a notification to every session
+//! listening when the transaction commits), so there is nothing to poll for: a poll reads up to
+//! 30 seconds of the record, which under load is hundreds of thousands of entries.
 
 use std::time::Duration;
 
@@ -9,18 +14,22 @@ use tokio_postgres::NoTls;
 use super::{Changed, CHANNEL};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::now_ms;
+use crate::engine::store::Heard;
 
 /// How long the record of commits (`commits`, what a poll reads) is kept, well past
 /// [`super::LATELY`], and a turn claim after its lease ended.
 const COMMITS_KEPT: Duration = Duration::from_secs(300);
 
-/// How often a node looks for commits of other nodes it was not told about (a notification
-/// is lost while the listening connection is down).
-pub const POLL_EVERY: Duration = Duration::from_secs(1);
+/// How often the listener wakes: to look again when a notice was dropped, and to trim.
+pub const TICK: Duration = Duration::from_secs(1);
 
-/// Listens for the other nodes' commits on [`CHANNEL`], and polls every [`POLL_EVERY`]; tells
-/// `changed` until it answers false. A lost connection is made again (with a poll right after,
-/// for what was committed meanwhile).
+/// How often a node looks at everything changed lately even though it heard of every commit:
+/// a last line of defence, not a part of how commits are followed.
+pub const SAFETY_POLL: Duration = Duration::from_secs(30);
+
+/// Listens for the other nodes' commits on [`CHANNEL`] and tells `changed` of them until it
+/// answers [`Heard::Stop`]. A lost connection is made again (with a look at everything changed
+/// lately, for what was committed meanwhile), polling until it is back.
 pub(super) async fn listen(config: tokio_postgres::Config, changed: Changed) {
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -30,7 +39,7 @@ pub(super) async fn listen(config: tokio_postgres::Config, changed: Changed) {
                 tracing::warn!(error = %e, "listening for other nodes' commits failed; polling until it is back");
             }
         }
-        if !changed(None) {
+        if changed(None) == Heard::Stop {
             return;
         }
         tokio::time::sleep(backoff).await;
@@ -61,23 +70,27 @@ async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Resu
         }
     });
     client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-    // Listening from here on: whatever was committed before is found by a poll.
-    if !changed(None) {
-        driver.abort();
-        return Ok(());
-    }
-    let mut poll = tokio::time::interval(POLL_EVERY);
-    let mut polls: u64 = 0;
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Listening from here on: whatever was committed before is found by this look.
+    let mut missed = match changed(None) {
+        Heard::Stop => {
+            driver.abort();
+            return Ok(());
+        }
+        heard => heard == Heard::Dropped,
+    };
+    let mut tick = tokio::time::interval(TICK);
+    let mut ticks: u64 = 0;
+    let safety = SAFETY_POLL.as_secs() / TICK.as_secs();
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let wants = tokio::select! {
+        let heard = tokio::select! {
             n = notices.recv() => match n {
                 Some(payload) => changed(parse_notice(&payload)),
                 None => return Err(Error::Unavailable("the listening connection ended".into())),
             },
-            _ = poll.tick() => {
-                polls += 1;
-                if polls % 30 == 1 {
+            _ = tick.tick() => {
+                ticks += 1;
+                if ticks % 30 == 1 {
                     // Every node trims the record of commits, and the claims whose lease ended
                     // long ago, now and then (deleting the same rows twice is harmless). A write
                     // whose claim row is gone is refused like one whose fence was taken over,
@@ -99,12 +112,20 @@ async fn listen_once(config: &tokio_postgres::Config, changed: &Changed) -> Resu
                         tracing::debug!(error = %e, "trimming commits and old claims failed");
                     }
                 }
+                if !(missed || ticks.is_multiple_of(safety)) {
+                    continue;
+                }
+                missed = false;
                 changed(None)
             }
         };
-        if !wants {
-            driver.abort();
-            return Ok(());
+        match heard {
+            Heard::Taken => {}
+            Heard::Dropped => missed = true,
+            Heard::Stop => {
+                driver.abort();
+                return Ok(());
+            }
         }
     }
 }
