@@ -106,18 +106,11 @@ pub trait LogWriter: Send {
         let _ = asked;
         Ok(Locked::default())
     }
-    /// The events of conversation `num` after seq `after`, in seq order (to catch up on what
-    /// another node appended).
-    fn read_since(&mut self, num: i64, after: u64) -> Result<Vec<RecoveredEvent>> {
-        let _ = (num, after);
-        Ok(Vec::new())
-    }
     /// For each (conversation number, seq) pair: that conversation's events after the seq, in
-    /// seq order (catching up on many conversations at once).
+    /// seq order, for those that have some (to catch up on what other nodes appended).
     fn read_many(&mut self, from: &[(i64, u64)]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
-        from.iter()
-            .map(|&(num, after)| Ok((num, self.read_since(num, after)?)))
-            .collect()
+        let _ = from;
+        Ok(Vec::new())
     }
     /// A conversation and all its events, when this node has not seen it yet.
     fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {

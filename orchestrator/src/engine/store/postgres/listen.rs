@@ -13,8 +13,7 @@ use tokio_postgres::NoTls;
 
 use super::{Changed, CHANNEL};
 use crate::engine::error::{Error, Result};
-use crate::engine::store::now_ms;
-use crate::engine::store::Heard;
+use crate::engine::store::{now_ms, Heard};
 
 /// How long the record of commits (`commits`, what a poll reads) is kept, well past
 /// [`super::LATELY`], and a turn claim after its lease ended.

@@ -658,13 +658,6 @@ impl LogWriter for PgWriter {
         Ok(locked)
     }
 
-    fn read_since(&mut self, num: i64, after: u64) -> Result<Vec<RecoveredEvent>> {
-        let rows = self.run(move |c, st| async move {
-            Ok(c.query(&st.read_since, &[&num, &(after as i64)]).await?)
-        })?;
-        rows.iter().map(|r| recovered_from(r, 0)).collect()
-    }
-
     fn read_many(&mut self, from: &[(i64, u64)]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
         let nums: Vec<i64> = from.iter().map(|f| f.0).collect();
         let after: Vec<i64> = from.iter().map(|f| f.1 as i64).collect();

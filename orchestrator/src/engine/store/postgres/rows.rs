@@ -62,7 +62,6 @@ impl Statements {
                     "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
                 )
                 .await?,
-
             lock_fences: c
                 .prepare(
                     "SELECT t.conversation_id, t.turn, t.fence FROM turn_claims t
@@ -203,11 +202,7 @@ impl Batch {
             b.declared.extend(c.declared.iter().cloned());
         }
         let e = &mut b.events;
-        // In the order of (conversation, seq), on every node: a batch that waits for another's
-        // seq (to learn whether it committed) never holds one that the other waits for.
-        let mut order: Vec<&NewRow<'_>> = rows.iter().collect();
-        order.sort_by_key(|r| (r.conv, r.draft.seq));
-        for r in order {
+        for r in rows {
             let d = r.draft;
             e.conv.push(r.conv);
             e.seq.push(d.seq as i64);
@@ -304,9 +299,7 @@ impl Batch {
             Ok(())
         };
         let inserted = c.execute(&st.insert_events, &event_params);
-        // Before the events: a batch takes a conversation's row lock (to mark it closed)
-        // before it holds any seq another batch could be waiting for, so that the two never
-        // wait on each other in a circle.
+        // The batch holds these rows' locks already (it locks every conversation it writes).
         let closed = async {
             if !self.closing.is_empty() {
                 c.execute(&st.close_convs, &closing).await?;
