@@ -6,11 +6,15 @@
 //! BENCH_PG=postgres://postgres@127.0.0.1:5432/postgres cargo bench --workspace --bench cluster
 //! ```
 //! `BENCH_PG` names a server on which each phase creates a database of its own. Phases:
-//! - **ceiling**: one connection, 1,000-row multi-row inserts (`unnest`) of ~300-byte rows into a
-//!   table keyed by (conversation, seq), `synchronous_commit=on` — what PostgreSQL itself
-//!   commits from one connection on this machine;
+//! - **ceiling**: one connection, 1,000-row multi-row inserts (`unnest`) of the rows the
+//!   orchestrator writes (a message's ~300-byte payload and its columns) into the orchestrator's
+//!   own `events` table (its key and index), `synchronous_commit=on`, nothing else in the
+//!   transaction — what PostgreSQL itself commits of those rows from one connection on this
+//!   machine; and the same payloads into a bare three-column table (`bare`), for comparison;
 //! - **one node**: the orchestrator in-process on PostgreSQL, `BENCH_CLIENTS` × `BENCH_DEPTH`
-//!   appends in flight over 1,000 conversations;
+//!   appends in flight over 1,000 conversations (16 × 64 by default: about as many appends in
+//!   flight as the ceiling puts in a transaction; the writer commits about half of them at a
+//!   time, while the other half gathers);
 //! - **three nodes**: the same load spread over three orchestrators on the same database (in
 //!   this process: the same machine), each client on one node; once with every client writing
 //!   to every conversation (`spread`: each batch finds heads moved by the other nodes and catches
@@ -65,33 +69,67 @@ async fn fresh_database(base: &str, name: &str) -> anyhow::Result<String> {
     Ok(url.to_string())
 }
 
-/// Raw PostgreSQL: one connection, 1,000-row transactions of ~300-byte rows keyed by
-/// (conversation, seq), `synchronous_commit=on`.
-async fn ceiling(base: &str, secs: f64) -> anyhow::Result<f64> {
+/// What the raw ceiling inserts.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// The rows the orchestrator writes, into its own `events` table (its schema, migrated by
+    /// opening a store on the database: the same columns, key and index).
+    Log,
+    /// ~300-byte rows into a bare table of three columns keyed by (conversation, seq).
+    Bare,
+}
+
+/// Raw PostgreSQL: one connection, 1,000-row transactions keyed by (conversation, seq),
+/// `synchronous_commit=on`, nothing else in the transaction.
+async fn ceiling(base: &str, secs: f64, shape: Shape) -> anyhow::Result<f64> {
     let url = fresh_database(base, "ceiling").await?;
+    if let Shape::Log = shape {
+        drop(orchestrator::engine::store::open(
+            &url,
+            orchestrator::engine::store::sqlite::Synchronous::Full,
+        )?);
+    }
     let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
-    c.batch_execute(
-        "SET synchronous_commit = on;
-         CREATE TABLE rows (conv BIGINT, seq BIGINT, payload TEXT, PRIMARY KEY (conv, seq))",
-    )
-    .await?;
-    let ins = c
-        .prepare("INSERT INTO rows SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[])")
-        .await?;
-    let payload = serde_json::json!({"text": text()}).to_string();
+    c.batch_execute("SET synchronous_commit = on").await?;
+    let ins = match shape {
+        Shape::Log => {
+            c.prepare(
+                "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) \
+                 SELECT u.c, u.s, 'message', u.a, 0, NULL, u.p, NULL, NULL, u.t \
+                 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS u(c, s, p, a, t)",
+            )
+            .await?
+        }
+        Shape::Bare => {
+            c.batch_execute(
+                "CREATE TABLE rows (conv BIGINT, seq BIGINT, payload TEXT, PRIMARY KEY (conv, seq))",
+            )
+            .await?;
+            c.prepare(
+                "INSERT INTO rows SELECT u.c, u.s, u.p FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS u(c, s, p, a, t)",
+            )
+            .await?
+        }
+    };
+    // The payload as the orchestrator stores a message's.
+    let payload = serde_json::to_string(&MessagePayload::text(text()))?;
     let start = Instant::now();
     let mut n = 0i64;
     while start.elapsed().as_secs_f64() < secs {
-        let (mut conv, mut seq, mut p) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut conv, mut seq, mut p, mut author, mut ts) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let now = orchestrator::engine::store::now_ms();
         for i in 0..1000i64 {
             let k = n + i;
             conv.push(k % 1000);
-            seq.push(k / 1000);
+            seq.push(k / 1000 + 1);
             p.push(payload.clone());
+            author.push(format!("agent-{}", k % 16));
+            ts.push(now);
         }
         c.batch_execute("BEGIN").await?;
-        c.execute(&ins, &[&conv, &seq, &p]).await?;
+        c.execute(&ins, &[&conv, &seq, &p, &author, &ts]).await?;
         c.batch_execute("COMMIT").await?;
         n += 1000;
     }
@@ -273,13 +311,15 @@ async fn main() -> anyhow::Result<()> {
     })?;
     let secs = env("BENCH_SECS", 5) as f64;
     let clients = env("BENCH_CLIENTS", 16) as usize;
-    let depth = env("BENCH_DEPTH", 16) as usize;
+    let depth = env("BENCH_DEPTH", 64) as usize;
     let rounds = env("BENCH_ROUNDS", 3);
     let pings = env("BENCH_PINGS", 300) as usize;
     println!("PostgreSQL appends: {clients} clients x {depth} in flight, {CONVERSATIONS} conversations, {secs} s per phase, {rounds} rounds");
-    let (mut ceil, mut one, mut spread, mut affinity) = (vec![], vec![], vec![], vec![]);
+    let (mut ceil, mut bare, mut one, mut spread, mut affinity) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
-        let c = ceiling(&base, secs).await?;
+        let c = ceiling(&base, secs, Shape::Log).await?;
+        let b = ceiling(&base, secs, Shape::Bare).await?;
         let single = cluster(&base, "one", 1, clients).await?;
         let before = counters(&single[0]);
         let o = appends(&single, Routing::Spread, secs, clients, depth).await;
@@ -306,18 +346,26 @@ async fn main() -> anyhow::Result<()> {
         }
         let (s, a) = (three_nodes[0], three_nodes[1]);
         println!(
-            "round {round}: ceiling {c:.0} rows/s; one node {o:.0}/s ({:.2} of the ceiling); three nodes spread {s:.0}/s ({:.2} of one node), affinity {a:.0}/s ({:.2})",
+            "round {round}: ceiling {c:.0} rows/s (bare table {b:.0}); one node {o:.0}/s ({:.2} of the ceiling, {:.2} of the bare one); three nodes spread {s:.0}/s ({:.2} of one node), affinity {a:.0}/s ({:.2})",
             o / c,
+            o / b,
             s / o,
             a / o
         );
         ceil.push(c);
+        bare.push(b);
         one.push(o);
         spread.push(s);
         affinity.push(a);
     }
-    let (c, o, s, a) = (median(ceil), median(one), median(spread), median(affinity));
-    println!("median: ceiling {c:.0} rows/s | one node {o:.0} appends/s = {:.2} of the ceiling (goal >= 0.50) | three nodes spread {s:.0}/s = {:.2} of one node, affinity {a:.0}/s = {:.2} (goal >= 0.80)", o / c, s / o, a / o);
+    let (c, b, o, s, a) = (
+        median(ceil),
+        median(bare),
+        median(one),
+        median(spread),
+        median(affinity),
+    );
+    println!("median: ceiling {c:.0} rows/s (bare table {b:.0}) | one node {o:.0} appends/s = {:.2} of the ceiling (goal >= 0.50; {:.2} of the bare one) | three nodes spread {s:.0}/s = {:.2} of one node, affinity {a:.0}/s = {:.2} (goal >= 0.80)", o / c, o / b, s / o, a / o);
     let three = cluster(&base, "fanout", 3, 1).await?;
     let lat = fanout(&three[0], &three[2], pings).await?;
     let local = fanout(&three[0], &three[0], pings).await?;
