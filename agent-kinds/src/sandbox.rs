@@ -271,7 +271,7 @@ impl Sandbox {
             Ok(())
         } else {
             Err(format!(
-                "{name:?} is not an environment variable this server lets scenarios read (the operator allows names with serve --agent-env)"
+                "{name:?} is not an environment variable this server lets scenarios read (the operator allows names with --agent-env)"
             ))
         }
     }
@@ -303,7 +303,7 @@ impl Sandbox {
         }
         let refused = |what: &str| {
             Err(format!(
-                "{what} is not an address this server's agents may reach (the operator allows networks with serve --agent-net)"
+                "{what} is not an address this server's agents may reach (the operator allows networks with --agent-net)"
             ))
         };
         match url.host() {
@@ -344,7 +344,7 @@ impl Sandbox {
             .collect();
         if allowed.is_empty() {
             return Err(format!(
-                "{host} resolves to no address this server's agents may reach (the operator allows networks with serve --agent-net)"
+                "{host} resolves to no address this server's agents may reach (the operator allows networks with --agent-net)"
             ));
         }
         Ok(allowed)

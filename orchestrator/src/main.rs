@@ -175,17 +175,27 @@ struct RunOpts {
     /// (default: a temporary SQLite file).
     #[arg(long, env = "ORCHESTRATOR_DB")]
     db: Option<String>,
-    /// Where external participants connect, when the scenario has any.
-    #[arg(long, default_value = "127.0.0.1:0")]
+    /// Where external participants connect, when the scenario has any (port 0: any free one).
+    #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Give up after this long (`90s`, `10m`, …).
-    #[arg(long, default_value = "10m")]
+    /// Give up after this long (`90s`, `10m`, …); exit status 4.
+    #[arg(long, env = "ORCHESTRATOR_RUN_TIMEOUT", default_value = "10m")]
     timeout: String,
     /// Colours: auto (on a terminal), always, never.
-    #[arg(long, default_value = "auto")]
-    color: String,
+    #[arg(long, env = "ORCHESTRATOR_COLOR", value_enum, default_value_t = Color::Auto)]
+    color: Color,
+    /// A folder of scenario files, by name, for scenarios that open sub-conversations by name.
+    #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
+    scenarios: Option<PathBuf>,
     #[command(flatten)]
     sandbox: SandboxOpts,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Subcommand, Debug)]
@@ -219,10 +229,21 @@ impl From<SyncMode> for Synchronous {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     agent_sdk::host::init_logging();
     let cli = Cli::parse();
-    match cli.command {
+    match dispatch(cli.command) {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("orchestrator: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a command; its exit status.
+fn dispatch(command: Command) -> anyhow::Result<u8> {
+    match command {
         Command::Token {
             command: TokenCommand::Create { agent, admin, db },
         } => {
@@ -234,7 +255,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("opening {}", store::display(&db)))?;
             let token = auth::create_token(store.as_ref(), &agent, admin)?;
             println!("{token}");
-            Ok(())
+            Ok(0)
         }
         Command::Serve {
             listen,
@@ -285,6 +306,23 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// Waits for Ctrl-C or SIGTERM; the exit status that reports it (130 or 143, as a shell
+/// does).
+async fn interruption() -> u8 {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return 130,
+                _ = term.recv() => return 143,
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    130
+}
+
 /// Reads a scenario (YAML or JSON) and checks it.
 fn scenario_value(text: &str, sandbox: &agent_kinds::Sandbox) -> anyhow::Result<serde_json::Value> {
     let v: serde_json::Value =
@@ -320,14 +358,16 @@ fn load_scenarios(
     Ok(out)
 }
 
-async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
+/// Runs a scenario to its end; the exit status (README: "Exit statuses").
+async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<u8> {
+    use orchestrator::host::runner::{External, RunSettings};
     use std::io::IsTerminal;
     let limit = orchestrator::engine::scenario::parse_duration(&serde_json::json!(opts.timeout))
         .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?;
-    let color = match opts.color.as_str() {
-        "always" => true,
-        "never" => false,
-        _ => std::io::stdout().is_terminal(),
+    let color = match opts.color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => std::io::stdout().is_terminal(),
     };
     let temp = tempfile::tempdir()?;
     let db = opts
@@ -336,53 +376,79 @@ async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<()> {
     let store = store::open(&db, Synchronous::Full)
         .with_context(|| format!("opening {}", store::display(&db)))?;
     let sandbox = opts.sandbox.sandbox()?;
+    let named = match &opts.scenarios {
+        Some(dir) => load_scenarios(dir, &sandbox)?,
+        None => Vec::new(),
+    };
     let spec = orchestrator::engine::scenario::Scenario::parse(&scenario, &sandbox)
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let externals: Vec<String> = spec
-        .participants
-        .iter()
-        .filter(|p| {
-            spec.policy
-                .as_ref()
-                .is_none_or(|pol| !pol.agents.contains_key(*p))
-        })
-        .cloned()
-        .collect();
-    let mut tokens = Vec::new();
-    for p in &externals {
-        tokens.push((p.clone(), auth::create_token(store.as_ref(), p, false)?));
+    let mut externals = Vec::new();
+    for p in &spec.participants {
+        let runs_here = spec
+            .policy
+            .as_ref()
+            .is_some_and(|pol| pol.agents.contains_key(p));
+        if !runs_here {
+            externals.push(External {
+                id: p.clone(),
+                token: auth::create_token(store.as_ref(), p, false)?,
+            });
+        }
     }
-    let limits = Limits {
-        sandbox,
-        ..Limits::default()
+    let options = host::Options {
+        scenarios: named,
+        ..host::Options::with_limits(Limits {
+            sandbox,
+            ..Limits::default()
+        })
     };
-    let orch = host::Options::with_limits(limits).start(store)?;
+    let max_attempts = options.exec_policy.max_attempts;
+    let orch = options.start(store)?;
     let mut running = None;
+    let mut address = None;
     if !externals.is_empty() {
-        let listener = server::bind(opts.listen)?;
+        let listener =
+            server::bind(opts.listen).with_context(|| format!("listening on {}", opts.listen))?;
         let r = server::start(orch.clone(), listener).await?;
         eprintln!(
             "external participants connect to ws://{}/rpc with:",
             r.local_addr()
         );
-        for (p, t) in &tokens {
-            eprintln!("  {p}: {t}");
+        for x in &externals {
+            eprintln!("  {}: {}", x.id, x.token);
         }
+        address = Some(r.local_addr().to_string());
         running = Some(r);
     }
+    let settings = RunSettings {
+        color,
+        limit,
+        max_attempts,
+        externals,
+        address,
+    };
     let mut out = std::io::stdout();
     let result = tokio::select! {
-        r = orchestrator::host::runner::run(orch.clone(), scenario, &mut out, color, limit) => r,
-        _ = agent_sdk::host::shutdown_signal() => {
+        r = orchestrator::host::runner::run(orch.clone(), scenario, &mut out, &settings) => r.map(|s| s.end.exit_code()),
+        code = interruption() => {
             eprintln!("orchestrator: interrupted");
-            Err(orchestrator::engine::error::Error::Interrupted)
+            Ok(code)
         }
     };
     match running {
         Some(r) => r.stop().await,
         None => orch.shutdown().await,
     }
-    result.map(|_| ()).map_err(|e| anyhow::anyhow!("{e}"))
+    match result {
+        Ok(code) => Ok(code),
+        // The reader went away (`| head`): nothing more to say, to anyone.
+        Err(orchestrator::engine::error::Error::Transcript(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            Ok(0)
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
 }
 
 async fn serve(
@@ -391,7 +457,7 @@ async fn serve(
     sync: Synchronous,
     limits: Limits,
     scenarios: Vec<(String, serde_json::Value)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u8> {
     let store =
         store::open(&db, sync).with_context(|| format!("opening {}", store::display(&db)))?;
     // The scenario library is in place before the first turn runs: turns taken again from the
@@ -433,5 +499,5 @@ async fn serve(
     eprintln!("orchestrator: stopping");
     running.stop().await;
     eprintln!("orchestrator: stopped; every acknowledged event is on disk");
-    Ok(())
+    Ok(0)
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proto_spec::system::{StopData, SystemEvent};
+use proto_spec::system::{ExecutorTrace, StopData, SystemEvent};
 use proto_spec::{CreateConversationParams, EventKind, Finality, SubscribeParams};
 use serde_json::Value;
 
@@ -51,26 +51,105 @@ pub struct Summary {
     pub conversation_id: String,
     /// Turns taken (messages that closed a turn or the conversation).
     pub turns: u64,
-    /// Wall time from creation to the close.
+    /// Wall time from creation to the end of the run.
     pub elapsed: Duration,
-    /// Why it stopped (`on_text`, `max_turns`, …, or who closed it).
-    pub reason: String,
+    /// How it ended.
+    pub end: End,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The conversation closed: the scenario's stop reason (`on_text`, `max_turns`, …) or who
+    /// closed it.
+    Closed(String),
+    /// The run could make no more progress: an agent failed every attempt at its turn and no
+    /// turn timeout moves the conversation on.
+    Stuck(String),
+    /// The run's time limit passed with the conversation still open.
+    TimeLimit(String),
+    /// The server stopped while the conversation was open.
+    ServerStopped,
+}
+
+impl End {
+    /// The process's exit status for this end (documented in the README): 0 closed, 3 stuck,
+    /// 4 out of time, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            End::Closed(_) => 0,
+            End::Stuck(_) => 3,
+            End::TimeLimit(_) => 4,
+            End::ServerStopped => 1,
+        }
+    }
+
+    /// What the summary line says after "stopped:".
+    pub fn describe(&self) -> String {
+        match self {
+            End::Closed(reason) => reason.clone(),
+            End::Stuck(why) => format!("no more progress: {why}"),
+            End::TimeLimit(why) => why.clone(),
+            End::ServerStopped => "the server stopped".into(),
+        }
+    }
+}
+
+/// How a run is shown and bounded.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// Colour the transcript.
+    pub color: bool,
+    /// Give up after this long.
+    pub limit: Duration,
+    /// Attempts the server's executor makes at a turn before it gives up (its
+    /// [`executors::ExecPolicy::max_attempts`]).
+    pub max_attempts: u32,
+    /// Participants the server does not run, with how to speak for them.
+    pub externals: Vec<External>,
+    /// The address external participants connect to (`host:port`), when there are any.
+    pub address: Option<String>,
+}
+
+/// A participant the run waits for from outside, with its token.
+#[derive(Debug, Clone)]
+pub struct External {
+    /// Its id.
+    pub id: String,
+    /// A token that speaks as it.
+    pub token: String,
 }
 
 /// The live transcript: one line per message and decision, coloured by speaker when asked.
 struct Transcript<'a> {
     out: &'a mut (dyn Write + Send),
-    color: bool,
+    settings: &'a RunSettings,
+    conversation_id: String,
     participants: Vec<String>,
     /// Turns taken so far.
     turns: u64,
+    /// The open turn: its number, speaker and whether a timeout moves it on.
+    turn: u64,
+    speaker: String,
+    timeout: bool,
+    /// The external participants already told how to speak.
+    told: Vec<String>,
 }
 
 const PALETTE: [&str; 6] = ["36", "33", "35", "32", "34", "31"];
 
+/// `n thing` or `n things`.
+fn count(n: u64, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 impl Transcript<'_> {
     fn paint(&self, code: &str, s: &str) -> String {
-        if self.color {
+        if self.settings.color {
             format!("\x1b[{code}m{s}\x1b[0m")
         } else {
             s.to_string()
@@ -89,14 +168,17 @@ impl Transcript<'_> {
         writeln!(self.out, "{painted}").map_err(Error::Transcript)
     }
 
-    /// Prints one event; the reason the conversation stopped when it closes it.
-    fn event(&mut self, e: &proto_spec::Event) -> Result<Option<String>> {
+    /// Prints one event; how the run ends when this event ends it.
+    fn event(&mut self, e: &proto_spec::Event) -> Result<Option<End>> {
         let p = e.payload_value();
         match e.kind {
-            EventKind::Trace => {}
+            EventKind::Trace => return self.trace(&p),
             EventKind::System => {
                 let line = match SystemEvent::from_value(&p) {
                     Some(SystemEvent::NextSpeaker(n)) => {
+                        self.turn = n.turn;
+                        self.speaker = n.speaker.clone();
+                        self.timeout = n.timeout_ms.is_some();
                         format!("  → turn {}: {}", n.turn, n.speaker)
                     }
                     Some(SystemEvent::ApprovalRequested(a)) => format!(
@@ -112,6 +194,12 @@ impl Transcript<'_> {
                     _ => return Ok(None),
                 };
                 self.line("2", &line)?;
+                if matches!(
+                    SystemEvent::from_value(&p),
+                    Some(SystemEvent::NextSpeaker(_))
+                ) {
+                    self.external_waited_for()?;
+                }
             }
             EventKind::Message => {
                 let text = p["text"].as_str().unwrap_or("");
@@ -130,28 +218,97 @@ impl Transcript<'_> {
                     self.turns += 1;
                 }
                 if e.finality == Some(Finality::Conversation) {
-                    return Ok(Some(match StopData::of(&p) {
+                    return Ok(Some(End::Closed(match StopData::of(&p) {
                         Some(reason) if e.author == proto_spec::ORCHESTRATOR_AUTHOR => {
                             reason.as_str().to_string()
                         }
                         _ => format!("closed by {}", e.author),
-                    }));
+                    })));
                 }
             }
         }
         Ok(None)
     }
+
+    /// An executor's trace: a failed attempt is printed with its reason; the run is stuck
+    /// when it was the last attempt and no turn timeout will move the conversation on.
+    fn trace(&mut self, p: &Value) -> Result<Option<End>> {
+        let Ok(ExecutorTrace::TurnError(err)) = serde_json::from_value::<ExecutorTrace>(p.clone())
+        else {
+            return Ok(None);
+        };
+        let a = &err.attempt;
+        let max = self.settings.max_attempts.max(1);
+        // The executor stops at the deadline, or after its last attempt.
+        let last = a.attempt >= max || err.error == "deadline exceeded";
+        let line = format!(
+            "  ✗ turn {}: {} failed (attempt {} of {max}): {}",
+            a.turn, a.agent, a.attempt, err.error
+        );
+        self.line("31", &line)?;
+        if !last || a.turn != self.turn {
+            return Ok(None);
+        }
+        if self.timeout {
+            self.line(
+                "2",
+                &format!("  … turn {} waits for its timeout to move on", a.turn),
+            )?;
+            return Ok(None);
+        }
+        let tries = if a.attempt == 1 {
+            "its attempt".to_string()
+        } else {
+            format!("all {} attempts", a.attempt)
+        };
+        Ok(Some(End::Stuck(format!(
+            "{} failed {tries} at turn {}, and no turn timeout moves the conversation on (a scenario's `turn: {{timeout: 30s}}` would); last error: {}",
+            a.agent, a.turn, err.error
+        ))))
+    }
+
+    /// When the open turn is an external participant's, says (once per participant) how to
+    /// speak for it.
+    fn external_waited_for(&mut self) -> Result<()> {
+        let Some(x) = self
+            .settings
+            .externals
+            .iter()
+            .find(|x| x.id == self.speaker)
+            .cloned()
+        else {
+            return Ok(());
+        };
+        if self.told.contains(&x.id) {
+            return self.line("2", &format!("  … waiting for {}", x.id));
+        }
+        self.told.push(x.id.clone());
+        let addr = self.settings.address.clone().unwrap_or_default();
+        let lines = [
+            format!(
+                "  … waiting for {} (not run by this server): connect to ws://{addr}/rpc and authenticate with {}, or post its answer over HTTP:",
+                x.id, x.token
+            ),
+            format!(
+                "    curl -s -X POST http://{addr}/conversations/{}/messages -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{{\"payload\":{{\"text\":\"…\"}},\"finality\":\"turn\"}}'",
+                self.conversation_id, x.token
+            ),
+        ];
+        for l in lines {
+            self.line("2", &l)?;
+        }
+        Ok(())
+    }
 }
 
 /// Creates a conversation from `scenario` and prints its transcript to `out` as it happens
-/// (speaker, turn, text; progress and decisions marked; traces left out), until it closes or
-/// `limit` passes. Colours when `color`.
+/// (speaker, turn, text; progress, decisions and failed attempts marked; other traces left
+/// out), until it closes, can make no more progress, or the time limit passes.
 pub async fn run(
     orch: Arc<Orchestrator>,
     scenario: Value,
     out: &mut (dyn Write + Send),
-    color: bool,
-    limit: Duration,
+    settings: &RunSettings,
 ) -> Result<Summary> {
     let admin = Identity::new("orchestrator-run", true);
     let id = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -184,22 +341,37 @@ pub async fn run(
     let header = format!("conversation {id}: {}", participants.join(", "));
     let mut transcript = Transcript {
         out,
-        color,
+        settings,
+        conversation_id: id.clone(),
         participants,
         turns: 0,
+        turn: 0,
+        speaker: String::new(),
+        timeout: false,
+        told: Vec::new(),
     };
     transcript.line("1", &header)?;
-    let deadline = tokio::time::Instant::now() + limit;
-    let reason = loop {
+    let deadline = tokio::time::Instant::now() + settings.limit;
+    let end = loop {
         let next = tokio::select! {
             n = feed.next() => n?,
-            _ = tokio::time::sleep_until(deadline) => break "time limit of the run".to_string(),
+            _ = tokio::time::sleep_until(deadline) => {
+                let waiting = if transcript.speaker.is_empty() {
+                    String::new()
+                } else {
+                    format!(" waiting for {} at turn {}", transcript.speaker, transcript.turn)
+                };
+                break End::TimeLimit(format!(
+                    "the run's time limit ({}) passed with the conversation still open{waiting} (--timeout sets it)",
+                    humantime(settings.limit)
+                ));
+            }
         };
         let Some(e) = next else {
-            break "the server stopped".into();
+            break End::ServerStopped;
         };
-        if let Some(reason) = transcript.event(&e)? {
-            break reason;
+        if let Some(end) = transcript.event(&e)? {
+            break end;
         }
         transcript.out.flush().map_err(Error::Transcript)?;
     };
@@ -207,16 +379,29 @@ pub async fn run(
         conversation_id: id,
         turns: transcript.turns,
         elapsed: started.elapsed(),
-        reason,
+        end,
     };
     transcript.line(
         "1",
         &format!(
-            "— {} turns in {:.2} s; stopped: {}",
-            summary.turns,
+            "— {} in {:.2} s; stopped: {}",
+            count(summary.turns, "turn"),
             summary.elapsed.as_secs_f64(),
-            summary.reason
+            summary.end.describe()
         ),
     )?;
+    transcript.out.flush().map_err(Error::Transcript)?;
     Ok(summary)
+}
+
+/// `90s`, `10m`, `1h30m`: a duration as `--timeout` takes it.
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
 }
