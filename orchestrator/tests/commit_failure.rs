@@ -12,7 +12,7 @@ use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::engine::store::{
     ConversationRecord, Durability, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
-    TokenRecord,
+    TokenInfo, TokenRecord, TokenSelector,
 };
 use proto_spec::{
     CreateConversationParams, ErrorCode, Event, Finality, MessagePayload, SendMessageParams,
@@ -105,6 +105,18 @@ impl Store for Flaky {
     }
     fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
         self.inner.agent_has_token(agent_id)
+    }
+    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
+        self.inner.list_tokens()
+    }
+    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
+        self.inner.revoke_tokens(which)
+    }
+    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
+        self.inner.touch_tokens(used)
+    }
+    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
+        self.inner.live_tokens(hashes, now_ms)
     }
 }
 

@@ -538,3 +538,23 @@ pub async fn ws_log(c: &WsClient, conv: &str) -> Vec<Value> {
         all.extend(events);
     }
 }
+
+/// One HTTP/1.1 request (`GET /path`, say) over a plain TCP connection to `host` (`ip:port`),
+/// with `Connection: close` and the further header lines `headers` (each ending in `\r\n`):
+/// the whole answer, status line and headers included.
+pub async fn http_raw(host: &str, request: &str, headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(host).await.expect("connect");
+    tcp.write_all(
+        format!("{request} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("send the request");
+    let mut out = String::new();
+    tokio::time::timeout(WAIT, tcp.read_to_string(&mut out))
+        .await
+        .expect("an answer in time")
+        .expect("read the answer");
+    out
+}

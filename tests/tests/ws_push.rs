@@ -184,17 +184,9 @@ async fn resumed_count(ts: &TestServer) -> f64 {
 
 /// GET over a plain TCP connection (HTTP/1.1, `Connection: close`): the body.
 async fn http_get(url: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
-    let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
-    tcp.write_all(
-        format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = String::new();
-    tcp.read_to_string(&mut out).await.unwrap();
+    let out = tests::http_raw(host, &format!("GET /{path}"), "").await;
     out.split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()

@@ -91,15 +91,161 @@ pub fn hash_token(token: &str) -> String {
 
 /// Mints a token for `agent_id`, stores its hash, and returns the token (shown once).
 pub fn create_token(store: &dyn Store, agent_id: &str, admin: bool) -> Result<String> {
+    create_token_until(store, agent_id, admin, None)
+}
+
+/// [`create_token`] for a token that stops being accepted at `expires_ms` (ms since the
+/// epoch), if given.
+pub fn create_token_until(
+    store: &dyn Store,
+    agent_id: &str,
+    admin: bool,
+    expires_ms: Option<i64>,
+) -> Result<String> {
     let token = generate_token();
     store.insert_token(
         &hash_token(&token),
         &TokenRecord {
             agent_id: agent_id.to_string(),
             admin,
+            expires_ms,
         },
     )?;
     Ok(token)
+}
+
+/// How often, at most, a token's last use is written to the database.
+pub const LAST_USED_EVERY_MS: i64 = 60_000;
+
+/// What a connection or stream that authenticated with a token holds: it learns here when the
+/// token is revoked or expires ([`Tokens::recheck`]).
+#[derive(Debug)]
+pub struct Grant {
+    hash: String,
+    revoked: std::sync::atomic::AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+impl Grant {
+    /// Whether the token was revoked or expired since.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once the token is revoked or expired.
+    pub async fn revoked(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.is_revoked() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn revoke(&self) {
+        self.revoked
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.changed.notify_waiters();
+    }
+}
+
+/// The tokens this server has seen lately: those held by open connections and streams (checked
+/// against the database every so often, so that a revocation or an expiry reaches them, on
+/// every node), and when each was last used.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    held: std::sync::Mutex<std::collections::HashMap<String, Vec<std::sync::Weak<Grant>>>>,
+    /// Uses not yet written, and when each token's use was last written.
+    used: std::sync::Mutex<Used>,
+}
+
+#[derive(Debug, Default)]
+struct Used {
+    pending: std::collections::HashMap<String, i64>,
+    written: std::collections::HashMap<String, i64>,
+}
+
+impl Tokens {
+    /// Notes that the token with this hash authenticated at `now_ms` (written at the next
+    /// recheck, at most once a minute per token).
+    pub fn used(&self, hash: &str, now_ms: i64) {
+        let Ok(mut u) = self.used.lock() else { return };
+        let due = u
+            .written
+            .get(hash)
+            .is_none_or(|&at| now_ms - at >= LAST_USED_EVERY_MS);
+        if due {
+            u.pending.insert(hash.to_string(), now_ms);
+        }
+    }
+
+    /// A grant for a connection or stream that authenticated with the token of this hash.
+    pub fn hold(&self, hash: &str) -> Arc<Grant> {
+        let grant = Arc::new(Grant {
+            hash: hash.to_string(),
+            revoked: Default::default(),
+            changed: Default::default(),
+        });
+        if let Ok(mut held) = self.held.lock() {
+            let list = held.entry(hash.to_string()).or_default();
+            list.retain(|g| g.strong_count() > 0);
+            list.push(Arc::downgrade(&grant));
+        }
+        grant
+    }
+
+    /// Writes the pending uses, then revokes the grants whose token the database no longer
+    /// has or that expired; how many grants were revoked. Blocking (the store's calls).
+    pub fn recheck(&self, store: &dyn Store, now_ms: i64) -> Result<usize> {
+        let pending: Vec<(String, i64)> = match self.used.lock() {
+            Ok(mut u) => {
+                let p: Vec<(String, i64)> = u.pending.drain().collect();
+                for (h, at) in &p {
+                    u.written.insert(h.clone(), *at);
+                }
+                p
+            }
+            Err(_) => Vec::new(),
+        };
+        store.touch_tokens(&pending)?;
+        let hashes: Vec<String> = match self.held.lock() {
+            Ok(mut held) => {
+                held.retain(|_, list| {
+                    list.retain(|g| g.strong_count() > 0);
+                    !list.is_empty()
+                });
+                held.keys().cloned().collect()
+            }
+            Err(_) => return Ok(0),
+        };
+        if hashes.is_empty() {
+            return Ok(0);
+        }
+        let live: std::collections::HashSet<String> =
+            store.live_tokens(&hashes, now_ms)?.into_iter().collect();
+        let mut revoked = 0;
+        if let Ok(mut held) = self.held.lock() {
+            held.retain(|hash, list| {
+                if live.contains(hash) {
+                    return true;
+                }
+                for g in list.iter().filter_map(std::sync::Weak::upgrade) {
+                    g.revoke();
+                    revoked += 1;
+                }
+                false
+            });
+        }
+        Ok(revoked)
+    }
+}
+
+impl Grant {
+    /// The hash of the token it was granted for.
+    pub fn token_hash(&self) -> &str {
+        &self.hash
+    }
 }
 
 /// Checks that an agent id is usable: 1–128 characters of `[A-Za-z0-9._:@-]`.

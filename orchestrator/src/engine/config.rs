@@ -33,6 +33,10 @@ pub struct Limits {
     /// What the agents the server runs for scenarios may reach: environment variables,
     /// addresses, how processes and functions run (`serve --agent-env`, `--agent-net`, …).
     pub sandbox: agent_kinds::Sandbox,
+    /// How often the tokens of open connections and SSE streams are checked against the
+    /// database: a revoked or expired token loses its connections within this long (on every
+    /// node), and last uses are written.
+    pub token_recheck: Duration,
 }
 
 impl Default for Limits {
@@ -51,6 +55,7 @@ impl Default for Limits {
             max_depth: 3,
             max_children: 16,
             sandbox: agent_kinds::Sandbox::default(),
+            token_recheck: Duration::from_secs(5),
         }
     }
 }

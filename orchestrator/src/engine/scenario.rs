@@ -68,7 +68,8 @@ pub fn parse_duration(v: &Value) -> Result<Duration, String> {
         "s" | "" => n.checked_mul(1000),
         "m" => n.checked_mul(60_000),
         "h" => n.checked_mul(3_600_000),
-        other => return Err(format!("unknown unit {other:?} (ms, s, m, h)")),
+        "d" => n.checked_mul(86_400_000),
+        other => return Err(format!("unknown unit {other:?} (ms, s, m, h, d)")),
     };
     ms.map(Duration::from_millis)
         .ok_or_else(|| format!("{s:?} is too long"))

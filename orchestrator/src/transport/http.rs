@@ -137,6 +137,27 @@ impl FromRequestParts<Shared> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<Caller> {
+        Ok(Caller(state.orch.authenticate(bearer(parts)?).await?))
+    }
+}
+
+/// The caller of a stream that stays open (SSE), with the grant that ends it when the token is
+/// revoked or expires.
+#[derive(Debug)]
+pub struct StreamCaller(pub Identity, pub Arc<crate::engine::auth::Grant>);
+
+impl FromRequestParts<Shared> for StreamCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<StreamCaller> {
+        let (who, grant) = state.orch.authenticate_held(bearer(parts)?).await?;
+        Ok(StreamCaller(who, grant))
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(parts: &Parts) -> ApiResult<&str> {
+    {
         let value = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -164,7 +185,7 @@ impl FromRequestParts<Shared> for Caller {
                     "the Authorization header must be `Bearer <token>`",
                 )
             })?;
-        Ok(Caller(state.orch.authenticate(token).await?))
+        Ok(token)
     }
 }
 
@@ -425,7 +446,7 @@ async fn wait(
 /// reader never holds anyone back and never skips; it ends when the server stops.
 async fn events(
     State(s): State<Shared>,
-    Caller(who): Caller,
+    StreamCaller(who, grant): StreamCaller,
     Known(id): Known,
     headers: HeaderMap,
     uri: Uri,
@@ -458,22 +479,28 @@ async fn events(
             },
         )
         .await?;
-    let stream = futures::stream::unfold((feed, slot), |(mut feed, slot)| async move {
-        match feed.next().await {
-            Ok(Some(ev)) => {
-                // The event's JSON is made once, however many streams it goes to.
-                let sse = SseEvent::default()
-                    .id(ev.seq.to_string())
-                    .data(ev.to_json().get());
-                Some((Ok::<_, Infallible>(sse), (feed, slot)))
+    let stream =
+        futures::stream::unfold((feed, slot, grant), |(mut feed, slot, grant)| async move {
+            let next = tokio::select! {
+                n = feed.next() => n,
+                // The token was revoked or expired: the stream ends.
+                _ = grant.revoked() => return None,
+            };
+            match next {
+                Ok(Some(ev)) => {
+                    // The event's JSON is made once, however many streams it goes to.
+                    let sse = SseEvent::default()
+                        .id(ev.seq.to_string())
+                        .data(ev.to_json().get());
+                    Some((Ok::<_, Infallible>(sse), (feed, slot, grant)))
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "an SSE stream could not read the log");
+                    None
+                }
             }
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "an SSE stream could not read the log");
-                None
-            }
-        }
-    });
+        });
     let mut resp = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();

@@ -94,15 +94,15 @@ pub fn module(
     m.register_async_method(names::AUTHENTICATE, |params, ctx, ext| async move {
         let session = session_of(&ext).map_err(wire)?;
         let p: AuthenticateParams = parse(&params).map_err(wire)?;
-        let who = ctx
-            .authenticate(&p.token)
+        let (who, grant) = ctx
+            .authenticate_held(&p.token)
             .await
             .map_err(|e| wire(e.to_rpc()))?;
         let result = AuthenticateResult {
             ok: true,
             agent_id: who.agent_id.clone(),
         };
-        session.set_identity(who);
+        session.set_identity(who, Some(grant));
         Ok::<_, ErrorObjectOwned>(result)
     })?;
     add(

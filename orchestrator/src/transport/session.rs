@@ -11,7 +11,14 @@ use jsonrpsee::Extensions;
 use proto_spec::{ErrorCode, RpcError};
 use serde::de::DeserializeOwned;
 
-use crate::engine::auth::Identity;
+use crate::engine::auth::{Grant, Identity};
+
+/// What a call on a connection whose token was revoked or expired is told.
+pub const REVOKED: &str =
+    "the token this connection authenticated with was revoked or has expired; authenticate again with a valid one";
+
+/// The reason of the close frame sent then (a close frame's reason fits in 123 bytes).
+const CLOSE_REASON: &str = "token revoked or expired";
 use crate::engine::error::Result;
 use crate::engine::hub::live::LiveSubscriber;
 use crate::engine::hub::ConvView;
@@ -19,7 +26,8 @@ use crate::engine::hub::ConvView;
 /// Per-connection state.
 #[derive(Debug, Default)]
 pub struct Session {
-    identity: RwLock<Option<Identity>>,
+    /// Who authenticated, and the grant that says when their token is revoked.
+    identity: RwLock<Option<(Identity, Option<Arc<Grant>>)>>,
     in_flight: AtomicUsize,
     /// Counts the connection as open while the session lives (WebSocket sessions only).
     _open: Option<crate::engine::telemetry::Open>,
@@ -63,24 +71,56 @@ impl Session {
         &self.subscriptions
     }
 
-    /// The authenticated identity, or `Unauthenticated`.
+    /// The authenticated identity, or `Unauthenticated` (also once its token was revoked or
+    /// expired).
     pub fn identity(&self) -> Result<Identity, RpcError> {
-        self.identity
-            .read()
-            .ok()
-            .and_then(|i| i.clone())
-            .ok_or_else(|| {
-                RpcError::new(
-                    ErrorCode::Unauthenticated,
-                    "call authenticate with a token first",
-                )
-            })
+        let held = self.identity.read().ok().and_then(|i| i.clone());
+        match held {
+            Some((_, Some(grant))) if grant.is_revoked() => {
+                Err(RpcError::new(ErrorCode::Unauthenticated, REVOKED))
+            }
+            Some((who, _)) => Ok(who),
+            None => Err(RpcError::new(
+                ErrorCode::Unauthenticated,
+                "call authenticate with a token first",
+            )),
+        }
     }
 
-    pub(crate) fn set_identity(&self, who: Identity) {
+    /// Sets who the connection speaks as. With a grant, a WebSocket connection is closed
+    /// (1008, policy violation) and its subscriptions end when the token is revoked or expires;
+    /// every call after that is refused.
+    pub(crate) fn set_identity(self: &Arc<Self>, who: Identity, grant: Option<Arc<Grant>>) {
         if let Ok(mut i) = self.identity.write() {
-            *i = Some(who);
+            *i = Some((who, grant.clone()));
         }
+        let (Some(grant), Some(frames)) = (grant, self.frames.clone()) else {
+            return;
+        };
+        let session = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = grant.revoked() => {}
+                _ = frames.closed() => return,
+            }
+            let Some(session) = session.upgrade() else {
+                return;
+            };
+            let current = session
+                .identity
+                .read()
+                .ok()
+                .and_then(|i| i.as_ref().and_then(|(_, g)| g.clone()));
+            // Authenticated again since, with another token: that one holds.
+            if !current.is_some_and(|g| Arc::ptr_eq(&g, &grant)) {
+                return;
+            }
+            tracing::info!(agent = %session.identity.read().ok().and_then(|i| i.as_ref().map(|(w, _)| w.agent_id.clone())).unwrap_or_default(), "closing a connection: its token was revoked or expired");
+            session.subscriptions.cancel_all();
+            let mut close = vec![0x88u8, (2 + CLOSE_REASON.len()) as u8, 0x03, 0xF0];
+            close.extend_from_slice(CLOSE_REASON.as_bytes());
+            let _ = frames.write_frames(&close).await;
+        });
     }
 
     /// Counts a call in flight, or refuses it when the connection is at its limit.
@@ -153,6 +193,14 @@ impl Registry {
     /// Whether none is open.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+
+    /// Ends every subscription.
+    pub fn cancel_all(&self) {
+        let ids: Vec<u64> = self.lock().keys().copied().collect();
+        for id in ids {
+            self.cancel(id);
+        }
     }
 
     /// Ends subscription `id`; false when there is none by that id.

@@ -37,6 +37,8 @@ pub struct Orchestrator {
     turns: Arc<Turns>,
     limits: Limits,
     scenarios: std::sync::RwLock<std::collections::HashMap<String, serde_json::Value>>,
+    /// The tokens of open connections and streams, and their last uses.
+    tokens: Arc<crate::engine::auth::Tokens>,
 }
 
 impl Orchestrator {
@@ -73,6 +75,8 @@ impl Orchestrator {
             turns.node_name(),
         );
         crate::engine::timers::spawn(hub.clone(), writer.clone());
+        let tokens = Arc::new(crate::engine::auth::Tokens::default());
+        recheck_tokens(&hub, &store, &tokens, limits.token_recheck);
         Ok(Arc::new(Orchestrator {
             store,
             hub,
@@ -80,6 +84,7 @@ impl Orchestrator {
             turns,
             limits,
             scenarios: std::sync::RwLock::new(library),
+            tokens,
         }))
     }
 
@@ -137,15 +142,37 @@ impl Orchestrator {
         self.writer.stop().await;
     }
 
-    /// Checks a token; the identity it speaks as.
+    /// Checks a token (known, not expired); the identity it speaks as.
     pub async fn authenticate(&self, token: &str) -> Result<Identity> {
         let store = self.store.clone();
         let hash = hash_token(token);
-        let found = tokio::task::spawn_blocking(move || store.find_token(&hash)).await??;
+        let key = hash.clone();
+        let found = tokio::task::spawn_blocking(move || store.find_token(&key)).await??;
+        let now = crate::engine::store::now_ms();
         match found {
-            Some(t) => Ok(Identity::new(t.agent_id, t.admin)),
-            None => Err(refuse(ErrorCode::Unauthenticated, "unknown token")),
+            Some(t) if t.expires_ms.is_some_and(|at| at <= now) => Err(refuse(
+                ErrorCode::Unauthenticated,
+                "this token has expired; ask the operator for a new one (`orchestrator token create`)",
+            )),
+            Some(t) => {
+                self.tokens.used(&hash, now);
+                Ok(Identity::new(t.agent_id, t.admin))
+            }
+            None => Err(refuse(
+                ErrorCode::Unauthenticated,
+                "unknown token (never made here, or revoked)",
+            )),
         }
+    }
+
+    /// [`Orchestrator::authenticate`] for a connection or stream that stays open: also a grant
+    /// that says when the token is revoked or expires.
+    pub async fn authenticate_held(
+        &self,
+        token: &str,
+    ) -> Result<(Identity, Arc<crate::engine::auth::Grant>)> {
+        let who = self.authenticate(token).await?;
+        Ok((who, self.tokens.hold(&hash_token(token))))
     }
 
     /// The identity of `GET /me`.
@@ -628,4 +655,40 @@ fn scenario_library(
         map.insert(name, v);
     }
     Ok(map)
+}
+
+/// Every `every`, until the server stops: writes the tokens' last uses and revokes the grants
+/// of tokens revoked or expired since (on this node or another, or by `token revoke`).
+fn recheck_tokens(
+    hub: &Arc<Hub>,
+    store: &Arc<dyn Store>,
+    tokens: &Arc<crate::engine::auth::Tokens>,
+    every: std::time::Duration,
+) {
+    let (store, tokens) = (store.clone(), tokens.clone());
+    let mut closing = hub.closing();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = closing.wait_for(|c| *c) => return,
+            }
+            let (store, tokens) = (store.clone(), tokens.clone());
+            let checked = tokio::task::spawn_blocking(move || {
+                tokens.recheck(store.as_ref(), crate::engine::store::now_ms())
+            })
+            .await;
+            match checked {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => {
+                    tracing::info!(
+                        connections = n,
+                        "a token was revoked or expired; its connections and streams lose it"
+                    )
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not check the tokens in use"),
+                Err(e) => tracing::warn!(error = %e, "the token check stopped"),
+            }
+        }
+    });
 }

@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[&str] = &[
         WHERE e.seq = 1 AND e.kind = 'system';
     CREATE INDEX tokens_agent ON tokens (agent_id);
     "#,
+    // 3: a token may expire, and records when it last authenticated (at most once a minute).
+    r#"
+    ALTER TABLE tokens ADD COLUMN expires_ms INTEGER;
+    ALTER TABLE tokens ADD COLUMN last_used_ms INTEGER;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -73,6 +73,52 @@ pub struct TokenRecord {
     pub agent_id: String,
     /// Whether it may administer.
     pub admin: bool,
+    /// When it stops being accepted (ms since the epoch), if ever.
+    pub expires_ms: Option<i64>,
+}
+
+/// How many hex digits of a token's hash name it in `token list` and `token revoke` (its id:
+/// a prefix of the hash, which cannot be turned back into the token).
+pub const TOKEN_ID_LEN: usize = 12;
+
+/// A token as `token list` shows it: never the token, nor its whole hash.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenInfo {
+    /// The first [`TOKEN_ID_LEN`] hex digits of its hash.
+    pub id: String,
+    /// The agent it speaks as.
+    pub agent_id: String,
+    /// Whether it may administer.
+    pub admin: bool,
+    /// When it was made (ms since the epoch).
+    pub created_ms: i64,
+    /// When it last authenticated (ms since the epoch; recorded at most once a minute), if ever.
+    pub last_used_ms: Option<i64>,
+    /// When it stops being accepted, if ever.
+    pub expires_ms: Option<i64>,
+}
+
+/// Which tokens `token revoke` takes away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSelector {
+    /// The token whose id (the start of its hash: hex digits, at least 8) this is.
+    Id(String),
+    /// Every token of this agent.
+    Agent(String),
+}
+
+impl TokenSelector {
+    /// A token id as typed: 8 to 64 hex digits; else why not.
+    pub fn id(text: &str) -> std::result::Result<TokenSelector, String> {
+        let t = text.trim().to_ascii_lowercase();
+        if !(8..=64).contains(&t.len()) || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "{text:?} is not a token id: the ID column of `token list` (hex digits, at least 8)"
+            ));
+        }
+        Ok(TokenSelector::Id(t))
+    }
 }
 
 /// The writer side: owned by the writer thread.
@@ -196,6 +242,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
     /// Finds a token by its hash.
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
+    /// Every token, oldest first.
+    fn list_tokens(&self) -> Result<Vec<TokenInfo>>;
+    /// Deletes the tokens `which` names; how many.
+    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize>;
+    /// Records when tokens (by hash) last authenticated.
+    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()>;
+    /// Of `hashes`, those still stored and not expired at `now_ms`.
+    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>>;
     /// For a log other nodes write too: calls `changed` with the conversations (numbers and
     /// new heads) another node committed to, as it learns of them, or with `None` when some may
     /// have been missed (look at everything changed lately); until `changed` answers

@@ -96,6 +96,10 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE events DROP CONSTRAINT IF EXISTS events_conv_fkey;
     ALTER TABLE conversations DROP COLUMN head, DROP COLUMN updated_ms;
     "#,
+    // 4: a token may expire, and records when it last authenticated (at most once a minute).
+    r#"
+    ALTER TABLE tokens ADD COLUMN expires_ms BIGINT, ADD COLUMN last_used_ms BIGINT;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -32,7 +32,8 @@ pub use seq_index::SeqIndex;
 use super::migrations::{latest, MIGRATIONS};
 use super::{
     finality_from, format_ts, hash_from, kind_from, ConversationRecord, Durability, LogWriter,
-    NewConversation, NewRow, RecoveredEvent, Store, TokenRecord,
+    NewConversation, NewRow, RecoveredEvent, Store, TokenInfo, TokenRecord, TokenSelector,
+    TOKEN_ID_LEN,
 };
 use crate::engine::error::{Error, Result};
 use crate::engine::state::Draft;
@@ -553,8 +554,8 @@ impl Store for SqliteStore {
             return Err(super::declared_refusal(&record.agent_id));
         }
         tx.execute(
-            "INSERT INTO tokens (hash, agent_id, admin, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![hash, record.agent_id, record.admin, super::now_ms()],
+            "INSERT INTO tokens (hash, agent_id, admin, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![hash, record.agent_id, record.admin, super::now_ms(), record.expires_ms],
         )?;
         tx.commit()?;
         Ok(())
@@ -571,14 +572,83 @@ impl Store for SqliteStore {
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.with_reader(|conn| {
             Ok(conn
-                .prepare_cached("SELECT agent_id, admin FROM tokens WHERE hash = ?1")?
+                .prepare_cached("SELECT agent_id, admin, expires_ms FROM tokens WHERE hash = ?1")?
                 .query_row([hash], |r| {
                     Ok(TokenRecord {
                         agent_id: r.get(0)?,
                         admin: r.get(1)?,
+                        expires_ms: r.get(2)?,
                     })
                 })
                 .optional()?)
+        })
+    }
+
+    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT substr(hash, 1, ?1), agent_id, admin, created_ms, last_used_ms, expires_ms \
+                 FROM tokens ORDER BY created_ms, hash",
+            )?;
+            let rows = st.query_map([TOKEN_ID_LEN as i64], |r| {
+                Ok(TokenInfo {
+                    id: r.get(0)?,
+                    agent_id: r.get(1)?,
+                    admin: r.get(2)?,
+                    created_ms: r.get(3)?,
+                    last_used_ms: r.get(4)?,
+                    expires_ms: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
+        let conn = open_conn(&self.path, self.sync, false)?;
+        Ok(match which {
+            TokenSelector::Id(id) => conn.execute(
+                "DELETE FROM tokens WHERE substr(hash, 1, length(?1)) = ?1",
+                [id],
+            )?,
+            TokenSelector::Agent(agent) => {
+                conn.execute("DELETE FROM tokens WHERE agent_id = ?1", [agent])?
+            }
+        })
+    }
+
+    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        let mut conn = open_conn(&self.path, self.sync, false)?;
+        let tx = conn.transaction()?;
+        {
+            let mut st =
+                tx.prepare_cached("UPDATE tokens SET last_used_ms = ?2 WHERE hash = ?1")?;
+            for (hash, at) in used {
+                st.execute(params![hash, at])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT hash FROM tokens WHERE hash = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)",
+            )?;
+            let mut live = Vec::new();
+            for h in hashes {
+                if let Some(found) = st
+                    .query_row(params![h, now_ms], |r| r.get::<_, String>(0))
+                    .optional()?
+                {
+                    live.push(found);
+                }
+            }
+            Ok(live)
         })
     }
 }
