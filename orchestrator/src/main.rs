@@ -11,6 +11,8 @@ use orchestrator::engine::store::{self, sqlite::Synchronous};
 use orchestrator::host;
 use orchestrator::transport::server;
 
+mod inspect;
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -89,6 +91,66 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Print a conversation's events (after --since), and with --follow each new one until it
+    /// closes; from a database (--db) or a running server (--url, --token).
+    Tail {
+        /// The conversation.
+        conversation: String,
+        /// Only events after this seq.
+        #[arg(long, env = "ORCHESTRATOR_SINCE", default_value_t = 0)]
+        since: u64,
+        /// Keep printing new events until the conversation closes (Ctrl-C to stop).
+        #[arg(long, short = 'f', env = "ORCHESTRATOR_FOLLOW")]
+        follow: bool,
+        /// One JSON event per line (the protocol's form) instead of text.
+        #[arg(long, env = "ORCHESTRATOR_JSON")]
+        json: bool,
+        #[command(flatten)]
+        target: inspect::Target,
+    },
+    /// List, show and export conversations, from a database (--db) or a running server (--url,
+    /// --token).
+    Conversations {
+        #[command(subcommand)]
+        command: ConversationsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConversationsCommand {
+    /// Every conversation (every one the token may read, on a server): id, status, events,
+    /// participants.
+    List {
+        /// One JSON object per line instead of a table.
+        #[arg(long, env = "ORCHESTRATOR_JSON")]
+        json: bool,
+        #[command(flatten)]
+        target: inspect::Target,
+    },
+    /// One conversation: what it is, then its events as text.
+    Show {
+        /// The conversation.
+        conversation: String,
+        #[command(flatten)]
+        target: inspect::Target,
+    },
+    /// One conversation's events as JSON lines (every event) or as a Markdown document
+    /// (messages and decisions).
+    Export {
+        /// The conversation.
+        conversation: String,
+        /// jsonl or markdown.
+        #[arg(long, env = "ORCHESTRATOR_EXPORT_FORMAT", value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+        #[command(flatten)]
+        target: inspect::Target,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ExportFormat {
+    Jsonl,
+    Markdown,
 }
 
 /// What the agents the server runs for scenarios may reach (docs/security.md).
@@ -253,17 +315,10 @@ struct ExistingDb {
 
 impl ExistingDb {
     fn open(&self) -> anyhow::Result<std::sync::Arc<dyn store::Store>> {
-        let db = match &self.db {
-            Some(db) => db.clone(),
-            None => {
-                let default = "orchestrator.db";
-                anyhow::ensure!(
-                    std::path::Path::new(default).exists(),
-                    "no database here ({default} does not exist): give the server's with --db PATH|postgres://… (or ORCHESTRATOR_DB), or start `orchestrator serve` here once to create it"
-                );
-                default.to_string()
-            }
-        };
+        let db = inspect::given_or_default(
+            &self.db,
+            "the server's, or start `orchestrator serve` here once to create it",
+        )?;
         store::open(&db, Synchronous::Full)
             .with_context(|| format!("opening {}", store::display(&db)))
     }
@@ -348,6 +403,106 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             let v = scenario_value(orchestrator::host::runner::DEMO, &opts.sandbox.sandbox()?)?;
             tokio::runtime::Runtime::new()?.block_on(run(v, opts))
         }
+        Command::Tail {
+            conversation,
+            since,
+            follow,
+            json,
+            target,
+        } => tokio::runtime::Runtime::new()?.block_on(async move {
+            let source = target.open().await?;
+            let print = &mut |e: &proto_spec::Event| {
+                inspect::out(&if json {
+                    inspect::json_line(e)
+                } else {
+                    inspect::line(e)
+                })
+            };
+            tokio::select! {
+                r = source.tail(&conversation, since, follow, print) => r.map(|()| 0),
+                code = interruption() => Ok(code),
+            }
+        }),
+        Command::Conversations { command } => {
+            tokio::runtime::Runtime::new()?.block_on(conversations(command))
+        }
+    }
+}
+
+/// `conversations list|show|export`.
+async fn conversations(command: ConversationsCommand) -> anyhow::Result<u8> {
+    match command {
+        ConversationsCommand::List { json, target } => {
+            let rows = target.open().await?.list().await?;
+            if json {
+                for r in &rows {
+                    inspect::out(&serde_json::to_string(r)?)?;
+                }
+                return Ok(0);
+            }
+            let cells: Vec<[String; 5]> = rows
+                .iter()
+                .map(|r| {
+                    [
+                        r.conversation_id.clone(),
+                        r.status.clone(),
+                        r.latest_seq.to_string(),
+                        r.participants.join(","),
+                        r.last_activity
+                            .clone()
+                            .or_else(|| r.speaker.clone())
+                            .unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            inspect::out(&inspect::table(
+                [
+                    "CONVERSATION",
+                    "STATUS",
+                    "EVENTS",
+                    "PARTICIPANTS",
+                    "LAST ACTIVITY / SPEAKER",
+                ],
+                &cells,
+            ))?;
+            Ok(0)
+        }
+        ConversationsCommand::Show {
+            conversation,
+            target,
+        } => {
+            let source = target.open().await?;
+            let events = source.all_events(&conversation, 0).await?;
+            let rows = source.list().await?;
+            if let Some(r) = rows.iter().find(|r| r.conversation_id == conversation) {
+                inspect::out(&inspect::header(r))?;
+            }
+            for e in &events {
+                inspect::out(&inspect::line(e))?;
+            }
+            Ok(0)
+        }
+        ConversationsCommand::Export {
+            conversation,
+            format,
+            target,
+        } => {
+            let source = target.open().await?;
+            let events = source.all_events(&conversation, 0).await?;
+            match format {
+                ExportFormat::Jsonl => {
+                    for e in &events {
+                        inspect::out(&inspect::json_line(e))?;
+                    }
+                }
+                ExportFormat::Markdown => {
+                    let rows = source.list().await?;
+                    let row = rows.iter().find(|r| r.conversation_id == conversation);
+                    inspect::out(&inspect::markdown(&conversation, row, &events))?;
+                }
+            }
+            Ok(0)
+        }
     }
 }
 
@@ -409,27 +564,14 @@ fn token(command: TokenCommand) -> anyhow::Result<u8> {
                     ]
                 })
                 .collect();
-            let head = ["ID", "AGENT", "ADMIN", "CREATED", "LAST USED", "EXPIRES"];
-            let mut widths = head.map(str::len);
-            for r in &rows {
-                for (w, c) in widths.iter_mut().zip(r) {
-                    *w = (*w).max(c.chars().count());
-                }
-            }
-            let line = |cells: Vec<&str>| {
-                cells
-                    .iter()
-                    .zip(widths)
-                    .map(|(c, w)| format!("{c:<w$}"))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_string()
-            };
-            writeln!(out, "{}", line(head.to_vec()))?;
-            for r in &rows {
-                writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
-            }
+            writeln!(
+                out,
+                "{}",
+                inspect::table(
+                    ["ID", "AGENT", "ADMIN", "CREATED", "LAST USED", "EXPIRES"],
+                    &rows
+                )
+            )?;
             Ok(0)
         }
         TokenCommand::Revoke { id, agent, db } => {

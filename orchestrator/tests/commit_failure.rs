@@ -11,8 +11,8 @@ use orchestrator::engine::error::{Error, Result};
 use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::engine::store::{
-    ConversationRecord, Durability, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
-    TokenInfo, TokenRecord, TokenSelector,
+    ConvListing, ConversationRecord, Durability, LogWriter, NewConversation, NewRow,
+    RecoveredEvent, Store, TokenInfo, TokenRecord, TokenSelector,
 };
 use proto_spec::{
     CreateConversationParams, ErrorCode, Event, Finality, MessagePayload, SendMessageParams,
@@ -105,6 +105,9 @@ impl Store for Flaky {
     }
     fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
         self.inner.agent_has_token(agent_id)
+    }
+    fn list_conversations(&self) -> Result<Vec<ConvListing>> {
+        self.inner.list_conversations()
     }
     fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         self.inner.list_tokens()

@@ -77,6 +77,24 @@ pub struct TokenRecord {
     pub expires_ms: Option<i64>,
 }
 
+/// A conversation as `conversations list` shows it when reading a database directly.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConvListing {
+    /// Its id.
+    pub conversation_id: String,
+    /// Its participants.
+    pub participants: Vec<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// The seq of its last event.
+    pub latest_seq: u64,
+    /// When its last event was committed (ms since the epoch).
+    pub last_ms: Option<i64>,
+    /// Whether it is closed.
+    pub closed: bool,
+}
+
 /// How many hex digits of a token's hash name it in `token list` and `token revoke` (its id:
 /// a prefix of the hash, which cannot be turned back into the token).
 pub const TOKEN_ID_LEN: usize = 12;
@@ -235,6 +253,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     }
     /// Events of one conversation with seq > `after`, at most `limit`, in seq order.
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>>;
+    /// Every conversation, oldest first, for a command that reads the database directly (no
+    /// server's state behind it).
+    fn list_conversations(&self) -> Result<Vec<ConvListing>>;
+    /// [`Store::read_events`] for a process that does not serve the database (a command that
+    /// reads it directly, with no index of its own built): by default the same.
+    fn read_log(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        self.read_events(conversation, after, limit)
+    }
     /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario
     /// declared as a participant the server runs.
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()>;

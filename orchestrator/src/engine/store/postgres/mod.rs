@@ -31,8 +31,9 @@ use proto_spec::Event;
 use tokio_postgres::{Client, NoTls};
 
 use super::{
-    Changed, Claimed, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
-    RecoveredEvent, Store, ToLock, TokenInfo, TokenRecord, TokenSelector, TurnKey, TOKEN_ID_LEN,
+    Changed, Claimed, ConvListing, ConversationRecord, Durability, Locked, LogWriter,
+    NewConversation, NewRow, RecoveredEvent, Store, ToLock, TokenInfo, TokenRecord, TokenSelector,
+    TurnKey, TOKEN_ID_LEN,
 };
 use crate::engine::error::{Error, Result};
 pub use rows::{event_from, recovered_from};
@@ -276,6 +277,33 @@ impl Store for PgStore {
                 .await?)
         })?;
         rows.iter().map(|r| event_from(conversation, r)).collect()
+    }
+
+    fn list_conversations(&self) -> Result<Vec<ConvListing>> {
+        let rows = self.with_client(move |c| async move {
+            Ok(c.query(
+                "SELECT c.id, c.participants::text, c.created_by, e.seq, e.ts_ms, c.closed \
+                 FROM conversations c LEFT JOIN LATERAL \
+                   (SELECT seq, ts_ms FROM events WHERE conv = c.num ORDER BY seq DESC LIMIT 1) e ON true \
+                 ORDER BY c.num",
+                &[],
+            )
+            .await?)
+        })?;
+        rows.iter()
+            .map(|r| {
+                let participants: String = r.get(1);
+                Ok(ConvListing {
+                    conversation_id: r.get(0),
+                    participants: serde_json::from_str(&participants)
+                        .map_err(|e| Error::Corrupt(e.to_string()))?,
+                    created_by: r.get(2),
+                    latest_seq: r.get::<_, Option<i64>>(3).unwrap_or(0) as u64,
+                    last_ms: r.get(4),
+                    closed: r.get(5),
+                })
+            })
+            .collect()
     }
 
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {

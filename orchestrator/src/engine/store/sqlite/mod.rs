@@ -31,9 +31,9 @@ pub use seq_index::SeqIndex;
 
 use super::migrations::{latest, MIGRATIONS};
 use super::{
-    finality_from, format_ts, hash_from, kind_from, ConversationRecord, Durability, LogWriter,
-    NewConversation, NewRow, RecoveredEvent, Store, TokenInfo, TokenRecord, TokenSelector,
-    TOKEN_ID_LEN,
+    finality_from, format_ts, hash_from, kind_from, ConvListing, ConversationRecord, Durability,
+    LogWriter, NewConversation, NewRow, RecoveredEvent, Store, TokenInfo, TokenRecord,
+    TokenSelector, TOKEN_ID_LEN,
 };
 use crate::engine::error::{Error, Result};
 use crate::engine::state::Draft;
@@ -176,6 +176,52 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
     }
     tx.commit()?;
     Ok(())
+}
+
+/// The columns an [`Event`] is read from.
+const READ_COLUMNS: &str = "seq, kind, author, turn, finality, payload, client_request_id, ts_ms";
+
+/// One row of [`READ_COLUMNS`].
+struct EventRow {
+    seq: i64,
+    kind: String,
+    author: String,
+    turn: i64,
+    finality: Option<String>,
+    payload: String,
+    client_request_id: Option<String>,
+    ts_ms: i64,
+}
+
+impl EventRow {
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+        Ok(EventRow {
+            seq: r.get(0)?,
+            kind: r.get(1)?,
+            author: r.get(2)?,
+            turn: r.get(3)?,
+            finality: r.get(4)?,
+            payload: r.get(5)?,
+            client_request_id: r.get(6)?,
+            ts_ms: r.get(7)?,
+        })
+    }
+
+    fn into_event(self, conversation: &str) -> Result<Event> {
+        Ok(Event {
+            conversation_id: conversation.to_string(),
+            seq: self.seq as u64,
+            kind: kind_from(&self.kind)?,
+            author: self.author,
+            turn: self.turn as u64,
+            finality: finality_from(self.finality)?,
+            payload: RawValue::from_string(self.payload)
+                .map_err(|e| Error::Corrupt(e.to_string()))?,
+            client_request_id: self.client_request_id,
+            ts: format_ts(self.ts_ms),
+            json: Default::default(),
+        })
+    }
 }
 
 /// The writer's connection.
@@ -505,35 +551,69 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         self.with_reader(|conn| {
-            let mut st = conn.prepare_cached(
-                "SELECT seq, kind, author, turn, finality, payload, client_request_id, ts_ms FROM events WHERE pos = ?1",
-            )?;
+            let mut st =
+                conn.prepare_cached(&format!("SELECT {READ_COLUMNS} FROM events WHERE pos = ?1"))?;
             let mut out = Vec::with_capacity(positions.len());
             for pos in positions {
-                let event = st.query_row([pos], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, Option<String>>(4)?,
-                        r.get::<_, String>(5)?,
-                        r.get::<_, Option<String>>(6)?,
-                        r.get::<_, i64>(7)?,
-                    ))
-                })?;
-                let (seq, kind, author, turn, finality, payload, client_request_id, ts_ms) = event;
-                out.push(Event {
-                    conversation_id: conversation.to_string(),
-                    seq: seq as u64,
-                    kind: kind_from(&kind)?,
-                    author,
-                    turn: turn as u64,
-                    finality: finality_from(finality)?,
-                    payload: RawValue::from_string(payload).map_err(|e| Error::Corrupt(e.to_string()))?,
-                    client_request_id,
-                    ts: format_ts(ts_ms),
-                    json: Default::default(),
+                let row = st.query_row([pos], EventRow::read)?;
+                out.push(row.into_event(conversation)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn read_log(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
+        // No index by conversation on disk (the one in memory is built by a server's start):
+        // one pass over the log.
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(&format!(
+                "SELECT {READ_COLUMNS} FROM events \
+                 WHERE conv = (SELECT num FROM conversations WHERE id = ?1) AND seq > ?2 \
+                 ORDER BY seq LIMIT ?3"
+            ))?;
+            let rows = st.query_map(
+                params![conversation, after as i64, limit as i64],
+                EventRow::read,
+            )?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(row?.into_event(conversation)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn list_conversations(&self) -> Result<Vec<ConvListing>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare(
+                "SELECT c.id, c.participants, c.created_by, e.head, e.last_ms, e.closed \
+                 FROM conversations c LEFT JOIN \
+                   (SELECT conv, max(seq) AS head, max(ts_ms) AS last_ms, \
+                           max(kind = 'message' AND finality = 'conversation') AS closed \
+                    FROM events GROUP BY conv) e ON e.conv = c.num \
+                 ORDER BY c.num",
+            )?;
+            let rows = st.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<bool>>(5)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, participants, created_by, head, last_ms, closed) = row?;
+                out.push(ConvListing {
+                    conversation_id: id,
+                    participants: serde_json::from_str(&participants)
+                        .map_err(|e| Error::Corrupt(e.to_string()))?,
+                    created_by,
+                    latest_seq: head.unwrap_or(0) as u64,
+                    last_ms,
+                    closed: closed.unwrap_or(false),
                 });
             }
             Ok(out)
@@ -591,16 +671,28 @@ impl Store for SqliteStore {
                  FROM tokens ORDER BY created_ms, hash",
             )?;
             let rows = st.query_map([TOKEN_ID_LEN as i64], |r| {
-                Ok(TokenInfo {
-                    id: r.get(0)?,
-                    agent_id: r.get(1)?,
-                    admin: r.get(2)?,
-                    created_ms: r.get(3)?,
-                    last_used_ms: r.get(4)?,
-                    expires_ms: r.get(5)?,
-                })
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
             })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, agent_id, admin, created_ms, last_used_ms, expires_ms) = row?;
+                out.push(TokenInfo {
+                    id,
+                    agent_id,
+                    admin,
+                    created_ms,
+                    last_used_ms,
+                    expires_ms,
+                });
+            }
+            Ok(out)
         })
     }
 
