@@ -2,15 +2,26 @@
 //! stderr (stdout may be a protocol channel, as MCP over stdio is), and the stop signal.
 
 /// Logs to stderr, filtered by `ORCHESTRATOR_LOG` (for example `info` or
-/// `orchestrator=debug`; `warn` when unset).
+/// `orchestrator=debug`; `warn` when unset), as text (coloured only on a terminal).
 pub fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ORCHESTRATOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging_with("warn", false);
+}
+
+/// Logs to stderr, filtered by `ORCHESTRATOR_LOG`, else by `default` (`info`, `warn`, …); as
+/// one JSON object per line when `json`, else as text, coloured only when stderr is a
+/// terminal.
+pub fn init_logging_with(default: &str, json: bool) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ORCHESTRATOR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().with_current_span(false).init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }
 
 /// Resolves on Ctrl-C, or on SIGTERM where there is one.

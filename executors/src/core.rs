@@ -302,6 +302,15 @@ impl ExecutorCore {
         attempt: u32,
         error: &str,
     ) {
+        tracing::info!(
+            agent = %a.agent_id,
+            conversation = %a.conversation_id,
+            turn = a.turn,
+            attempt,
+            max_attempts = self.policy.max_attempts,
+            error,
+            "an agent's attempt failed"
+        );
         let trace = ExecutorTrace::TurnError(TurnError {
             attempt: a.attempt(attempt),
             error: error.to_string(),

@@ -25,6 +25,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How logs are written to stderr: text (coloured only on a terminal) or json (one object
+    /// a line). ORCHESTRATOR_LOG filters them (`serve`: info by default; the others: warn).
+    #[arg(long, global = true, env = "ORCHESTRATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -340,8 +350,13 @@ impl From<SyncMode> for Synchronous {
 }
 
 fn main() -> std::process::ExitCode {
-    agent_sdk::host::init_logging();
     let cli = Cli::parse();
+    let default = if matches!(cli.command, Command::Serve { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
+    agent_sdk::host::init_logging_with(default, cli.log_format == LogFormat::Json);
     match dispatch(cli.command) {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
@@ -758,9 +773,8 @@ async fn serve(
         scenarios,
         ..host::Options::with_limits(limits)
     };
-    let orch = options
-        .start(store)
-        .map_err(|e| anyhow::anyhow!("{}", e.to_rpc().message))?;
+    // What stops a start is said as it is (a database in use, a schema too new, …).
+    let orch = options.start(store).map_err(|e| anyhow::anyhow!("{e}"))?;
     let names = orch.scenario_names();
     if !names.is_empty() {
         eprintln!("scenarios: {}", names.join(", "));
@@ -779,17 +793,27 @@ async fn serve(
         .unwrap_or_default();
     let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let running = server::start(orch, listener).await?;
+    let addr = running.local_addr();
     println!(
-        "orchestrator listening on ws://{}/rpc (database {}, {}{node})",
-        running.local_addr(),
+        "orchestrator listening on ws://{addr}/rpc, HTTP and the viewer on http://{addr}/ (database {}, {}{node})",
         store::display(&db),
         conversations
+    );
+    tracing::info!(
+        websocket = %format!("ws://{addr}/rpc"),
+        http = %format!("http://{addr}/"),
+        viewer = %format!("http://{addr}/"),
+        metrics = %format!("http://{addr}/metrics"),
+        database = %store::display(&db),
+        "serving"
     );
     use std::io::Write;
     std::io::stdout().flush()?;
     agent_sdk::host::shutdown_signal().await;
+    tracing::info!("stopping: finishing the queued appends, closing connections");
     eprintln!("orchestrator: stopping");
     running.stop().await;
+    tracing::info!("stopped; every acknowledged event is on disk");
     eprintln!("orchestrator: stopped; every acknowledged event is on disk");
     Ok(0)
 }

@@ -161,11 +161,13 @@ impl CommitMetrics {
         }
     }
 
-    /// One group commit of `jobs` jobs and `events` events that took `took`.
+    /// One group commit of `jobs` jobs and `events` events that took `took` (logged at `warn`
+    /// past [`SLOW_COMMIT`]).
     pub fn committed(&self, jobs: usize, events: u64, took: Duration) {
         self.appends.increment(events);
         self.seconds.record(took.as_secs_f64());
         self.batch.record(jobs as f64);
+        slow("commit", events, took);
     }
 }
 
@@ -175,9 +177,30 @@ impl Default for CommitMetrics {
     }
 }
 
+/// A commit or a sync slower than this is logged: callers waited that long for their answers.
+pub const SLOW_COMMIT: Duration = Duration::from_millis(250);
+
+/// Logs a `what` (commit, sync) of `events` events that took `took`, when past [`SLOW_COMMIT`].
+pub fn slow(what: &'static str, events: u64, took: Duration) {
+    if took >= SLOW_COMMIT {
+        tracing::warn!(
+            what,
+            events,
+            ms = took.as_millis() as u64,
+            "slow {what}: appends waited for the disk or the database"
+        );
+    }
+}
+
 /// An error returned to a caller.
 pub fn error(code: ErrorCode, transport: &'static str) {
     counter!(ERRORS, "code" => code.name(), "transport" => transport).increment(1);
+}
+
+/// A request refused: counted ([`error`]) and logged at `info` with its code.
+pub fn refused(e: &proto_spec::RpcError, transport: &'static str) {
+    error(e.code, transport);
+    tracing::info!(code = e.code.name(), number = e.code.code(), transport, reason = %e.message, "request refused");
 }
 
 /// A turn handed out.

@@ -69,6 +69,14 @@ pub fn spawn(hub: Arc<Hub>, writer: WriterHandle) {
                     continue;
                 }
                 fired.insert(conv.id.clone(), key);
+                match &event {
+                    SystemEvent::TurnTimeout(t) => {
+                        tracing::info!(conversation = %conv.id, turn = t.turn, speaker = %t.speaker, "turn timed out")
+                    }
+                    other => {
+                        tracing::info!(conversation = %conv.id, event = other.type_name(), "conversation timer fired")
+                    }
+                }
                 // A turn's timeout names its turn: it is refused if that turn already ended.
                 let turn = matches!(event, SystemEvent::TurnTimeout(_)).then_some(core.turn);
                 let req = AppendRequest::system(&event).with_turn(turn);

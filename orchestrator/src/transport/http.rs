@@ -89,7 +89,7 @@ impl From<crate::engine::error::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = self.0.code;
-        telemetry::error(code, "http");
+        telemetry::refused(&self.0, "http");
         let status =
             StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (

@@ -44,7 +44,10 @@ impl axum::serve::Listener for CoalescingListener {
     async fn accept(&mut self) -> (Coalesced, SocketAddr) {
         let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
         crate::engine::telemetry::accepted();
-        (Coalesced::new(tcp), addr)
+        tracing::info!(peer = %addr, "connection opened");
+        let mut conn = Coalesced::new(tcp);
+        conn.peer = Some((addr, std::time::Instant::now()));
+        (conn, addr)
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -134,6 +137,8 @@ impl Shared {
 pub struct Coalesced {
     read: OwnedReadHalf,
     shared: Arc<Shared>,
+    /// Who connected, and when (logged when the connection closes).
+    peer: Option<(SocketAddr, std::time::Instant)>,
 }
 
 impl Coalesced {
@@ -145,7 +150,11 @@ impl Coalesced {
         let (read, write) = tcp.into_split();
         let shared = Arc::new(Shared::default());
         tokio::spawn(write_loop(write, shared.clone()));
-        Coalesced { read, shared }
+        Coalesced {
+            read,
+            shared,
+            peer: None,
+        }
     }
 }
 
@@ -287,6 +296,9 @@ impl AsyncWrite for Coalesced {
 
 impl Drop for Coalesced {
     fn drop(&mut self) {
+        if let Some((peer, since)) = self.peer {
+            tracing::info!(peer = %peer, secs = since.elapsed().as_secs_f64(), "connection closed");
+        }
         self.shared.lock().dropped = true;
         self.shared.wake_writer.notify_one();
         self.shared.notify_ended();

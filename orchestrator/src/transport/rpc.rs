@@ -102,6 +102,7 @@ pub fn module(
             ok: true,
             agent_id: who.agent_id.clone(),
         };
+        tracing::info!(agent = %who.agent_id, admin = who.admin, "authenticated");
         session.set_identity(who, Some(grant));
         Ok::<_, ErrorObjectOwned>(result)
     })?;

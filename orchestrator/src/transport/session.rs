@@ -142,7 +142,7 @@ impl Session {
 
 /// The one conversion of a protocol error into jsonrpsee's error object.
 pub fn wire(e: RpcError) -> ErrorObjectOwned {
-    crate::engine::telemetry::error(e.code, "rpc");
+    crate::engine::telemetry::refused(&e, "rpc");
     let w = e.to_wire();
     ErrorObjectOwned::owned(w.code, w.message, w.data)
 }

@@ -50,8 +50,12 @@ pub(super) fn sync(durability: &Mutex<Box<dyn Durability>>, stopped: &AtomicBool
         return false;
     }
     let mut d = durability.lock().unwrap_or_else(|p| p.into_inner());
+    let started = std::time::Instant::now();
     match d.sync() {
-        Ok(()) => true,
+        Ok(()) => {
+            crate::engine::telemetry::slow("sync", 0, started.elapsed());
+            true
+        }
         Err(e) => {
             tracing::error!(error = %e, "syncing the log failed; the log stops: restart the server");
             stopped.store(true, Ordering::Release);

@@ -1,0 +1,173 @@
+//! What `serve` logs for an operator, on the real binary: at `info` by default, the addresses
+//! it serves, connections opened and closed, requests refused with their code, an agent's failed
+//! attempts and turn timeouts; as JSON lines with `--log-format json`; no colour codes when
+//! stderr is not a terminal; and a database in use said as such.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tests::procs::{binary, connect, free_port, token};
+use tests::WAIT;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// `serve` on `db` with `args`, its stderr lines gathered as they come.
+struct Served {
+    child: tokio::process::Child,
+    port: u16,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+async fn serve(db: &str, args: &[&str]) -> Served {
+    let port = free_port();
+    let mut child = tokio::process::Command::new(binary())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--db",
+            db,
+        ])
+        .args(args)
+        .env_remove("ORCHESTRATOR_LOG")
+        .env_remove("ORCHESTRATOR_LOG_FORMAT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve");
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let gathered = lines.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(l)) = err.next_line().await {
+            gathered.lock().unwrap().push(l);
+        }
+    });
+    tests::wait_listening(port, "serve").await;
+    Served { child, port, lines }
+}
+
+impl Served {
+    /// Waits (at most [`WAIT`]) for a log line that `matches`; the line.
+    async fn line(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let until = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(l) = self.lines.lock().unwrap().iter().find(|l| matches(l)) {
+                return l.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "no log line for {what} in:\n{}",
+                self.lines.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for a JSON log line whose message is `message` and that `matches`.
+    async fn json(&self, message: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let line = self
+            .line(message, |l| {
+                serde_json::from_str::<Value>(l)
+                    .is_ok_and(|v| v["fields"]["message"] == message && matches(&v))
+            })
+            .await;
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_what_an_operator_needs_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("o.db").display().to_string();
+    let admin = token(&db, "admin", true);
+    let served = serve(&db, &["--log-format", "json"]).await;
+    let port = served.port;
+
+    let start = served.json("serving", |_| true).await;
+    assert_eq!(start["level"], "INFO");
+    let f = &start["fields"];
+    assert_eq!(f["websocket"], format!("ws://127.0.0.1:{port}/rpc"));
+    assert_eq!(f["viewer"], format!("http://127.0.0.1:{port}/"));
+    assert_eq!(f["http"], format!("http://127.0.0.1:{port}/"));
+
+    // A refused request: its code, over HTTP.
+    let answer = tests::http_raw(
+        &format!("127.0.0.1:{port}"),
+        "GET /me",
+        "Authorization: Bearer oct_nope\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let refused = served
+        .json("request refused", |v| v["fields"]["transport"] == "http")
+        .await;
+    assert_eq!(refused["fields"]["code"], "Unauthenticated");
+    assert_eq!(refused["fields"]["number"], -32001);
+    served.json("connection opened", |_| true).await;
+    served.json("connection closed", |_| true).await;
+
+    // An agent that fails, in a scenario whose turn timeout moves on.
+    let client = connect(&format!("ws://127.0.0.1:{port}/rpc"), &admin).await;
+    served
+        .json("authenticated", |v| v["fields"]["agent"] == "admin")
+        .await;
+    tests::create_scenario(
+        &client,
+        "broken",
+        json!({
+            "participants": [
+                {"id": "bob", "kind": "function", "source": "function handler() { throw new Error('bob is broken'); }"}
+            ],
+            "policy": {"order": "round_robin", "first": "bob"},
+            "turn": {"timeout": "300ms", "onTimeout": "end"}
+        }),
+    )
+    .await;
+    let failed = served
+        .json("an agent's attempt failed", |v| v["fields"]["attempt"] == 1)
+        .await;
+    let f = &failed["fields"];
+    assert_eq!(f["agent"], "bob");
+    assert_eq!(f["conversation"], "broken");
+    assert!(
+        f["error"].as_str().unwrap().contains("bob is broken"),
+        "{failed}"
+    );
+    let timed_out = served.json("turn timed out", |_| true).await;
+    assert_eq!(timed_out["fields"]["speaker"], "bob");
+
+    // Every line is one JSON object.
+    for l in served.lines.lock().unwrap().iter() {
+        assert!(serde_json::from_str::<Value>(l).is_ok(), "not JSON: {l}");
+    }
+    drop(served.child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_have_no_colour_codes_off_a_terminal_and_a_database_in_use_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("o.db").display().to_string();
+    let served = serve(&db, &[]).await;
+    let start = served.line("the start", |l| l.contains("serving")).await;
+    assert!(start.contains(" INFO "), "{start}");
+    assert!(
+        start.contains(&format!("viewer=http://127.0.0.1:{}/", served.port)),
+        "{start}"
+    );
+    for l in served.lines.lock().unwrap().iter() {
+        assert!(!l.contains('\x1b'), "a colour code off a terminal: {l:?}");
+    }
+    // A second server on the same file says why it cannot start.
+    let second = tokio::process::Command::new(binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--db", &db])
+        .output()
+        .await
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("is in use by another orchestrator"), "{err}");
+    assert!(!err.contains("internal error"), "{err}");
+    drop(served.child);
+}
