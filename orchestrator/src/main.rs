@@ -252,7 +252,7 @@ struct RunOpts {
     #[arg(long, env = "ORCHESTRATOR_DB")]
     db: Option<String>,
     /// Where external participants connect, when the scenario has any (port 0: any free one).
-    #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:0")]
+    #[arg(long, env = "ORCHESTRATOR_RUN_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Give up after this long (`90s`, `10m`, …); exit status 4.
     #[arg(long, env = "ORCHESTRATOR_RUN_TIMEOUT", default_value = "10m")]
@@ -349,8 +349,75 @@ impl From<SyncMode> for Synchronous {
     }
 }
 
+/// The routes one `serve` port answers, for `--help`.
+const ROUTES: &str = "\
+Routes (one port; every conversation route needs Authorization: Bearer <token>):
+  /rpc                              JSON-RPC 2.0 over WebSocket (proto-spec/PROTOCOL.md)
+  GET  /                            the conversation viewer
+  GET  /healthz                     liveness (no token)
+  GET  /metrics                     Prometheus metrics (no token)
+  GET  /openapi.json                the HTTP routes as OpenAPI (no token)
+  GET  /me                          who the token speaks as
+  GET  /conversations               the caller's conversations
+  POST /conversations               create one (admin)
+  GET  /conversations/{id}          a snapshot with guidance
+  POST /conversations/{id}/messages post a message (Idempotency-Key header)
+  GET  /conversations/{id}/events   Server-Sent Events from a cursor (Last-Event-ID)
+  GET  /conversations/{id}/wait     long-poll for the next change
+  POST /conversations/{id}/pause    pause (admin)
+  POST /conversations/{id}/resume   resume (admin)";
+
+/// Every environment variable the commands read, with the flags it stands for: generated from
+/// the command definitions, so that it cannot drift from them.
+fn environment(cmd: &clap::Command) -> String {
+    let mut vars: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    fn walk(
+        cmd: &clap::Command,
+        path: &str,
+        vars: &mut std::collections::BTreeMap<String, Vec<String>>,
+    ) {
+        for arg in cmd.get_arguments() {
+            if let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) {
+                let uses = vars.entry(env.to_string_lossy().into_owned()).or_default();
+                let flag = format!("--{long}");
+                if !uses.contains(&flag) {
+                    uses.push(flag);
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            let name = format!("{path} {}", sub.get_name()).trim().to_string();
+            walk(sub, &name, vars);
+        }
+    }
+    walk(cmd, "", &mut vars);
+    let width = vars.keys().map(String::len).max().unwrap_or(0);
+    let mut out = format!(
+        "Environment (each stands for a flag, as each command's --help shows):\n  {:<width$}  the log filter: info, warn, orchestrator=debug, … (serve: info; the others: warn)\n",
+        "ORCHESTRATOR_LOG"
+    );
+    for (var, flags) in vars {
+        out.push_str(&format!("  {var:<width$}  {}\n", flags.join(", ")));
+    }
+    out
+}
+
+/// The command line, with the routes and variables in its help.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let env = environment(&cmd);
+    cmd.after_help(format!(
+        "{ROUTES}\n\n{env}\nExit statuses of run and demo: 0 closed, 1 error, 2 usage, 3 no more progress, 4 time limit, 130/143 interrupted (README)."
+    ))
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    use clap::FromArgMatches;
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let default = if matches!(cli.command, Command::Serve { .. }) {
         "info"
     } else {
@@ -816,4 +883,47 @@ async fn serve(
     tracing::info!("stopped; every acknowledged event is on disk");
     eprintln!("orchestrator: stopped; every acknowledged event is on disk");
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every flag of every command can also be given by an environment variable, and the help
+    /// lists each variable.
+    #[test]
+    fn every_flag_has_its_variable_and_the_help_lists_them_all() {
+        let mut cmd = command();
+        let help = cmd.render_long_help().to_string();
+        fn check(cmd: &clap::Command, path: &str, help: &str) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_positional() || ["help", "version"].contains(&id) {
+                    continue;
+                }
+                let env = arg
+                    .get_env()
+                    .unwrap_or_else(|| panic!("{path} --{id} has no environment variable"));
+                let env = env.to_string_lossy();
+                assert!(help.contains(&*env), "the help does not list {env}");
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()), help);
+            }
+        }
+        check(&cmd, "orchestrator", &help);
+        for word in [
+            "ORCHESTRATOR_LOG ",
+            "/conversations/{id}/events",
+            "/metrics",
+            "tail",
+            "conversations",
+            "token",
+        ] {
+            assert!(
+                help.contains(word),
+                "the help does not mention {word}:\n{help}"
+            );
+        }
+    }
 }
