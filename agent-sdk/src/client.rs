@@ -133,6 +133,8 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot>;
     /// `listConversations`.
     async fn list_conversations(&self) -> ClientResult<ListConversationsResult>;
+    /// `listScenarios` (admins).
+    async fn list_scenarios(&self) -> ClientResult<ListScenariosResult>;
     /// `tail`.
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult>;
     /// `waitForChange`. Never cut by a client-side timeout: it lasts as long as the server lets it.

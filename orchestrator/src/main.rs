@@ -358,6 +358,7 @@ Routes (one port; every conversation route needs Authorization: Bearer <token>):
   GET  /metrics                     Prometheus metrics (no token)
   GET  /openapi.json                the HTTP routes as OpenAPI (no token)
   GET  /me                          who the token speaks as
+  GET  /scenarios                   the scenario library (admin)
   GET  /conversations               the caller's conversations
   POST /conversations               create one (admin)
   GET  /conversations/{id}          a snapshot with guidance

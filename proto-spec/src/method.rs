@@ -43,6 +43,8 @@ pub mod names {
     pub const FORK_CONVERSATION: &str = "forkConversation";
     /// Lists the conversations the caller takes part in.
     pub const LIST_CONVERSATIONS: &str = "listConversations";
+    /// Lists the server's scenario library (admins).
+    pub const LIST_SCENARIOS: &str = "listScenarios";
     /// Notification: a committed event on a subscription.
     pub const EVENT: &str = "event";
     /// Notification: a turn offered to a push-claim executor.
@@ -297,6 +299,46 @@ pub struct ListConversationsParams {}
 pub struct ListConversationsResult {
     /// A snapshot of each conversation the caller takes part in (every one, for an admin).
     pub conversations: Vec<Snapshot>,
+}
+
+/// `listScenarios` params (none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListScenariosParams {}
+
+/// `listScenarios` result: the scenarios `createConversation` takes by `scenarioName`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListScenariosResult {
+    /// Each scenario of the server's library, by name.
+    pub scenarios: Vec<ScenarioInfo>,
+}
+
+/// A scenario of the library, as far as a client needs it: who takes part, and who of them
+/// the server runs. What each participant the server runs does (its command, its URL, its
+/// source) is not shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScenarioInfo {
+    /// Its name (`scenarioName`).
+    pub name: String,
+    /// Its `description`, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its participants, in order.
+    pub participants: Vec<ScenarioParticipant>,
+}
+
+/// A participant of a scenario of the library.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScenarioParticipant {
+    /// Its agent id.
+    pub id: String,
+    /// The kind the server runs it as (`scripted`, `llm`, …); none for an external participant,
+    /// which speaks for itself with a token of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// The `event` notification's result.

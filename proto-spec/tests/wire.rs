@@ -54,6 +54,8 @@ fn every_wire_type_round_trips_its_fixtures() {
         ConversationParams,
         ListConversationsParams,
         ListConversationsResult,
+        ListScenariosParams,
+        ListScenariosResult,
         TailParams,
         TailResult,
         WaitForChangeParams,

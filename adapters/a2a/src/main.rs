@@ -197,6 +197,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("connecting to {}", cli.url))?;
     let me = client.agent_id().to_string();
+    check_setup(&client, &me, &cli.url, &cli.scenarios).await?;
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("listening on {}", cli.listen))?;
@@ -228,6 +229,53 @@ async fn main() -> anyhow::Result<()> {
     axum::serve(listener, router)
         .with_graceful_shutdown(agent_sdk::host::shutdown_signal())
         .await?;
+    Ok(())
+}
+
+/// Refuses to start unless the token can do the adapter's work: it is an admin's (a new A2A
+/// context creates a conversation), and each exposed scenario exists on the orchestrator and
+/// has the token's agent as an external participant (the peer speaks as it).
+async fn check_setup(
+    client: &WsJsonRpcClient,
+    me: &str,
+    url: &str,
+    scenarios: &[String],
+) -> anyhow::Result<()> {
+    let mint = "mint one with `orchestrator token create --agent ID --admin`, ID an external participant of each scenario";
+    let library = match client.list_scenarios().await {
+        Ok(l) => l,
+        Err(ClientError::Rpc(e)) if e.code == ErrorCode::Forbidden => anyhow::bail!(
+            "the token speaks as {me}, which is not an admin: the adapter creates a conversation for each new A2A context; {mint}"
+        ),
+        Err(e) => return Err(e).with_context(|| format!("reading the scenario library of {url}")),
+    };
+    let names: Vec<&str> = library.scenarios.iter().map(|s| s.name.as_str()).collect();
+    for name in scenarios {
+        let Some(found) = library.scenarios.iter().find(|s| &s.name == name) else {
+            anyhow::bail!(
+                "the orchestrator at {url} has no scenario named {name:?} (it has: {}); start it with `serve --scenarios DIR`, DIR holding the scenario",
+                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            );
+        };
+        let external: Vec<&str> = found
+            .participants
+            .iter()
+            .filter(|p| p.kind.is_none())
+            .map(|p| p.id.as_str())
+            .collect();
+        match found.participants.iter().find(|p| p.id == me) {
+            Some(p) if p.kind.is_none() => {}
+            Some(p) => anyhow::bail!(
+                "{me} is a participant the server runs in scenario {name:?} (kind {}), not an external one the peer can speak as; use a token of one of its external participants ({}): {mint}",
+                p.kind.as_deref().unwrap_or(""),
+                external.join(", ")
+            ),
+            None => anyhow::bail!(
+                "the token speaks as {me}, who does not take part in scenario {name:?} (its external participants: {}); {mint}",
+                if external.is_empty() { "none".to_string() } else { external.join(", ") }
+            ),
+        }
+    }
     Ok(())
 }
 

@@ -250,6 +250,11 @@ impl AgentClient for WsJsonRpcClient {
             .await
     }
 
+    async fn list_scenarios(&self) -> ClientResult<ListScenariosResult> {
+        self.call(names::LIST_SCENARIOS, &ListScenariosParams {})
+            .await
+    }
+
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
         self.call(names::TAIL, &p).await
     }

@@ -111,6 +111,10 @@ impl AgentClient for InProcessClient {
         Ok(self.o()?.list_conversations(&self.who).await)
     }
 
+    async fn list_scenarios(&self) -> ClientResult<ListScenariosResult> {
+        self.o()?.list_scenarios(&self.who).map_err(rpc)
+    }
+
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
         let o = self.at(&p.conversation_id).await?;
         o.tail(&self.who, p).await.map_err(rpc)

@@ -59,6 +59,7 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
         .route("/me", get(me))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/scenarios", get(scenarios))
         .route("/conversations", get(list).post(create))
         .route("/conversations/{id}", get(snapshot))
         .route("/conversations/{id}/messages", post(post_message))
@@ -439,6 +440,11 @@ async fn wait(
     let _slot = StreamSlot::take(&s, "longpoll")?;
     let r = s.orch.wait_events(&who, &id, q).await?;
     Ok(ok(StatusCode::OK, r))
+}
+
+/// `GET /scenarios`: the scenario library (admins).
+async fn scenarios(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Response> {
+    Ok(ok(StatusCode::OK, s.orch.list_scenarios(&who)?))
 }
 
 /// The SSE stream: the log after the cursor (`Last-Event-ID`, else `sinceSeq`, else 0), then

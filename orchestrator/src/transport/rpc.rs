@@ -113,6 +113,11 @@ pub fn module(
     )?;
     add(
         &mut m,
+        names::LIST_SCENARIOS,
+        |o: Ctx, who, _p: ListScenariosParams| async move { o.list_scenarios(&who) },
+    )?;
+    add(
+        &mut m,
         names::GET_CONVERSATION,
         |o: Ctx, who, p| async move { o.get_conversation(&who, p) },
     )?;

@@ -117,6 +117,15 @@ pub const METHODS: &[MethodSpec] = &[
         notification: None,
     },
     MethodSpec {
+        name: names::LIST_SCENARIOS,
+        summary: "The server's scenario library (admins): each scenario's name, description and participants, with the kind of those the server runs.",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden],
+        params: s::<ListScenariosParams>,
+        result: s::<ListScenariosResult>,
+        notification: None,
+    },
+    MethodSpec {
         name: names::TAIL,
         summary: "Events with seq greater than sinceSeq, in order.",
         needs_auth: true,
@@ -344,6 +353,8 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("ConversationParams", root::<ConversationParams>());
     m.insert("ListConversationsParams", root::<ListConversationsParams>());
     m.insert("ListConversationsResult", root::<ListConversationsResult>());
+    m.insert("ListScenariosParams", root::<ListScenariosParams>());
+    m.insert("ListScenariosResult", root::<ListScenariosResult>());
     m.insert("TailParams", root::<TailParams>());
     m.insert("TailResult", root::<TailResult>());
     m.insert("WaitForChangeParams", root::<WaitForChangeParams>());

@@ -109,6 +109,49 @@ impl Orchestrator {
         names
     }
 
+    /// `listScenarios` (admins): each scenario of the library with its participants and the
+    /// kind of those the server runs (never their settings).
+    pub fn list_scenarios(&self, who: &Identity) -> Result<ListScenariosResult> {
+        if !who.admin || who.scope.is_some() {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only an admin's token may list the scenario library",
+            ));
+        }
+        let library = self
+            .scenarios
+            .read()
+            .map_err(|_| Error::Poisoned("the scenario library"))?;
+        let mut scenarios: Vec<ScenarioInfo> = library
+            .iter()
+            .map(|(name, v)| {
+                let parsed = Scenario::parse(v, &self.limits.sandbox).ok();
+                let agents = parsed
+                    .as_ref()
+                    .and_then(|s| s.policy.as_ref())
+                    .map(|p| p.agents.clone())
+                    .unwrap_or_default();
+                ScenarioInfo {
+                    name: name.clone(),
+                    description: v["description"].as_str().map(str::to_string),
+                    participants: parsed
+                        .map(|s| s.participants)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|id| ScenarioParticipant {
+                            kind: agents
+                                .get(&id)
+                                .and_then(|a| a["kind"].as_str().map(str::to_string)),
+                            id,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        scenarios.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ListScenariosResult { scenarios })
+    }
+
     /// The turn dispatcher.
     pub fn turns(&self) -> &Arc<Turns> {
         &self.turns

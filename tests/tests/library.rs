@@ -1,0 +1,143 @@
+//! The scenario library as clients see it (`listScenarios`, `GET /scenarios`), and the A2A
+//! adapter checking its setup against it at start: it refuses to start, with a sentence that
+//! says how to mint the right token, unless its token is an admin's and an external participant
+//! of every scenario it exposes.
+
+use jsonrpsee::core::client::ClientT;
+use serde_json::{json, Value};
+use tests::procs::{binary, free_port};
+use tests::{TestServer, P};
+
+/// A server whose library holds `approval`: alice (external) and a scripted writer.
+async fn with_library() -> TestServer {
+    let server = TestServer::start().await;
+    server
+        .running()
+        .orchestrator()
+        .set_scenarios(vec![(
+            "approval".into(),
+            json!({
+                "description": "A writer drafts, a person approves.",
+                "participants": [
+                    "alice",
+                    {"id": "writer", "kind": "scripted", "replies": ["a secret draft"]}
+                ],
+                "policy": {"order": "round_robin", "first": "alice"}
+            }),
+        )])
+        .unwrap();
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_lists_names_participants_and_kinds_for_admins_only() {
+    let server = with_library().await;
+    let admin = server.client("admin").await;
+    let r: Value = admin.request("listScenarios", P(json!({}))).await.unwrap();
+    assert_eq!(
+        r,
+        json!({"scenarios": [{
+            "name": "approval",
+            "description": "A writer drafts, a person approves.",
+            "participants": [{"id": "alice"}, {"id": "writer", "kind": "scripted"}]
+        }]})
+    );
+    let alice = server.client("alice").await;
+    let refused = alice
+        .request::<Value, _>("listScenarios", P(json!({})))
+        .await;
+    assert_eq!(tests::error_code(refused), -32002);
+    // Over HTTP too; a participant's settings never show.
+    let addr = server.running().local_addr().to_string();
+    let get = |agent: &str| {
+        let header = format!("Authorization: Bearer {}\r\n", server.token(agent));
+        let addr = addr.clone();
+        async move { tests::http_raw(&addr, "GET /scenarios", &header).await }
+    };
+    let ok = get("admin").await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(
+        ok.contains("\"writer\"") && !ok.contains("secret draft"),
+        "{ok}"
+    );
+    let forbidden = get("alice").await;
+    assert!(forbidden.starts_with("HTTP/1.1 403"), "{forbidden}");
+}
+
+/// Starts the A2A adapter with `token` for `scenario`; its exit status and stderr, or `None`
+/// when it started (and was stopped).
+async fn adapter(server: &TestServer, token: &str, scenario: &str) -> Option<(i32, String)> {
+    let bin = binary().with_file_name("orchestrator-a2a");
+    let mut child = tokio::process::Command::new(bin)
+        .args(["--url", &server.url(), "--scenario", scenario])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("ORCHESTRATOR_TOKEN", token)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the A2A adapter's binary (cargo build --workspace)");
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    tokio::time::timeout(tests::WAIT, stdout.read_line(&mut first))
+        .await
+        .expect("the adapter starts or stops in time")
+        .unwrap();
+    if first.contains("listening") {
+        child.kill().await.unwrap();
+        return None;
+    }
+    let status = tokio::time::timeout(tests::WAIT, child.wait())
+        .await
+        .expect("the adapter stops in time")
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .await
+        .unwrap();
+    Some((status.code().unwrap_or(-1), err))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_adapter_refuses_a_setup_it_cannot_serve_and_says_how_to_fix_it() {
+    let server = with_library().await;
+    let store = tests::open_store(&server.db);
+    let mint = |agent: &str, admin: bool| {
+        orchestrator::engine::auth::create_token(store.as_ref(), agent, admin).unwrap()
+    };
+    let alice_admin = mint("alice", true);
+    let carol_admin = mint("carol", true);
+    let cases = [
+        (
+            server.token("alice").to_string(),
+            "approval",
+            "not an admin",
+        ),
+        (alice_admin.clone(), "nope", "no scenario named \"nope\""),
+        (
+            carol_admin,
+            "approval",
+            "does not take part in scenario \"approval\"",
+        ),
+    ];
+    for (token, scenario, says) in cases {
+        let (code, err) = adapter(&server, &token, scenario)
+            .await
+            .unwrap_or_else(|| panic!("{says}: the adapter started"));
+        assert_ne!(code, 0);
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(
+            err.contains("orchestrator token create") || err.contains("--scenarios"),
+            "{says}: the error says how to fix it: {err}"
+        );
+    }
+    assert!(
+        adapter(&server, &alice_admin, "approval").await.is_none(),
+        "alice, an admin and the scenario's external participant, serves it"
+    );
+}
