@@ -540,14 +540,22 @@ pub async fn ws_log(c: &WsClient, conv: &str) -> Vec<Value> {
 }
 
 /// One HTTP/1.1 request (`GET /path`, say) over a plain TCP connection to `host` (`ip:port`),
-/// with `Connection: close` and the further header lines `headers` (each ending in `\r\n`):
-/// the whole answer, status line and headers included.
-pub async fn http_raw(host: &str, request: &str, headers: &str) -> String {
+/// with `Connection: close`, the further header lines `headers` (each ending in `\r\n`) and
+/// `body` (with its length, when not empty): the whole answer, status line and headers
+/// included.
+pub async fn http_raw(host: &str, request: &str, headers: &str, body: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = tokio::net::TcpStream::connect(host).await.expect("connect");
+    let length = if body.is_empty() {
+        String::new()
+    } else {
+        format!("Content-Length: {}\r\n", body.len())
+    };
     tcp.write_all(
-        format!("{request} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "{request} HTTP/1.1\r\nHost: {host}\r\n{headers}{length}Connection: close\r\n\r\n{body}"
+        )
+        .as_bytes(),
     )
     .await
     .expect("send the request");

@@ -97,6 +97,7 @@ async fn serve_logs_what_an_operator_needs_as_json_lines() {
         &format!("127.0.0.1:{port}"),
         "GET /me",
         "Authorization: Bearer oct_nope\r\n",
+        "",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");

@@ -246,6 +246,7 @@ async fn an_expired_token_is_refused_and_a_use_is_recorded() {
         &addr,
         "GET /me",
         &format!("Authorization: Bearer {expired}\r\n"),
+        "",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");

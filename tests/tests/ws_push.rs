@@ -186,7 +186,7 @@ async fn resumed_count(ts: &TestServer) -> f64 {
 async fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
-    let out = tests::http_raw(host, &format!("GET /{path}"), "").await;
+    let out = tests::http_raw(host, &format!("GET /{path}"), "", "").await;
     out.split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()

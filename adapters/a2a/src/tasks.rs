@@ -110,6 +110,11 @@ pub fn message(me: &str, task: &TaskId, e: &Event) -> Value {
     })
 }
 
+/// What a peer asked to approve is told.
+fn approval_text(waiting: &str) -> String {
+    format!("Approval requested: {waiting} speaks next only if you approve. Answer \"approve\" or \"reject\".")
+}
+
 /// Everything needed to describe a task, read from the log.
 #[derive(Debug, Clone)]
 pub struct TaskView {
@@ -121,6 +126,10 @@ pub struct TaskView {
     pub messages: Vec<Event>,
     /// The latest message from others after the caller's latest one (the answer so far).
     pub answer: Option<Event>,
+    /// The other messages from others after the caller's latest one, oldest first.
+    pub earlier: Vec<Event>,
+    /// An approval asked of the caller and not yet given: who waits to speak.
+    pub approval: Option<String>,
     /// The latest seq read.
     pub latest_seq: u64,
     /// When its state last changed (the last event's time).
@@ -128,12 +137,48 @@ pub struct TaskView {
 }
 
 impl TaskView {
-    /// The A2A `Task`, with at most `history` messages of history (all when `None`).
-    pub fn wire(&self, me: &str, history: Option<usize>) -> Value {
+    /// The status: its state and, when others spoke since the caller, a message with what
+    /// they said: the latest message first (its parts as they are), then each earlier one
+    /// (`author: text`), then, when the caller is asked to approve, what it decides on.
+    fn status(&self, me: &str) -> Value {
         let mut status = json!({"state": self.state.wire(), "timestamp": self.ts});
         if let Some(a) = &self.answer {
-            status["message"] = message(me, &self.id, a);
+            let mut m = message(me, &self.id, a);
+            for e in &self.earlier {
+                let p = e.payload_value();
+                let text = p.get("text").and_then(Value::as_str).unwrap_or_default();
+                if let Some(parts) = m["parts"].as_array_mut() {
+                    parts.push(json!({"text": format!("{}: {text}", e.author)}));
+                }
+            }
+            if let Some(waiting) = &self.approval {
+                if let Some(parts) = m["parts"].as_array_mut() {
+                    parts.push(json!({"text": approval_text(waiting)}));
+                }
+                m["metadata"]["approvalFor"] = json!(waiting);
+            }
+            m["metadata"]["earlier"] = json!(self
+                .earlier
+                .iter()
+                .map(|e| json!({"author": e.author, "seq": e.seq}))
+                .collect::<Vec<_>>());
+            status["message"] = m;
+        } else if let Some(waiting) = &self.approval {
+            status["message"] = json!({
+                "messageId": format!("{}~approval~{}", self.id.conversation, self.latest_seq),
+                "contextId": self.id.conversation,
+                "taskId": self.id.wire(),
+                "role": "ROLE_AGENT",
+                "parts": [{"text": approval_text(waiting)}],
+                "metadata": {"approvalFor": waiting},
+            });
         }
+        status
+    }
+
+    /// The A2A `Task`, with at most `history` messages of history (all when `None`).
+    pub fn wire(&self, me: &str, history: Option<usize>) -> Value {
+        let status = self.status(me);
         let skip = history.map_or(0, |h| self.messages.len().saturating_sub(h));
         let history: Vec<Value> = self.messages[skip..]
             .iter()
@@ -149,10 +194,7 @@ impl TaskView {
 
     /// A `statusUpdate` of this view.
     pub fn status_update(&self, me: &str) -> Value {
-        let mut status = json!({"state": self.state.wire(), "timestamp": self.ts});
-        if let Some(a) = &self.answer {
-            status["message"] = message(me, &self.id, a);
-        }
+        let status = self.status(me);
         json!({"statusUpdate": {
             "taskId": self.id.wire(),
             "contextId": self.id.conversation,
@@ -210,7 +252,24 @@ pub async fn read(
         .cloned()
         .collect();
     let last_mine = messages.iter().rposition(|e| e.author == me).unwrap_or(0);
-    let answer = messages[last_mine + 1..].last().cloned();
+    let since_mine = &messages[last_mine + 1..];
+    let answer = since_mine.last().cloned();
+    // At most the 20 before the latest: what a peer reads in one status.
+    let earlier = since_mine
+        [since_mine.len().saturating_sub(21)..since_mine.len().saturating_sub(1)]
+        .to_vec();
+    // An approval asked of the caller after its latest message, while it holds the turn.
+    let mine_seq = messages.get(last_mine).map_or(0, |e| e.seq);
+    let approval = events
+        .iter()
+        .rev()
+        .take_while(|e| e.seq > mine_seq)
+        .filter(|e| e.kind == EventKind::System)
+        .find_map(|e| match SystemEvent::from_value(&e.payload_value()) {
+            Some(SystemEvent::ApprovalRequested(a)) if a.approver == me => Some(a.for_speaker),
+            _ => None,
+        })
+        .filter(|_| snapshot.speaker.as_deref() == Some(me));
     let state = if canceled {
         State::Canceled
     } else if snapshot.status == ConversationStatus::Closed {
@@ -230,6 +289,8 @@ pub async fn read(
         state,
         messages,
         answer,
+        earlier,
+        approval,
         latest_seq: cursor.max(snapshot.latest_seq),
         ts,
     })
