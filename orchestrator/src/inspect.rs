@@ -165,7 +165,7 @@ impl Source {
                     latest_seq: s.latest_seq,
                     participants: s.participants,
                     speaker: s.speaker,
-                    last_activity: None,
+                    last_activity: s.last_event_at,
                     parent_conversation_id: s.parent_conversation_id,
                 })
                 .collect()),

@@ -68,4 +68,7 @@ pub struct Snapshot {
     /// For a sub-conversation: the conversation that opened it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_conversation_id: Option<String>,
+    /// When its last event was committed, RFC 3339 (what a list sorts by last activity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_at: Option<String>,
 }

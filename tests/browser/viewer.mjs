@@ -7,6 +7,16 @@
 //   stdin  "STATUS <text>"  -> waits until the status field shows the text; stdout "STATUS <text>";
 //   stdin  "FOLLOW <id>"    -> clicks the event that opened sub-conversation <id>, waits for it to be
 //                              the open conversation; stdout "FOLLOWED <json>" with its id and texts.
+//   stdin  "GUIDANCE <text>" -> waits until the guidance field contains the text; stdout "GUIDANCE <text>";
+//   stdin  "SEND <text>"    -> types the text in the composer and sends it (Ctrl+Enter), waits for it to
+//                              appear; stdout "SENT <json>" with how many messages show that text;
+//   stdin  "VISIBLE <text>" -> stdout "VISIBLE <json>": whether the newest message with that text is
+//                              inside the events pane's viewport;
+//   stdin  "SCROLLUP"       -> scrolls the events pane to its top; stdout "SCROLLED top";
+//   stdin  "MARKER"         -> waits for the "new events" marker; stdout "MARKER <its text>";
+//   stdin  "NARROW <path>"  -> a 400 px wide viewport, a screenshot; stdout "NARROW <json>" with the
+//                              page's width and its scroll width (no sideways scrolling);
+//   stdin  "FAILURES"       -> stdout "FAILURES <json>": requests that failed or answered >= 400.
 // Environment: VIEWER_URL, VIEWER_TOKEN, VIEWER_CONVERSATION, CHROMIUM (default /usr/bin/chromium).
 import readline from "node:readline";
 import { chromium } from "playwright-core";
@@ -33,6 +43,12 @@ const fail = async (message) => {
 try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 760 } });
   page.on("pageerror", (e) => console.error("page error: " + e.message));
+  const failures = [];
+  page.on("requestfailed", (r) => {
+    // A stream the page itself aborts (switching conversations) is not a failure.
+    if (!(r.failure() || {}).errorText?.includes("ERR_ABORTED")) failures.push(`${r.url()} ${(r.failure() || {}).errorText}`);
+  });
+  page.on("response", (r) => { if (r.status() >= 400) failures.push(`${r.url()} ${r.status()}`); });
   await page.goto(url, { timeout });
   await page.fill("#token", token);
   await page.click("#signin-button");
@@ -85,6 +101,49 @@ try {
         system: [...document.querySelectorAll("#events .system")].map((e) => e.textContent),
       }));
       console.log("FOLLOWED " + JSON.stringify(shown));
+    } else if (cmd === "GUIDANCE") {
+      await page
+        .waitForFunction((t) => document.getElementById("c-guidance").textContent.includes(t), arg, { timeout })
+        .catch(() => fail(`guidance never said ${arg}`));
+      console.log("GUIDANCE " + arg);
+    } else if (cmd === "SEND") {
+      await page.waitForFunction(() => !document.getElementById("send").disabled, null, { timeout })
+        .catch(() => fail("the composer stayed disabled"));
+      await page.fill("#say", arg);
+      await page.press("#say", "Control+Enter");
+      const texts = page.locator("#events .msg .text", { hasText: arg });
+      await texts.first().waitFor({ timeout }).catch(() => fail(`the sent message "${arg}" did not appear`));
+      // Whatever else comes in the next moment, the message shows once.
+      await page.waitForTimeout(300);
+      console.log("SENT " + JSON.stringify({ count: await texts.count(), cleared: await page.inputValue("#say") === "" }));
+    } else if (cmd === "VISIBLE") {
+      const msg = page.locator("#events .msg", { hasText: arg }).last();
+      await msg.waitFor({ timeout }).catch(() => fail(`no message "${arg}"`));
+      await page.waitForTimeout(100);
+      const inside = await page.evaluate((t) => {
+        const box = document.getElementById("events").getBoundingClientRect();
+        const all = [...document.querySelectorAll("#events .msg")].filter((m) => m.textContent.includes(t));
+        const r = all[all.length - 1].getBoundingClientRect();
+        return r.top >= box.top - 1 && r.bottom <= box.bottom + 1;
+      }, arg);
+      console.log("VISIBLE " + JSON.stringify(inside));
+    } else if (cmd === "SCROLLUP") {
+      await page.evaluate(() => { document.getElementById("events").scrollTop = 0; });
+      console.log("SCROLLED top");
+    } else if (cmd === "MARKER") {
+      await page.locator("#newer").waitFor({ state: "visible", timeout }).catch(() => fail("no new-events marker"));
+      console.log("MARKER " + (await page.textContent("#newer")));
+    } else if (cmd === "NARROW") {
+      await page.setViewportSize({ width: 400, height: 800 });
+      await page.waitForTimeout(100);
+      await page.screenshot({ path: arg, fullPage: true });
+      const widths = await page.evaluate(() => ({
+        width: document.documentElement.clientWidth,
+        scrollWidth: document.documentElement.scrollWidth,
+      }));
+      console.log("NARROW " + JSON.stringify(widths));
+    } else if (cmd === "FAILURES") {
+      console.log("FAILURES " + JSON.stringify(failures));
     } else if (cmd === "QUIT") {
       break;
     }

@@ -42,11 +42,11 @@ def viewer_prereqs():
 class Page:
     """The browser driver process: one command in, one answer line out."""
 
-    def __init__(self, server, conversation):
+    def __init__(self, server, conversation, who="admin"):
         env = dict(
             os.environ,
             VIEWER_URL=server.http + "/",
-            VIEWER_TOKEN=server.tokens["admin"],
+            VIEWER_TOKEN=server.tokens[who],
             VIEWER_CONVERSATION=conversation,
             CHROMIUM=CHROMIUM,
         )
@@ -80,10 +80,10 @@ class Page:
                 self.proc.kill()
 
 
-def say(server, who, text, finality="turn"):
+def say(server, who, text, finality="turn", conversation="v1"):
     async def main():
         c = await Client.connect(server.url, server.tokens[who])
-        r = await c.call("sendMessage", {"conversationId": "v1", "payload": {"text": text}, "finality": finality})
+        r = await c.call("sendMessage", {"conversationId": conversation, "payload": {"text": text}, "finality": finality})
         await c.close()
         return r
 
@@ -149,5 +149,50 @@ def test_viewer_in_headless_chromium(server, viewer_prereqs):
         assert followed["id"] == "v1.child"
         assert "the sub-task" in followed["texts"]
         assert any("sub-conversation of v1" in t for t in followed["system"]), followed
+    finally:
+        page.close()
+
+
+def test_the_viewer_is_a_console(server, viewer_prereqs):
+    """alice answers her turn from the composer (it shows once, and the guidance moves on); the
+    events pane follows new events, or says how many came while she reads back; a narrow
+    screen scrolls no sideways; no request fails. Screenshots in target/artifacts."""
+
+    async def setup():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": "v2", "scenario": {
+            "participants": ["alice", "bob"], "policy": {"order": "round_robin", "first": "alice"}}})
+        await admin.close()
+
+    run(setup())
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = Page(server, "v2", who="alice")
+    try:
+        page.answer("OPENED")
+        page.do("GUIDANCE your turn", "GUIDANCE")
+        sent = page.do("SEND hello from the browser", "SENT")
+        assert sent == {"count": 1, "cleared": True}, sent
+        page.do("GUIDANCE waiting for bob", "GUIDANCE")
+        page.do(f"SHOT {ARTIFACTS / 'viewer-composer.png'}", "SHOT")
+
+        # Enough turns to fill the pane: the newest stays in view.
+        for i in range(12):
+            say(server, "bob", f"bob line {i}", conversation="v2")
+            say(server, "alice", f"alice line {i}", conversation="v2")
+        assert page.do("VISIBLE alice line 11", "VISIBLE") == "true"
+
+        # Scrolled up, new events wait behind a marker instead of pulling the reader down.
+        page.do("SCROLLUP", "SCROLLED")
+        say(server, "bob", "while you were reading", conversation="v2")
+        marker = page.do("MARKER", "MARKER")
+        assert "new event" in marker, marker
+        assert page.do("VISIBLE while you were reading", "VISIBLE") == "false"
+        page.do(f"SHOT {ARTIFACTS / 'viewer-marker.png'}", "SHOT")
+        page.do("CLICK newer", "CLICKED")
+        assert page.do("VISIBLE while you were reading", "VISIBLE") == "true"
+
+        narrow = page.do(f"NARROW {ARTIFACTS / 'viewer-narrow.png'}", "NARROW")
+        assert narrow["scrollWidth"] <= narrow["width"], narrow
+        assert page.do("FAILURES", "FAILURES") == []
     finally:
         page.close()

@@ -274,6 +274,13 @@ impl ConvView {
             participants: self.participants.clone(),
             guidance,
             parent_conversation_id: self.parent().map(str::to_string),
+            last_event_at: match self
+                .last_event_ms
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                0 => None,
+                ms => Some(crate::engine::store::format_ts(ms)),
+            },
         }
     }
 }
