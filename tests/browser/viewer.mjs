@@ -16,7 +16,9 @@
 //   stdin  "MARKER"         -> waits for the "new events" marker; stdout "MARKER <its text>";
 //   stdin  "NARROW <path>"  -> a 400 px wide viewport, a screenshot; stdout "NARROW <json>" with the
 //                              page's width and its scroll width (no sideways scrolling);
-//   stdin  "FAILURES"       -> stdout "FAILURES <json>": requests that failed or answered >= 400.
+//   stdin  "FAILURES"       -> stdout "FAILURES <json>": requests that failed or answered >= 400;
+//   stdin  "TIMELINE"       -> opens the timeline; stdout "TIMELINE <json>" with each turn row's text;
+//   stdin  "TREE"           -> opens the tree; stdout "TREE <json>" with the conversations it shows.
 // Environment: VIEWER_URL, VIEWER_TOKEN, VIEWER_CONVERSATION, CHROMIUM (default /usr/bin/chromium).
 import readline from "node:readline";
 import { chromium } from "playwright-core";
@@ -142,6 +144,17 @@ try {
         scrollWidth: document.documentElement.scrollWidth,
       }));
       console.log("NARROW " + JSON.stringify(widths));
+    } else if (cmd === "TIMELINE") {
+      await page.click("#timeline-button", { timeout });
+      await page.locator("#panel .turnrow").first().waitFor({ timeout }).catch(() => fail("no timeline rows"));
+      const rows = await page.$$eval("#panel .turnrow", (rs) => rs.map((r) => r.textContent));
+      console.log("TIMELINE " + JSON.stringify(rows));
+    } else if (cmd === "TREE") {
+      await page.click("#tree-button", { timeout });
+      await page.locator("#panel .tree .node").first().waitFor({ timeout }).catch(() => fail("no tree"));
+      await page.waitForTimeout(300);
+      const ids = await page.$$eval("#panel .tree .node", (ns) => ns.map((n) => n.dataset.conversation));
+      console.log("TREE " + JSON.stringify(ids));
     } else if (cmd === "FAILURES") {
       console.log("FAILURES " + JSON.stringify(failures));
     } else if (cmd === "QUIT") {

@@ -149,6 +149,9 @@ def test_viewer_in_headless_chromium(server, viewer_prereqs):
         assert followed["id"] == "v1.child"
         assert "the sub-task" in followed["texts"]
         assert any("sub-conversation of v1" in t for t in followed["system"]), followed
+        # The tree of sub-conversations, from the root.
+        assert page.do("TREE", "TREE") == ["v1", "v1.child"]
+        page.do(f"SHOT {ARTIFACTS / 'viewer-tree.png'}", "SHOT")
     finally:
         page.close()
 
@@ -190,6 +193,13 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
         page.do(f"SHOT {ARTIFACTS / 'viewer-marker.png'}", "SHOT")
         page.do("CLICK newer", "CLICKED")
         assert page.do("VISIBLE while you were reading", "VISIBLE") == "true"
+
+        # The timeline: a row per turn, with who held it.
+        rows = page.do("TIMELINE", "TIMELINE")
+        assert len(rows) == 27, rows
+        assert rows[0].startswith("turn 1 · alice") and rows[1].startswith("turn 2 · bob"), rows
+        assert "so far" in rows[-1], rows
+        page.do(f"SHOT {ARTIFACTS / 'viewer-timeline.png'}", "SHOT")
 
         narrow = page.do(f"NARROW {ARTIFACTS / 'viewer-narrow.png'}", "NARROW")
         assert narrow["scrollWidth"] <= narrow["width"], narrow
