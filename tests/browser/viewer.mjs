@@ -18,7 +18,13 @@
 //                              page's width and its scroll width (no sideways scrolling);
 //   stdin  "FAILURES"       -> stdout "FAILURES <json>": requests that failed or answered >= 400;
 //   stdin  "TIMELINE"       -> opens the timeline; stdout "TIMELINE <json>" with each turn row's text;
-//   stdin  "TREE"           -> opens the tree; stdout "TREE <json>" with the conversations it shows.
+//   stdin  "TREE"           -> opens the tree; stdout "TREE <json>" with the conversations it shows;
+//   stdin  "CREATE <name>"  -> an admin creates a conversation from library scenario <name>; stdout
+//                              "CREATED <id>" once it is open;
+//   stdin  "SEARCH <text>"  -> types in the search box; stdout "LISTED <json>" with the ids shown;
+//   stdin  "STREAMING"      -> stdout "STREAMING <n>": bubbles still marked as streaming.
+// Without VIEWER_CONVERSATION it opens none and says "SIGNEDIN <json>" (whether the app was hidden
+// before signing in, and the controls still disabled).
 // Environment: VIEWER_URL, VIEWER_TOKEN, VIEWER_CONVERSATION, CHROMIUM (default /usr/bin/chromium).
 import readline from "node:readline";
 import { chromium } from "playwright-core";
@@ -52,13 +58,22 @@ try {
   });
   page.on("response", (r) => { if (r.status() >= 400) failures.push(`${r.url()} ${r.status()}`); });
   await page.goto(url, { timeout });
+  // Before signing in, the sign-in card is all there is.
+  const appHidden = await page.evaluate(() => document.getElementById("app").hidden);
   await page.fill("#token", token);
   await page.click("#signin-button");
-  const item = page.locator(`#list .item[data-conversation="${conversation}"]`);
-  await item.waitFor({ timeout });
-  await item.click();
-  await page.waitForFunction(() => window.viewerState.seqs.length > 0, null, { timeout });
-  console.log("OPENED " + JSON.stringify(await page.evaluate(() => window.viewerState.seqs)));
+  if (conversation) {
+    const item = page.locator(`#list .item[data-conversation="${conversation}"]`);
+    await item.waitFor({ timeout });
+    await item.click();
+    await page.waitForFunction(() => window.viewerState.seqs.length > 0, null, { timeout });
+    console.log("OPENED " + JSON.stringify(await page.evaluate(() => window.viewerState.seqs)));
+  } else {
+    await page.locator("#list").waitFor({ timeout });
+    const disabled = await page.evaluate(() =>
+      ["say", "send", "timeline-button", "tree-button", "pause", "resume"].filter((id) => document.getElementById(id).disabled));
+    console.log("SIGNEDIN " + JSON.stringify({ appHidden, disabled }));
+  }
 
   const rl = readline.createInterface({ input: process.stdin });
   for await (const line of rl) {
@@ -155,6 +170,22 @@ try {
       await page.waitForTimeout(300);
       const ids = await page.$$eval("#panel .tree .node", (ns) => ns.map((n) => n.dataset.conversation));
       console.log("TREE " + JSON.stringify(ids));
+    } else if (cmd === "CREATE") {
+      await page.locator(`#scenario option[value="${arg}"]`).waitFor({ state: "attached", timeout })
+        .catch(() => fail(`no scenario ${arg} in the library`));
+      await page.selectOption("#scenario", arg);
+      await page.click("#create-button");
+      await page.waitForFunction(() => window.viewerState.open && window.viewerState.seqs.length > 0, null, { timeout })
+        .catch(() => fail("the created conversation did not open"));
+      console.log("CREATED " + (await page.evaluate(() => window.viewerState.open)));
+    } else if (cmd === "SEARCH") {
+      await page.fill("#search", arg);
+      await page.waitForTimeout(100);
+      const ids = await page.$$eval("#list .item", (items) => items.map((i) => i.dataset.conversation));
+      console.log("LISTED " + JSON.stringify(ids));
+    } else if (cmd === "STREAMING") {
+      await page.waitForTimeout(300);
+      console.log("STREAMING " + (await page.locator("#events .msg.streaming").count()));
     } else if (cmd === "FAILURES") {
       console.log("FAILURES " + JSON.stringify(failures));
     } else if (cmd === "QUIT") {

@@ -8,11 +8,12 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 
 import pytest
 
-from conftest import ROOT, Client, run
+from conftest import ROOT, Client, Server, run
 
 BROWSER_DIR = ROOT / "tests" / "browser"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -42,7 +43,7 @@ def viewer_prereqs():
 class Page:
     """The browser driver process: one command in, one answer line out."""
 
-    def __init__(self, server, conversation, who="admin"):
+    def __init__(self, server, conversation="", who="admin"):
         env = dict(
             os.environ,
             VIEWER_URL=server.http + "/",
@@ -206,3 +207,47 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
         assert page.do("FAILURES", "FAILURES") == []
     finally:
         page.close()
+
+
+STANDUP = """
+name: standup
+description: alice reports; a scripted scribe notes it down.
+participants:
+  - id: alice
+    external: true
+  - id: scribe
+    kind: scripted
+    replies: ["Noted."]
+policy:
+  order: round_robin
+  first: alice
+"""
+
+
+def test_an_admin_creates_from_the_library_and_finds_it_again(tmp_path, viewer_prereqs):
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "standup.yaml").write_text(STANDUP)
+    server = Server(tmp_path / "console.db")
+    server.tokens = {"admin": server.token("admin", admin=True), "alice": server.token("alice")}
+    server.start("127.0.0.1:0", "--scenarios", str(library))
+    page = Page(server)
+    try:
+        signed_in = page.answer("SIGNEDIN")
+        assert signed_in["appHidden"] is True, "the app showed before signing in"
+        assert set(signed_in["disabled"]) >= {"say", "send", "timeline-button", "tree-button", "pause", "resume"}
+        created = page.do("CREATE standup", "CREATED")
+        assert created
+        assert page.do("SEARCH standup-nothing", "LISTED") == []
+        assert page.do(f"SEARCH {created[:6]}", "LISTED") == [created]
+
+        # alice streams progress, then closes the conversation: no bubble stays "streaming".
+        say(server, "alice", "working on it", finality="none", conversation=created)
+        say(server, "alice", "done, closing", finality="conversation", conversation=created)
+        page.do("EXPECT done, closing", "SAW")
+        assert page.do("STREAMING", "STREAMING") == "0"
+        page.do(f"SHOT {ARTIFACTS / 'viewer-created.png'}", "SHOT")
+        assert page.do("FAILURES", "FAILURES") == []
+    finally:
+        page.close()
+        server.stop(signal.SIGKILL)
