@@ -339,6 +339,14 @@ impl TestServer {
         RawWs { ws }
     }
 
+    /// Gives the running server this scenario library (by name).
+    pub fn set_library(&self, named: Vec<(&str, Value)>) {
+        self.running()
+            .orchestrator()
+            .set_scenarios(named.into_iter().map(|(n, v)| (n.to_string(), v)).collect())
+            .expect("a valid library");
+    }
+
     /// Creates a conversation as admin.
     pub async fn create(&self, id: &str, participants: &[&str]) {
         let admin = self.client("admin").await;
