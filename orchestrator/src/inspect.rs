@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agent_sdk::{AgentClient, WsConfig, WsJsonRpcClient};
 use anyhow::Context;
+use clap::{Subcommand, ValueEnum};
 use orchestrator::engine::store::{self, Store};
 use proto_spec::system::SystemEvent;
 use proto_spec::{Event, EventKind, Finality, TailParams};
@@ -219,41 +220,36 @@ impl Source {
         print: &mut dyn FnMut(&Event) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let mut last = since;
-        let mut closed = false;
-        let mut show = |events: Vec<Event>, last: &mut u64, closed: &mut bool| {
-            for e in events {
-                *last = e.seq;
-                *closed |= closes(&e);
-                print(&e)?;
-            }
-            anyhow::Ok(())
-        };
-        if let Source::Server(client) = self {
-            if follow {
-                // From the cursor: the log, then live events, with no gap and no duplicate.
-                let mut feed = client
-                    .subscribe(proto_spec::SubscribeParams {
-                        conversation_id: Some(id.to_string()),
-                        since_seq: Some(since),
-                        cursors: None,
-                    })
-                    .await?;
-                while let Some(n) = feed.next().await {
-                    if n.event.seq <= last {
-                        continue;
-                    }
-                    show(vec![n.event], &mut last, &mut closed)?;
-                    if closed {
-                        return Ok(());
-                    }
+        if let (Source::Server(client), true) = (self, follow) {
+            // From the cursor: the log, then live events, with no gap and no duplicate.
+            let mut feed = client
+                .subscribe(proto_spec::SubscribeParams {
+                    conversation_id: Some(id.to_string()),
+                    since_seq: Some(since),
+                    cursors: None,
+                })
+                .await?;
+            while let Some(n) = feed.next().await {
+                if n.event.seq <= last {
+                    continue;
                 }
-                anyhow::bail!("the server ended the subscription");
+                last = n.event.seq;
+                print(&n.event)?;
+                if closes(&n.event) {
+                    return Ok(());
+                }
             }
+            anyhow::bail!("the server ended the subscription");
         }
         loop {
             let page = self.events(id, last).await?;
             let full = page.len() >= PAGE;
-            show(page, &mut last, &mut closed)?;
+            let mut closed = false;
+            for e in &page {
+                last = e.seq;
+                closed |= closes(e);
+                print(e)?;
+            }
             if full {
                 continue;
             }
@@ -415,5 +411,119 @@ pub fn out(text: &str) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConversationsCommand {
+    /// Every conversation (every one the token may read, on a server): id, status, events,
+    /// participants.
+    List {
+        /// One JSON object per line instead of a table.
+        #[arg(long, env = "ORCHESTRATOR_JSON")]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// One conversation: what it is, then its events as text.
+    Show {
+        /// The conversation.
+        conversation: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// One conversation's events as JSON lines (every event) or as a Markdown document
+    /// (messages and decisions).
+    Export {
+        /// The conversation.
+        conversation: String,
+        /// jsonl or markdown.
+        #[arg(long, env = "ORCHESTRATOR_EXPORT_FORMAT", value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExportFormat {
+    Jsonl,
+    Markdown,
+}
+
+/// `conversations list|show|export`.
+pub async fn conversations(command: ConversationsCommand) -> anyhow::Result<u8> {
+    match command {
+        ConversationsCommand::List { json, target } => {
+            let rows = target.open().await?.list().await?;
+            if json {
+                for r in &rows {
+                    out(&serde_json::to_string(r)?)?;
+                }
+                return Ok(0);
+            }
+            let cells: Vec<[String; 5]> = rows
+                .iter()
+                .map(|r| {
+                    [
+                        r.conversation_id.clone(),
+                        r.status.clone(),
+                        r.latest_seq.to_string(),
+                        r.participants.join(","),
+                        r.last_activity
+                            .clone()
+                            .or_else(|| r.speaker.clone())
+                            .unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            out(&table(
+                [
+                    "CONVERSATION",
+                    "STATUS",
+                    "EVENTS",
+                    "PARTICIPANTS",
+                    "LAST ACTIVITY / SPEAKER",
+                ],
+                &cells,
+            ))?;
+            Ok(0)
+        }
+        ConversationsCommand::Show {
+            conversation,
+            target,
+        } => {
+            let source = target.open().await?;
+            let events = source.all_events(&conversation, 0).await?;
+            let rows = source.list().await?;
+            if let Some(r) = rows.iter().find(|r| r.conversation_id == conversation) {
+                out(&header(r))?;
+            }
+            for e in &events {
+                out(&line(e))?;
+            }
+            Ok(0)
+        }
+        ConversationsCommand::Export {
+            conversation,
+            format,
+            target,
+        } => {
+            let source = target.open().await?;
+            let events = source.all_events(&conversation, 0).await?;
+            match format {
+                ExportFormat::Jsonl => {
+                    for e in &events {
+                        out(&json_line(e))?;
+                    }
+                }
+                ExportFormat::Markdown => {
+                    let rows = source.list().await?;
+                    let row = rows.iter().find(|r| r.conversation_id == conversation);
+                    out(&markdown(&conversation, row, &events))?;
+                }
+            }
+            Ok(0)
+        }
     }
 }

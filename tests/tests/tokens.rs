@@ -136,6 +136,63 @@ async fn refused(ws: &mut tests::RawWs, token: &str, why: &str) {
     assert!(r["error"]["message"].as_str().unwrap().contains(why), "{r}");
 }
 
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Waits for the server to close `ws` with 1008 because its token was revoked.
+async fn closed_for_revocation(ws: &mut Ws) {
+    let closed = tokio::time::timeout(WAIT, async {
+        while let Some(m) = ws.next().await {
+            match m {
+                Ok(Message::Close(frame)) => return frame,
+                Ok(_) => continue,
+                Err(e) => panic!("the connection broke instead of closing: {e}"),
+            }
+        }
+        panic!("the connection ended without a close frame");
+    })
+    .await
+    .expect("closed in time");
+    let frame = closed.expect("a close frame with a code");
+    assert_eq!(u16::from(frame.code), 1008);
+    assert!(frame.reason.contains("revoked"), "{frame:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_reaches_a_connection_on_another_node() {
+    let limits = Limits {
+        token_recheck: Duration::from_millis(100),
+        ..test_limits()
+    };
+    let first = TestServer::on_postgres(limits, Default::default()).await;
+    let second = first.another_node().await;
+    let alice = first.token("alice").to_string();
+    let (mut ws, _) = tokio_tungstenite::connect_async(second.url())
+        .await
+        .unwrap();
+    let call =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "authenticate", "params": {"token": alice}});
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Message::Text(t) = ws.next().await.expect("an answer").unwrap() {
+                return t.to_string();
+            }
+        }
+    })
+    .await
+    .expect("authenticated in time");
+    assert!(answer.contains("\"ok\":true"), "{answer}");
+    // Revoked in the database the nodes share: the connection on the second node closes.
+    let o = std::process::Command::new(binary())
+        .args(["token", "revoke", "--agent", "alice", "--db", &first.db])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    closed_for_revocation(&mut ws).await;
+    refused(&mut second.raw().await, &alice, "revoked").await;
+}
+
 /// A server whose tokens are checked every 100 ms.
 async fn server() -> TestServer {
     TestServer::with_limits(Limits {
@@ -196,21 +253,7 @@ async fn a_revoked_token_closes_its_websocket_and_its_sse_stream_and_is_refused_
     assert!(o.status.success(), "{}", text(&o.stderr));
 
     // The WebSocket is closed with 1008 within the recheck interval.
-    let closed = tokio::time::timeout(WAIT, async {
-        while let Some(m) = ws.next().await {
-            match m {
-                Ok(Message::Close(frame)) => return frame,
-                Ok(_) => continue,
-                Err(e) => panic!("the connection broke instead of closing: {e}"),
-            }
-        }
-        panic!("the connection ended without a close frame");
-    })
-    .await
-    .expect("closed in time");
-    let frame = closed.expect("a close frame with a code");
-    assert_eq!(u16::from(frame.code), 1008);
-    assert!(frame.reason.contains("revoked"), "{frame:?}");
+    closed_for_revocation(&mut ws).await;
     // The SSE stream ends.
     tokio::time::timeout(WAIT, async {
         let mut buf = vec![0u8; 4096];

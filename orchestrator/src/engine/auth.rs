@@ -121,7 +121,6 @@ pub const LAST_USED_EVERY_MS: i64 = 60_000;
 /// token is revoked or expires ([`Tokens::recheck`]).
 #[derive(Debug)]
 pub struct Grant {
-    hash: String,
     revoked: std::sync::atomic::AtomicBool,
     changed: tokio::sync::Notify,
 }
@@ -183,7 +182,6 @@ impl Tokens {
     /// A grant for a connection or stream that authenticated with the token of this hash.
     pub fn hold(&self, hash: &str) -> Arc<Grant> {
         let grant = Arc::new(Grant {
-            hash: hash.to_string(),
             revoked: Default::default(),
             changed: Default::default(),
         });
@@ -238,13 +236,6 @@ impl Tokens {
             });
         }
         Ok(revoked)
-    }
-}
-
-impl Grant {
-    /// The hash of the token it was granted for.
-    pub fn token_hash(&self) -> &str {
-        &self.hash
     }
 }
 

@@ -174,7 +174,9 @@ impl Transcript<'_> {
         match e.kind {
             EventKind::Trace => return self.trace(&p),
             EventKind::System => {
-                let line = match SystemEvent::from_value(&p) {
+                let parsed = SystemEvent::from_value(&p);
+                let named = matches!(parsed, Some(SystemEvent::NextSpeaker(_)));
+                let line = match parsed {
                     Some(SystemEvent::NextSpeaker(n)) => {
                         self.turn = n.turn;
                         self.speaker = n.speaker.clone();
@@ -194,10 +196,7 @@ impl Transcript<'_> {
                     _ => return Ok(None),
                 };
                 self.line("2", &line)?;
-                if matches!(
-                    SystemEvent::from_value(&p),
-                    Some(SystemEvent::NextSpeaker(_))
-                ) {
+                if named {
                     self.external_waited_for()?;
                 }
             }

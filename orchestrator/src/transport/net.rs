@@ -392,6 +392,15 @@ impl ConnWriter {
     }
 }
 
+/// An unmasked close frame with `code` and `reason` (at most 123 bytes of it are sent).
+pub fn close_frame(code: u16, reason: &str) -> Vec<u8> {
+    let reason = &reason.as_bytes()[..reason.len().min(123)];
+    let mut out = vec![0x88, (2 + reason.len()) as u8];
+    out.extend_from_slice(&code.to_be_bytes());
+    out.extend_from_slice(reason);
+    out
+}
+
 /// Appends one unmasked, final text frame whose payload is `prefix` followed by `tail`.
 pub fn text_frame(out: &mut Vec<u8>, prefix: &[u8], tail: &[u8]) {
     let len = prefix.len() + tail.len();

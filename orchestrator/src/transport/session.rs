@@ -12,16 +12,13 @@ use proto_spec::{ErrorCode, RpcError};
 use serde::de::DeserializeOwned;
 
 use crate::engine::auth::{Grant, Identity};
+use crate::engine::error::Result;
+use crate::engine::hub::live::LiveSubscriber;
+use crate::engine::hub::ConvView;
 
 /// What a call on a connection whose token was revoked or expired is told.
 pub const REVOKED: &str =
     "the token this connection authenticated with was revoked or has expired; authenticate again with a valid one";
-
-/// The reason of the close frame sent then (a close frame's reason fits in 123 bytes).
-const CLOSE_REASON: &str = "token revoked or expired";
-use crate::engine::error::Result;
-use crate::engine::hub::live::LiveSubscriber;
-use crate::engine::hub::ConvView;
 
 /// Per-connection state.
 #[derive(Debug, Default)]
@@ -106,19 +103,17 @@ impl Session {
             let Some(session) = session.upgrade() else {
                 return;
             };
-            let current = session
-                .identity
-                .read()
-                .ok()
-                .and_then(|i| i.as_ref().and_then(|(_, g)| g.clone()));
+            let held = session.identity.read().ok().and_then(|i| i.clone());
             // Authenticated again since, with another token: that one holds.
-            if !current.is_some_and(|g| Arc::ptr_eq(&g, &grant)) {
+            let Some((who, Some(current))) = held else {
+                return;
+            };
+            if !Arc::ptr_eq(&current, &grant) {
                 return;
             }
-            tracing::info!(agent = %session.identity.read().ok().and_then(|i| i.as_ref().map(|(w, _)| w.agent_id.clone())).unwrap_or_default(), "closing a connection: its token was revoked or expired");
+            tracing::info!(agent = %who.agent_id, "closing a connection: its token was revoked or expired");
             session.subscriptions.cancel_all();
-            let mut close = vec![0x88u8, (2 + CLOSE_REASON.len()) as u8, 0x03, 0xF0];
-            close.extend_from_slice(CLOSE_REASON.as_bytes());
+            let close = crate::transport::net::close_frame(1008, "token revoked or expired");
             let _ = frames.write_frames(&close).await;
         });
     }

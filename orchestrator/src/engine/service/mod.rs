@@ -187,8 +187,23 @@ impl Orchestrator {
 
     /// Checks a token (known, not expired); the identity it speaks as.
     pub async fn authenticate(&self, token: &str) -> Result<Identity> {
-        let store = self.store.clone();
+        self.authenticate_hash(hash_token(token)).await
+    }
+
+    /// [`Orchestrator::authenticate`] for a connection or stream that stays open: also a grant
+    /// that says when the token is revoked or expires.
+    pub async fn authenticate_held(
+        &self,
+        token: &str,
+    ) -> Result<(Identity, Arc<crate::engine::auth::Grant>)> {
         let hash = hash_token(token);
+        let who = self.authenticate_hash(hash.clone()).await?;
+        Ok((who, self.tokens.hold(&hash)))
+    }
+
+    /// The identity of the token whose hash this is, if it is known and not expired.
+    async fn authenticate_hash(&self, hash: String) -> Result<Identity> {
+        let store = self.store.clone();
         let key = hash.clone();
         let found = tokio::task::spawn_blocking(move || store.find_token(&key)).await??;
         let now = crate::engine::store::now_ms();
@@ -206,16 +221,6 @@ impl Orchestrator {
                 "unknown token (never made here, or revoked)",
             )),
         }
-    }
-
-    /// [`Orchestrator::authenticate`] for a connection or stream that stays open: also a grant
-    /// that says when the token is revoked or expires.
-    pub async fn authenticate_held(
-        &self,
-        token: &str,
-    ) -> Result<(Identity, Arc<crate::engine::auth::Grant>)> {
-        let who = self.authenticate(token).await?;
-        Ok((who, self.tokens.hold(&hash_token(token))))
     }
 
     /// The identity of `GET /me`.
