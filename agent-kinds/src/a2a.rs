@@ -366,6 +366,14 @@ impl Execute for A2a {
         if let Some(t) = task_id {
             message["taskId"] = json!(t);
         }
+        // The mode the turn asks for, and the document it asks for, travel as the message's
+        // metadata; the answer is shaped into the declared plan or deliverable afterwards.
+        if let Some(mode) = context
+            .get("mode")
+            .filter(|m| m.as_str() != Some("converse"))
+        {
+            message["metadata"] = json!({"mode": mode, "output": context.get("output")});
+        }
         let streaming = self.stream && card.streaming;
         let method = if streaming {
             "SendStreamingMessage"
@@ -436,6 +444,11 @@ impl Execute for A2a {
             }
         }
         progress.answer(&card.name)
+    }
+
+    /// A remote agent's document is the text it answered (its `data` holds the task's state).
+    fn document_content(&self, m: &OutMessage) -> Result<Option<Value>, AgentError> {
+        Ok(Some(Value::String(m.text.clone())))
     }
 }
 

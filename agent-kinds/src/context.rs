@@ -152,9 +152,9 @@ impl ContextSpec {
             serde_json::from_value(v.clone()).map_err(|e| format!("context: {e}"))?;
         let mut seen = std::collections::HashSet::new();
         for (i, s) in spec.sources.iter().enumerate() {
-            if s.name.is_empty() || s.name == "tail" {
+            if s.name.is_empty() || ["tail", "mode", "output"].contains(&s.name.as_str()) {
                 return Err(format!(
-                    "context.sources[{i}].name: a name other than \"tail\" is required"
+                    "context.sources[{i}].name: a name other than \"tail\", \"mode\" and \"output\" (the pipeline's own) is required"
                 ));
             }
             if !seen.insert(s.name.as_str()) {

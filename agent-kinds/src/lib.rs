@@ -6,6 +6,7 @@ pub mod context;
 pub mod function;
 pub mod http;
 pub mod llm;
+pub mod modes;
 pub mod orchestrate;
 pub mod pipeline;
 pub mod process;
@@ -18,6 +19,7 @@ pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
 pub use function::Function;
 pub use http::Http;
 pub use llm::Llm;
+pub use modes::Outputs;
 pub use orchestrate::Orchestrate;
 pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
 pub use process::Process;
@@ -57,42 +59,26 @@ pub fn build(spec: &Value, sandbox: &Sandbox) -> Result<Arc<dyn Agent>, String> 
         b.tokenizer
             .get_or_insert(context::Tokenizer::for_model(model));
     }
-    match kind {
-        "scripted" => Scripted::from_spec(spec)
-            .map(|s| Arc::new(s) as Arc<dyn Agent>)
-            .ok_or_else(|| "replies: a non-empty list of texts".to_string()),
-        "process" => {
-            let step = Process::from_spec(spec, sandbox)?;
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+    let outputs = Outputs::from_spec(spec, Some(kind))?;
+    let step: Box<dyn Execute> = match kind {
+        "scripted" => {
+            return Scripted::from_spec(spec)
+                .map(|s| Arc::new(s.with_outputs(outputs)) as Arc<dyn Agent>)
+                .ok_or_else(|| "replies: a non-empty list of texts".to_string())
         }
-        "http" => {
-            let step = Http::from_spec(spec, sandbox)?;
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
-        }
+        "process" => Box::new(Process::from_spec(spec, sandbox)?),
+        "http" => Box::new(Http::from_spec(spec, sandbox)?),
         "tool" => {
-            let step = Tool::from_spec(spec, sandbox)?;
-            let context = match spec.get("context") {
-                Some(_) => context,
-                None => Tool::default_context(),
-            };
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
+            if spec.get("context").is_none() {
+                context = Tool::default_context();
+            }
+            Box::new(Tool::from_spec(spec, sandbox)?)
         }
-        "llm" => {
-            let step = Llm::from_spec(spec, sandbox)?;
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
-        }
-        "a2a" => {
-            let step = A2a::from_spec(spec, sandbox)?;
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
-        }
-        "function" => {
-            let step = Function::from_spec(spec, sandbox)?;
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
-        }
-        "orchestrate" => {
-            let step = Orchestrate::from_spec(spec)?;
-            Ok(Arc::new(Pipeline::new(context, Box::new(step))))
-        }
-        other => Err(format!("kind: {other:?} is not a built-in kind")),
-    }
+        "llm" => Box::new(Llm::from_spec(spec, sandbox)?),
+        "a2a" => Box::new(A2a::from_spec(spec, sandbox)?),
+        "function" => Box::new(Function::from_spec(spec, sandbox)?),
+        "orchestrate" => Box::new(Orchestrate::from_spec(spec)?),
+        other => return Err(format!("kind: {other:?} is not a built-in kind")),
+    };
+    Ok(Arc::new(Pipeline::with_outputs(context, step, outputs)))
 }

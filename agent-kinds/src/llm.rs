@@ -164,10 +164,16 @@ impl Llm {
                 Value::Array(tools)
             ));
         }
+        if let Some(ask) = crate::modes::instructions(context) {
+            system.push_str("\n\n");
+            system.push_str(&ask);
+        }
         let mut out = vec![json!({"role": "system", "content": system.trim()})];
         let mut sources = context.clone();
         if let Some(o) = sources.as_object_mut() {
-            o.remove("tail");
+            for own in ["tail", "mode", "output"] {
+                o.remove(own);
+            }
             if !o.is_empty() {
                 out.push(
                     json!({"role": "system", "content": format!("Context sources:\n{sources}")}),

@@ -15,7 +15,8 @@
 //!
 //! A `call` names a scenario the server knows (or gives one inline as `scenario:`); its `input`
 //! is a template (paths from `$`, as in the `http` kind) over `input` (the message that started the run), `steps` (each finished
-//! step's result by its `as` name: `text`, `data`, `author`, `child`, `status`) and `context`
+//! step's result by its `as` name: `text`, `data`, `author`, `child`, `status`, and `plan` or
+//! `deliverable` when the step's result was one: `{{$.steps.spec.deliverable.content}}`) and `context`
 //! (the participant's assembled context). `parallel` opens its calls at once and waits for all.
 //! `approve` ends the turn with a message to the approver (give the scenario `order:
 //! addressed`, so the turn goes there); the approver's answer (approve/yes/lgtm, or
@@ -286,15 +287,28 @@ impl Orchestrate {
     }
 }
 
+/// A finished step as later steps see it (`$.steps.NAME`): its result's text, data, author,
+/// child and status, and, when the result was a plan or a deliverable, that document under
+/// `plan` or `deliverable` (`type`, `format`, `version`, `content`), so a step can pass what it
+/// built to the next by name.
 fn result_view(f: &Finished) -> Value {
     let r = f.result.as_ref();
-    json!({
+    let mut v = json!({
         "text": f.text(),
         "data": r.and_then(|r| r.data.clone()),
         "author": r.map(|r| r.author.clone()),
         "child": f.child,
         "status": f.status,
-    })
+    });
+    let doc = match r.and_then(|r| r.schema.as_deref()) {
+        Some(proto_spec::PLAN_SCHEMA) => Some("plan"),
+        Some(proto_spec::DELIVERABLE_SCHEMA) => Some("deliverable"),
+        _ => None,
+    };
+    if let Some(key) = doc {
+        v[key] = r.and_then(|r| r.data.clone()).unwrap_or(Value::Null);
+    }
+    v
 }
 
 fn failed(run: &Run, text: String, extra: Value) -> Reply {

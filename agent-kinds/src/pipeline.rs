@@ -1,18 +1,23 @@
 //! The one execution pipeline of every built-in kind but `scripted`: trigger (the turn) →
-//! assemble the declared context → execute → respond. Kinds differ only in [`Execute`].
+//! assemble the declared context → execute → shape the reply for the turn's mode → respond.
+//! Kinds differ only in [`Execute`]; the modes are shared ([`Outputs`]): the context carries
+//! the mode (`mode`) and the document asked for (`output`), and in plan mode the reply becomes
+//! a plan, in build mode a deliverable (when one is declared), checked against its declared
+//! format before anything is posted.
 
 use std::fmt::Debug;
 
 use async_trait::async_trait;
-use proto_spec::{Finality, MessagePayload};
+use proto_spec::{Finality, MessagePayload, Mode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::context::{assemble, ContextSpec};
+pub use super::modes::Outputs;
 use agent_sdk::{Agent, AgentContext, AgentError, TurnOutcome};
 
 /// One message an execution asks to post.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OutMessage {
     /// What is said.
@@ -32,6 +37,9 @@ pub struct OutMessage {
     /// Its finality; by default `turn` for the last message and `none` before it.
     #[serde(default)]
     pub finality: Option<Finality>,
+    /// The mode it asks of the agents it addresses (and of the next speaker).
+    #[serde(default)]
+    pub mode: Option<Mode>,
 }
 
 impl OutMessage {
@@ -44,6 +52,7 @@ impl OutMessage {
             tags: Vec::new(),
             to: Vec::new(),
             finality: None,
+            mode: None,
         }
     }
 }
@@ -60,32 +69,57 @@ pub struct Reply {
 pub trait Execute: Send + Sync + Debug {
     /// The kind's name, for traces and errors.
     fn kind(&self) -> &'static str;
-    /// Runs once for a turn. `context` is what the participant's declaration assembled.
+    /// Runs once for a turn. `context` is what the participant's declaration assembled, with
+    /// the turn's `mode` and, in plan or build mode, the document asked for under `output`.
     async fn execute(&self, ctx: &AgentContext, context: Value) -> Result<Reply, AgentError>;
+    /// What of a reply message is the document's content, for a kind whose reply wraps it
+    /// (a tool's output); `None`: the message's `data`, else its text.
+    fn document_content(&self, _m: &OutMessage) -> Result<Option<Value>, AgentError> {
+        Ok(None)
+    }
 }
 
-/// An agent made of a context declaration and an execute step.
+/// An agent made of a context declaration, an execute step, and what it declares about modes.
 #[derive(Debug)]
 pub struct Pipeline {
     context: ContextSpec,
     exec: Box<dyn Execute>,
+    outputs: Outputs,
 }
 
 impl Pipeline {
-    /// A pipeline with this declaration and step.
+    /// A pipeline with this declaration and step, in every mode, with undeclared documents.
     pub fn new(context: ContextSpec, exec: Box<dyn Execute>) -> Pipeline {
-        Pipeline { context, exec }
+        Pipeline::with_outputs(context, exec, Outputs::default())
+    }
+
+    /// A pipeline with this declaration, step and modes.
+    pub fn with_outputs(
+        context: ContextSpec,
+        exec: Box<dyn Execute>,
+        outputs: Outputs,
+    ) -> Pipeline {
+        Pipeline {
+            context,
+            exec,
+            outputs,
+        }
     }
 }
 
 #[async_trait]
 impl Agent for Pipeline {
     async fn handle_turn(&self, ctx: &AgentContext) -> Result<TurnOutcome, AgentError> {
-        let context = assemble(ctx, &self.context).await?;
+        self.outputs.check_mode(ctx)?;
+        let mut context = assemble(ctx, &self.context).await?;
+        self.outputs.describe(ctx.mode, &mut context);
         let started = std::time::Instant::now();
         let reply = self.exec.execute(ctx, context).await?;
         let took_ms = started.elapsed().as_millis() as u64;
-        tracing::debug!(kind = self.exec.kind(), took_ms, "executed");
+        tracing::debug!(kind = self.exec.kind(), took_ms, mode = %ctx.mode, "executed");
+        let reply = self
+            .outputs
+            .shape(ctx.mode, reply, Some(self.exec.as_ref()))?;
         respond(ctx, reply).await
     }
 }
@@ -113,6 +147,7 @@ pub async fn respond(ctx: &AgentContext, reply: Reply) -> Result<TurnOutcome, Ag
             schema: m.schema,
             tags: m.tags,
             to: m.to,
+            mode: m.mode,
         };
         ctx.post(payload, finality).await?;
         if finality != Finality::None {
@@ -147,9 +182,9 @@ pub fn parse_reply(v: Value) -> Result<Reply, AgentError> {
 pub fn settings<T: serde::de::DeserializeOwned>(spec: &Value, fallback: &str) -> Result<T, String> {
     let mut v = spec.clone();
     if let Some(o) = v.as_object_mut() {
-        o.remove("kind");
-        o.remove("id");
-        o.remove("context");
+        for shared in ["kind", "id", "context", "modes", "plan", "deliverable"] {
+            o.remove(shared);
+        }
     }
     serde_json::from_value(v).map_err(|e| {
         let msg = e.to_string();

@@ -1,18 +1,22 @@
 //! `scripted`: fixed replies, in order, for tests and demos.
 
 use async_trait::async_trait;
-use proto_spec::Finality;
+use proto_spec::{Finality, MessagePayload};
 use serde_json::Value;
 
+use super::modes::Outputs;
+use super::pipeline::{OutMessage, Reply};
 use agent_sdk::{Agent, AgentContext, AgentError, TurnOutcome};
 
 /// Answers its n-th turn with its n-th reply. It counts its own messages in the log on its
 /// first turn (so it picks up where it was after a restart), then keeps count itself: one
-/// value serves one conversation. With its replies used up it yields.
+/// value serves one conversation. With its replies used up it yields. In plan or build mode
+/// the reply is shaped into the declared document like every kind's ([`Outputs::shape`]).
 #[derive(Debug)]
 pub struct Scripted {
     replies: Vec<String>,
     said: std::sync::Mutex<Option<(usize, u64)>>,
+    outputs: Outputs,
 }
 
 impl Scripted {
@@ -21,7 +25,14 @@ impl Scripted {
         Scripted {
             replies,
             said: std::sync::Mutex::new(None),
+            outputs: Outputs::default(),
         }
+    }
+
+    /// The same agent, with these modes and documents.
+    pub fn with_outputs(mut self, outputs: Outputs) -> Self {
+        self.outputs = outputs;
+        self
     }
 
     /// From a scenario's participant: `{"kind": "scripted", "replies": [...]}`.
@@ -53,7 +64,21 @@ impl Agent for Scripted {
         let Some(reply) = self.replies.get(mine) else {
             return Ok(TurnOutcome::Yield);
         };
-        let posted = ctx.say(reply.clone(), Finality::Turn).await;
+        self.outputs.check_mode(ctx)?;
+        let shaped = self.outputs.shape(
+            ctx.mode,
+            Reply {
+                messages: vec![OutMessage::text(reply.clone())],
+            },
+            None,
+        )?;
+        let m = shaped.messages.into_iter().next().unwrap_or_default();
+        let payload = MessagePayload {
+            data: m.data,
+            schema: m.schema,
+            ..MessagePayload::text(m.text)
+        };
+        let posted = ctx.post(payload, Finality::Turn).await;
         if let Ok(mut s) = self.said.lock() {
             // After a failed post the log is the judge again.
             *s = posted.as_ref().ok().map(|r| (mine + 1, r.seq));

@@ -387,6 +387,22 @@ impl Execute for Tool {
         }
         Ok(Reply { messages: vec![m] })
     }
+
+    /// A deliverable is the tool's output; a tool that failed delivers nothing (the turn fails
+    /// and is retried).
+    fn document_content(&self, m: &OutMessage) -> Result<Option<Value>, AgentError> {
+        let Some(data) = m
+            .data
+            .as_ref()
+            .filter(|_| m.schema.as_deref() == Some(TOOL_RESPONSE))
+        else {
+            return Ok(None);
+        };
+        if data["status"] == "ok" {
+            return Ok(Some(data["output"].clone()));
+        }
+        Err(format!("the tool failed: {}", data["error"].as_str().unwrap_or("?")).into())
+    }
 }
 
 #[cfg(test)]

@@ -74,6 +74,9 @@ pub struct AgentContext {
     pub deadline: tokio::time::Instant,
     /// Where to read context from: the log after this seq.
     pub since_seq: u64,
+    /// The mode the turn asks for: `converse` (talk), `plan` (produce or revise a plan) or
+    /// `build` (produce a deliverable).
+    pub mode: Mode,
     /// The client the agent speaks through.
     pub client: Arc<dyn AgentClient>,
     /// A span for the agent's own tracing.
@@ -101,10 +104,17 @@ impl AgentContext {
             attempt,
             deadline,
             since_seq,
+            mode: Mode::Converse,
             client,
             span,
             posts: AtomicU32::new(0),
         }
+    }
+
+    /// The same context, for a turn that asks for `mode`.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// The idempotency key of this attempt's next write. It depends only on the turn, the

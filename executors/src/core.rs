@@ -23,6 +23,8 @@ pub struct Assignment {
     pub deadline: Instant,
     /// Context starts after this seq.
     pub since_seq: u64,
+    /// The mode the turn asks for.
+    pub mode: Mode,
     /// Write `turn_start` and `turn_end` traces (failures are always traced).
     pub traces: bool,
     /// On a cluster: the fence of the claim under which this node runs the turn (its writes
@@ -243,7 +245,8 @@ impl ExecutorCore {
                 attempt,
                 a.deadline,
                 a.since_seq,
-            );
+            )
+            .with_mode(a.mode);
             if !a.traces {
                 if attempt == 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
                     return RunReport::NotMine;

@@ -282,7 +282,12 @@ fn text_of(payload: &Value) -> String {
 /// What a system event says, for people.
 fn system_line(payload: &Value) -> String {
     match SystemEvent::from_value(payload) {
-        Some(SystemEvent::NextSpeaker(n)) => format!("turn {}: {}", n.turn, n.speaker),
+        Some(SystemEvent::NextSpeaker(n)) => match n.mode {
+            Some(m) if m != proto_spec::Mode::Converse => {
+                format!("turn {}: {} ({m} mode)", n.turn, n.speaker)
+            }
+            _ => format!("turn {}: {}", n.turn, n.speaker),
+        },
         Some(SystemEvent::Created(c)) => format!(
             "created by {} with {}",
             c.created_by,
@@ -314,7 +319,10 @@ pub fn line(e: &Event) -> String {
                 Some(Finality::Conversation) => " ■",
                 _ => "",
             };
-            format!("{}: {}{mark}", e.author, text_of(&p))
+            match proto_spec::document::document_of(&p) {
+                Some((mode, d)) => format!("{}: [{}]{mark}", e.author, d.title(mode)),
+                None => format!("{}: {}{mark}", e.author, text_of(&p)),
+            }
         }
         EventKind::System => format!("· {}", system_line(&p)),
         EventKind::Trace => format!(
@@ -384,6 +392,27 @@ pub fn markdown(id: &str, row: Option<&Row>, events: &[Event]) -> String {
                     Some(Finality::Conversation) => " (closes the conversation)",
                     _ => "",
                 };
+                if let Some((mode, d)) = proto_spec::document::document_of(&p) {
+                    // A plan or deliverable as a document of its own: its title, then its
+                    // Markdown quoted (so its headings stay inside it) or its JSON.
+                    let body = match d.format {
+                        proto_spec::DocFormat::Markdown => d
+                            .text()
+                            .lines()
+                            .map(|l| format!("> {l}"))
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                        proto_spec::DocFormat::Json => format!("```json\n{}\n```", d.text()),
+                    };
+                    out.push_str(&format!(
+                        "**{}** · turn {} · {}{note} · **{}**\n\n{body}\n\n",
+                        e.author,
+                        e.turn,
+                        e.ts,
+                        d.title(mode)
+                    ));
+                    continue;
+                }
                 out.push_str(&format!(
                     "**{}** · turn {} · {}{note}\n\n{}\n\n",
                     e.author,

@@ -46,6 +46,8 @@ pub mod codes {
     pub const IDEMPOTENCY_KEY_REUSED: i32 = -32015;
     /// The conversation is paused.
     pub const CONVERSATION_PAUSED: i32 = -32016;
+    /// A message asks an agent for a mode it does not declare.
+    pub const MODE_NOT_SUPPORTED: i32 = -32017;
     /// The claim is unknown, expired or taken.
     pub const CLAIM_NOT_FOUND: i32 = -32020;
     /// A rate, connection or in-flight limit was hit.
@@ -99,6 +101,8 @@ pub enum ErrorCode {
     IdempotencyKeyReused,
     /// -32016: the conversation is paused.
     ConversationPaused,
+    /// -32017: a message asks an agent for a mode it does not declare.
+    ModeNotSupported,
     /// -32020: unknown, expired or taken claim.
     ClaimNotFound,
     /// -32029: a rate, connection or in-flight limit.
@@ -111,7 +115,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in table order.
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -132,6 +136,7 @@ impl ErrorCode {
         ErrorCode::InvalidFinality,
         ErrorCode::IdempotencyKeyReused,
         ErrorCode::ConversationPaused,
+        ErrorCode::ModeNotSupported,
         ErrorCode::ClaimNotFound,
         ErrorCode::RateLimited,
         ErrorCode::PayloadTooLarge,
@@ -162,6 +167,7 @@ impl ErrorCode {
             ErrorCode::InvalidFinality => INVALID_FINALITY,
             ErrorCode::IdempotencyKeyReused => IDEMPOTENCY_KEY_REUSED,
             ErrorCode::ConversationPaused => CONVERSATION_PAUSED,
+            ErrorCode::ModeNotSupported => MODE_NOT_SUPPORTED,
             ErrorCode::ClaimNotFound => CLAIM_NOT_FOUND,
             ErrorCode::RateLimited => RATE_LIMITED,
             ErrorCode::PayloadTooLarge => PAYLOAD_TOO_LARGE,
@@ -197,6 +203,7 @@ impl ErrorCode {
             ErrorCode::InvalidFinality => "InvalidFinality",
             ErrorCode::IdempotencyKeyReused => "IdempotencyKeyReused",
             ErrorCode::ConversationPaused => "ConversationPaused",
+            ErrorCode::ModeNotSupported => "ModeNotSupported",
             ErrorCode::ClaimNotFound => "ClaimNotFound",
             ErrorCode::RateLimited => "RateLimited",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
@@ -228,6 +235,7 @@ impl ErrorCode {
             | ErrorCode::ConversationPaused => 409,
             ErrorCode::RateLimited => 429,
             ErrorCode::SubconversationLimit => 409,
+            ErrorCode::ModeNotSupported => 422,
             ErrorCode::PayloadTooLarge | ErrorCode::FrameTooLarge => 413,
         }
     }

@@ -194,6 +194,11 @@ pub struct MessagePayload {
     /// The agents this message is addressed to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<String>,
+    /// The mode this message asks for: of the agents in `to`, and, when it closes the turn, of
+    /// the next speaker. Absent: the agent's default mode (the first it declares). Asking an
+    /// agent for a mode it does not declare is refused (`ModeNotSupported`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::Mode>,
 }
 
 impl MessagePayload {

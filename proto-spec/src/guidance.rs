@@ -44,6 +44,10 @@ pub struct Guidance {
     /// Why the agent must wait, such as `paused` or `not_your_turn`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The mode the current turn asks of its speaker (`converse`, `plan`, `build`); absent when
+    /// no speaker holds the turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::Mode>,
 }
 
 /// The state of a conversation at one point of its log.

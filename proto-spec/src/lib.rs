@@ -6,6 +6,7 @@
 //! normative text; `openrpc.json` and `schemas/` are generated from these types (see [`spec`]).
 //!
 //! # Layout
+//! - [`document`]: agent modes, and the plans and deliverables they produce.
 //! - [`event`]: events, kinds, finality, message payloads.
 //! - [`guidance`]: guidance, conversation status, snapshots.
 //! - [`method`]: method names ([`method::names`]) and every params and result type.
@@ -35,6 +36,7 @@
 //! assert_eq!(wire.data.unwrap()["error"], "TurnMismatch");
 //! ```
 
+pub mod document;
 pub mod error;
 pub mod event;
 pub mod guidance;
@@ -44,6 +46,7 @@ pub mod scenario;
 pub mod spec;
 pub mod system;
 
+pub use document::{DocFormat, DocumentData, Mode, OutputSpec, DELIVERABLE_SCHEMA, PLAN_SCHEMA};
 pub use error::{codes, ErrorCode, ErrorObject, RpcError};
 pub use event::{Attachment, Event, EventKind, Finality, MessagePayload};
 pub use guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};

@@ -383,6 +383,9 @@ pub struct RequestTurnNotification {
     pub deadline_ms: u64,
     /// Read the log after this seq for context.
     pub since_seq: u64,
+    /// The mode the turn asks for (`converse` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::Mode>,
 }
 
 /// `claimTurn` params.

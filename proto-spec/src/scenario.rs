@@ -51,6 +51,16 @@ pub struct ParticipantObject {
     /// Speaks from outside the server (WebSocket, MCP, A2A).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub external: bool,
+    /// The modes it supports, its default first; absent: the kind's own (every mode, except
+    /// `tool` and `orchestrate`, which build only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modes: Option<Vec<crate::Mode>>,
+    /// What its plans are: format, type, schema or sections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Box<crate::OutputSpec>>,
+    /// What its deliverables are: format, type, schema or sections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliverable: Option<Box<crate::OutputSpec>>,
     /// The kind's own settings (`replies` for `scripted`, …).
     #[serde(flatten)]
     pub config: Map<String, Value>,
@@ -185,6 +195,9 @@ pub struct Selector {
     /// The message's `schema`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
+    /// A plan's or deliverable's type (its `data.type`).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub doc_type: Option<String>,
     /// Tags the message must all carry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
@@ -310,6 +323,11 @@ impl Selector {
                 return false;
             }
         }
+        if let Some(t) = &self.doc_type {
+            if payload.pointer("/data/type").and_then(Value::as_str) != Some(t) {
+                return false;
+            }
+        }
         if !self.tags.is_empty() {
             let tags = payload.get("tags").and_then(Value::as_array);
             let has = |t: &String| tags.is_some_and(|ts| ts.iter().any(|x| x.as_str() == Some(t)));
@@ -365,9 +383,18 @@ mod tests {
             tags: vec!["a".into()],
             author: Some("llm".into()),
             matches: vec![m("$.data.tool", MatchOp::Eq, Some(json!("calc")))],
+            doc_type: None,
         };
         assert!(s.matches("llm", &p));
         assert!(!s.matches("other", &p));
         assert!(!s.matches("llm", &json!({"text": "x"})));
+        let plan = json!({"text": "x", "schema": "plan.v1", "data": {"type": "launch"}});
+        let by_type = |t: &str| Selector {
+            schema: Some("plan.v1".into()),
+            doc_type: Some(t.into()),
+            ..Selector::default()
+        };
+        assert!(by_type("launch").matches("planner", &plan));
+        assert!(!by_type("budget").matches("planner", &plan));
     }
 }

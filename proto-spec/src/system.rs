@@ -152,6 +152,10 @@ pub struct NextSpeaker {
     /// True when the same speaker is asked again after its turn timed out (`onTimeout: retry`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry: bool,
+    /// The mode the turn asks of the speaker: the one the closing message asked for, else the
+    /// speaker's default. Absent: `converse`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::Mode>,
 }
 
 impl NextSpeaker {
@@ -167,6 +171,7 @@ impl NextSpeaker {
             approval: None,
             skipped: None,
             retry: false,
+            mode: None,
         }
     }
 }
@@ -201,6 +206,9 @@ pub struct ApprovalRequested {
     /// In a `sequence`, the waiting speaker's place in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
+    /// The mode the waiting speaker was asked for; its turn asks for it once approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::Mode>,
 }
 
 /// `turn_timeout`: turn `turn` of `speaker` ended without an answer.

@@ -185,6 +185,7 @@ async fn context_sources_assemble_exactly_what_they_declare() {
             "big": [bob_msg, third_msg],
             "findings": [note(3), note(4)],
             "missing": null,
+            "mode": "converse",
         })
     );
     assert!(first < call);

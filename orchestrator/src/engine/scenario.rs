@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use agent_kinds::Sandbox;
 use proto_spec::scenario::{
-    valid_path, MatchOp, MatchSpec, OnTimeout, Order, ParticipantSpec, PolicySpec, ScenarioSpec,
+    valid_path, MatchOp, MatchSpec, OnTimeout, Order, ParticipantObject, ParticipantSpec,
+    PolicySpec, ScenarioSpec,
 };
 use proto_spec::{ErrorCode, RpcError};
 use serde_json::{json, Map, Value};
@@ -187,14 +188,57 @@ fn check_inline_children(
     Ok(())
 }
 
-fn check_participant(
-    i: usize,
-    kind: Option<&str>,
-    external: bool,
-    config: &Map<String, Value>,
-    sandbox: &Sandbox,
-) -> Result<(), RpcError> {
+/// A participant's settings as its kind reads them: its own, and what it declares about modes
+/// (`modes`, `plan`, `deliverable`).
+fn settings_of(f: &ParticipantObject) -> Map<String, Value> {
+    let mut spec = f.config.clone();
+    if let Some(k) = &f.kind {
+        spec.insert("kind".into(), json!(k));
+    }
+    for (key, v) in [
+        ("modes", f.modes.as_ref().map(|m| json!(m))),
+        ("plan", f.plan.as_ref().map(|p| json!(p))),
+        ("deliverable", f.deliverable.as_ref().map(|d| json!(d))),
+    ] {
+        if let Some(v) = v {
+            spec.insert(key.into(), v);
+        }
+    }
+    spec
+}
+
+/// The modes of each participant that does not support every mode, its default first.
+fn modes_of(spec: &ScenarioSpec) -> std::collections::BTreeMap<String, Vec<proto_spec::Mode>> {
+    let mut out = std::collections::BTreeMap::new();
+    for p in &spec.participants {
+        let modes = match p {
+            ParticipantSpec::Id(_) => continue,
+            ParticipantSpec::Full(f) => f
+                .modes
+                .clone()
+                .unwrap_or_else(|| proto_spec::document::default_modes(f.kind.as_deref()).to_vec()),
+        };
+        if modes != proto_spec::Mode::ALL {
+            out.insert(p.id().to_string(), modes);
+        }
+    }
+    out
+}
+
+fn check_participant(i: usize, f: &ParticipantObject, sandbox: &Sandbox) -> Result<(), RpcError> {
+    let (kind, external, config) = (f.kind.as_deref(), f.external, &f.config);
     let at = |f: &str| format!(".participants[{i}]{f}");
+    let named = |msg: String| {
+        let (field, why) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
+        let path = if field.is_empty() {
+            String::new()
+        } else {
+            format!(".{field}")
+        };
+        bad(&at(&path), why.to_string())
+    };
+    // What it declares about modes, whatever its kind (an external participant's too).
+    agent_kinds::Outputs::from_spec(&Value::Object(settings_of(f)), kind).map_err(named)?;
     match (kind, external) {
         (Some(_), true) => {
             return Err(bad(
@@ -234,17 +278,7 @@ fn check_participant(
     }
     if kind != "scripted" {
         // The kind checks its own settings; its message starts with the setting's path.
-        let mut spec = config.clone();
-        spec.insert("kind".into(), json!(kind));
-        if let Err(msg) = agent_kinds::build(&Value::Object(spec), sandbox) {
-            let (field, why) = msg.split_once(": ").unwrap_or(("", msg.as_str()));
-            let path = if field.is_empty() {
-                String::new()
-            } else {
-                format!(".{field}")
-            };
-            return Err(bad(&at(&path), why.to_string()));
-        }
+        agent_kinds::build(&Value::Object(settings_of(f)), sandbox).map_err(named)?;
     }
     if kind == "orchestrate" {
         check_inline_children(i, config, sandbox)?;
@@ -326,6 +360,7 @@ impl Scenario {
             agents: internal_agents(&spec),
             traces: turn.traces.unwrap_or(true),
             authority: None,
+            modes: modes_of(&spec),
         };
         match &spec.policy {
             None if timeout_ms.is_some() => {
@@ -350,7 +385,8 @@ impl Scenario {
             || policy.on_text.is_some()
             || policy.idle_timeout_ms.is_some()
             || policy.max_duration_ms.is_some()
-            || !policy.agents.is_empty();
+            || !policy.agents.is_empty()
+            || !policy.modes.is_empty();
         Ok(Scenario {
             spec,
             participants,
@@ -380,7 +416,7 @@ fn check_participants(spec: &ScenarioSpec, sandbox: &Sandbox) -> Result<Vec<Stri
             ));
         }
         if let ParticipantSpec::Full(f) = p {
-            check_participant(i, f.kind.as_deref(), f.external, &f.config, sandbox)?;
+            check_participant(i, f, sandbox)?;
         }
         participants.push(id);
     }
@@ -392,10 +428,8 @@ fn internal_agents(spec: &ScenarioSpec) -> std::collections::BTreeMap<String, Va
     let mut agents = std::collections::BTreeMap::new();
     for p in &spec.participants {
         if let ParticipantSpec::Full(f) = p {
-            if let Some(kind) = &f.kind {
-                let mut v = Value::Object(f.config.clone());
-                v["kind"] = json!(kind);
-                agents.insert(f.id.clone(), v);
+            if f.kind.is_some() {
+                agents.insert(f.id.clone(), Value::Object(settings_of(f)));
             }
         }
     }

@@ -181,7 +181,12 @@ impl Transcript<'_> {
                         self.turn = n.turn;
                         self.speaker = n.speaker.clone();
                         self.timeout = n.timeout_ms.is_some();
-                        format!("  → turn {}: {}", n.turn, n.speaker)
+                        match n.mode {
+                            Some(m) if m != proto_spec::Mode::Converse => {
+                                format!("  → turn {}: {} ({m} mode)", n.turn, n.speaker)
+                            }
+                            _ => format!("  → turn {}: {}", n.turn, n.speaker),
+                        }
                     }
                     Some(SystemEvent::ApprovalRequested(a)) => format!(
                         "  ⏸ approval of {} requested from {}",
@@ -201,7 +206,14 @@ impl Transcript<'_> {
                 }
             }
             EventKind::Message => {
-                let text = p["text"].as_str().unwrap_or("");
+                // A plan or deliverable shows as a document: its title, then its text indented.
+                let document = proto_spec::document::document_of(&p).map(|(mode, d)| {
+                    let body: Vec<String> = d.text().lines().map(|l| format!("    {l}")).collect();
+                    format!("{}\n{}", d.title(mode), body.join("\n"))
+                });
+                let text = document
+                    .as_deref()
+                    .unwrap_or_else(|| p["text"].as_str().unwrap_or(""));
                 let head = self.paint(
                     self.colour_of(&e.author),
                     &format!("[{}] {}:", e.turn, e.author),

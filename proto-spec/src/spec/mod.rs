@@ -60,6 +60,23 @@ const APPEND_ERRORS: &[ErrorCode] = &[
     E::PayloadTooLarge,
     E::RateLimited,
 ];
+/// A message's errors: an append's, and a mode asked of an agent that does not declare it.
+const MESSAGE_ERRORS: &[ErrorCode] = &[
+    E::Unauthenticated,
+    E::Forbidden,
+    E::ConversationNotFound,
+    E::ConversationClosed,
+    E::TurnClosed,
+    E::NotYourTurn,
+    E::TurnMismatch,
+    E::InvalidFinality,
+    E::IdempotencyKeyReused,
+    E::ConversationPaused,
+    E::ModeNotSupported,
+    E::InvalidParams,
+    E::PayloadTooLarge,
+    E::RateLimited,
+];
 
 /// The errors of pausing and resuming (admins only, not on a closed conversation).
 const PAUSE_ERRORS: &[ErrorCode] = &[
@@ -156,7 +173,7 @@ pub const METHODS: &[MethodSpec] = &[
         name: names::SEND_MESSAGE,
         summary: "Append a message; acknowledged once durable.",
         needs_auth: true,
-        errors: APPEND_ERRORS,
+        errors: MESSAGE_ERRORS,
         params: s::<SendMessageParams>,
         result: s::<AppendResult>,
         notification: None,

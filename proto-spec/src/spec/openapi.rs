@@ -136,6 +136,7 @@ pub const ROUTES: &[RouteSpec] = &[
             E::InvalidFinality,
             E::IdempotencyKeyReused,
             E::ConversationPaused,
+            E::ModeNotSupported,
             E::ParseError,
             E::InvalidParams,
             E::PayloadTooLarge,

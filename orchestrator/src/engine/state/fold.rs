@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use proto_spec::system::SystemEvent;
-use proto_spec::{EventKind, Finality, ORCHESTRATOR_AUTHOR};
+use proto_spec::{EventKind, Finality, Mode, ORCHESTRATOR_AUTHOR};
 
+use super::docs::document_version;
 use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members};
 
 impl ConvMachine {
@@ -35,7 +36,9 @@ impl ConvMachine {
                     c.turn_timeout_ms = next.timeout_ms;
                     if next.reason.is_none() {
                         c.pending_approval = None;
+                        c.pending_mode = None;
                     }
+                    c.mode = next.mode.unwrap_or(Mode::Converse);
                     if let Some(p) = next.position {
                         c.sequence_pos = Some(p as usize);
                     }
@@ -44,6 +47,7 @@ impl ConvMachine {
                 }
                 Some(SystemEvent::ApprovalRequested(ask)) => {
                     c.pending_approval = Some(ask.for_speaker);
+                    c.pending_mode = ask.mode;
                     if let Some(p) = ask.position {
                         c.sequence_pos = Some(p as usize);
                     }
@@ -66,6 +70,13 @@ impl ConvMachine {
                 Some(SystemEvent::IdleTimeout | SystemEvent::MaxDuration) | None => {}
             },
             EventKind::Trace => {}
+        }
+        if d.kind == EventKind::Message {
+            if let Some((key, version)) = document_version(d.payload.get()) {
+                let versions = Arc::make_mut(&mut self.core.doc_versions);
+                let v = versions.entry(key).or_insert(0);
+                *v = (*v).max(version);
+            }
         }
         // A sub-conversation keeps its last participant message: its result when it closes.
         if d.kind == EventKind::Message && d.author != ORCHESTRATOR_AUTHOR && self.parent.is_some()

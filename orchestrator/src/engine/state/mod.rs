@@ -15,7 +15,7 @@ use proto_spec::system::{
     Created, FinishStatus, StopData, SubconversationFinished, SubconversationResult, SystemEvent,
 };
 use proto_spec::{
-    AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, RpcError,
+    AppendResult, ErrorCode, EventKind, Finality, Guidance, GuidanceStatus, Mode, RpcError,
     ORCHESTRATOR_AUTHOR,
 };
 use serde_json::value::RawValue;
@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 
 pub use proto_spec::system::ParentLink;
 
+mod docs;
 mod fold;
 mod names;
 mod policy;
@@ -98,6 +99,14 @@ pub struct TurnState {
     pub last_said: Option<Arc<LastSaid>>,
     /// Turns in a row that ended by a timeout, with no participant's message closing one.
     pub silent_turns: u32,
+    /// The mode the latest turn given to a speaker asks of it (what guidance shows while a
+    /// speaker holds the turn; a turn asked again after a timeout asks it again).
+    pub mode: Mode,
+    /// The mode asked of the speaker waiting for approval, for its turn once approved.
+    pub pending_mode: Option<Mode>,
+    /// The latest version of each plan and deliverable type (`plan.v1/TYPE`,
+    /// `deliverable.v1/TYPE`); shared until one is written.
+    pub doc_versions: Arc<std::collections::BTreeMap<String, u64>>,
 }
 
 /// A participant's message, kept as a sub-conversation's result.
@@ -167,6 +176,7 @@ pub fn guidance_for(participants: &[String], c: &TurnState, agent: &str) -> Guid
         speaker: c.speaker.clone(),
         deadline: None,
         reason: reason.map(str::to_string),
+        mode: c.speaker.as_ref().map(|_| c.mode),
     }
 }
 
@@ -194,6 +204,9 @@ impl ConvMachine {
                 children_open: 0,
                 last_said: None,
                 silent_turns: 0,
+                mode: Mode::Converse,
+                pending_mode: None,
+                doc_versions: Arc::default(),
             },
             idem: HashMap::new(),
             policy: None,
@@ -406,6 +419,12 @@ impl ConvMachine {
                 duplicate: true,
             });
         }
+        let asked = self.asked_mode(&req)?;
+        let mut req = req;
+        self.number_document(&mut req)?;
+        // A mode asked of the next speaker is checked once the policy has named it; the state
+        // goes back to this if it is refused.
+        let before = asked.map(|_| self.core.clone());
         let hash = req.client_request_id.as_ref().map(|_| req.hash);
         let first = Draft {
             seq: self.core.head + 1,
@@ -437,7 +456,14 @@ impl ConvMachine {
             self.observe(&d);
             d
         });
-        let decisions = self.decide(&first);
+        let (decisions, asked_of) = self.decide(&first, asked);
+        if let (Some(mode), Some(speaker), Some(before)) = (asked, asked_of, before) {
+            if let Err(e) = self.check_supports(&speaker, mode) {
+                self.core = before;
+                self.forget_keys_from(first.seq);
+                return Err(e);
+            }
+        }
         out.push(first);
         out.extend(opening);
         for d in decisions {

@@ -7,7 +7,7 @@ use proto_spec::system::{
     ApprovalDecision, ApprovalRequested, NextSpeaker, SpeakerReason, StopData, StopReason,
     SystemEvent, STOP_SCHEMA,
 };
-use proto_spec::{EventKind, Finality, MessagePayload, ORCHESTRATOR_AUTHOR};
+use proto_spec::{EventKind, Finality, MessagePayload, Mode, ORCHESTRATOR_AUTHOR};
 use serde_json::Value;
 
 use super::{to_raw, ConvMachine, Draft};
@@ -65,6 +65,10 @@ pub struct TurnPolicy {
     /// it was recorded (they then act with no authority beyond their own conversation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authority: Option<Authority>,
+    /// The modes of each participant that does not support every mode, its default first
+    /// (absent: every mode, `converse` by default).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub modes: std::collections::BTreeMap<String, Vec<Mode>>,
 }
 
 /// On whose authority the agents a scenario declares act (docs/security.md): they read other
@@ -165,6 +169,19 @@ impl TurnPolicy {
         u32::try_from(self.speakers.len().max(1) * 2).unwrap_or(u32::MAX)
     }
 
+    /// The modes `agent` supports, its default first.
+    pub fn modes_of(&self, agent: &str) -> &[Mode] {
+        self.modes.get(agent).map_or(&Mode::ALL, Vec::as_slice)
+    }
+
+    /// The mode of a turn that asks `agent` for none.
+    pub fn default_mode(&self, agent: &str) -> Mode {
+        self.modes_of(agent)
+            .first()
+            .copied()
+            .unwrap_or(Mode::Converse)
+    }
+
     fn approver_of(&self, speaker: &str) -> Option<&str> {
         self.approvals
             .iter()
@@ -176,18 +193,28 @@ impl TurnPolicy {
 impl ConvMachine {
     /// The policy's decisions after `d` (already observed): the events that start the next
     /// turn (`next_speaker`, with `approval_requested` before it at a checkpoint) or the
-    /// orchestrator's closing message.
-    pub(super) fn decide(&self, d: &Draft) -> Vec<Draft> {
+    /// orchestrator's closing message; and, when `asked` (the mode `d` asks for) is given and
+    /// the next turn goes to a speaker, that speaker (who must support the mode).
+    pub(super) fn decide(&self, d: &Draft, asked: Option<Mode>) -> (Vec<Draft>, Option<String>) {
         let Some(policy) = self.policy.as_ref() else {
-            return Vec::new();
+            return (Vec::new(), None);
         };
         if self.core.closed {
-            return Vec::new();
+            return (Vec::new(), None);
         }
+        // The mode the next speaker is asked for: what the message asked, or, for a speaker
+        // approved at a checkpoint, what was asked before it, or, for the same speaker asked
+        // again after a timeout, the mode it had.
+        let mut asked = asked;
         let decision = match (d.kind, d.finality) {
             (EventKind::Message, Some(Finality::Turn)) if d.author != ORCHESTRATOR_AUTHOR => {
                 let payload: Value = serde_json::from_str(d.payload.get()).unwrap_or(Value::Null);
-                self.after_message(policy, d, &payload)
+                let decision = self.after_message(policy, d, &payload);
+                if matches!(&decision, Decision::Speaker(n) if n.approval == Some(ApprovalDecision::Approved))
+                {
+                    asked = asked.or(self.core.pending_mode);
+                }
+                decision
             }
             (EventKind::System, _) => match SystemEvent::parse(d.payload.get()) {
                 Some(SystemEvent::Created(_)) if policy.order.is_some() => {
@@ -200,16 +227,17 @@ impl ConvMachine {
                 Some(SystemEvent::TurnTimeout(t)) => {
                     // A turn ended by its timeout is a turn: it counts towards maxTurns.
                     if policy.max_turns.is_some_and(|max| d.turn >= max) {
-                        return vec![self.closing_draft(StopReason::MaxTurns)];
+                        return (vec![self.closing_draft(StopReason::MaxTurns)], None);
                     }
                     // Nobody answered for two full rounds: nobody is speaking, so the
                     // conversation ends instead of timing out forever.
                     if self.core.silent_turns >= policy.silent_limit() {
-                        return vec![self.closing_draft(StopReason::NoAnswer)];
+                        return (vec![self.closing_draft(StopReason::NoAnswer)], None);
                     }
                     match policy.on_timeout {
                         OnTimeout::End => Decision::Stop(StopReason::TurnTimeout),
                         OnTimeout::Retry => Decision::Speaker(NextSpeaker {
+                            mode: Some(self.core.mode),
                             retry: true,
                             position: self.core.sequence_pos.map(|p| p as u64),
                             ..NextSpeaker::new(t.speaker, 0)
@@ -221,17 +249,25 @@ impl ConvMachine {
                 }
                 Some(SystemEvent::IdleTimeout) => Decision::Stop(StopReason::IdleTimeout),
                 Some(SystemEvent::MaxDuration) => Decision::Stop(StopReason::MaxDuration),
-                _ => return Vec::new(),
+                _ => return (Vec::new(), None),
             },
-            _ => return Vec::new(),
+            _ => return (Vec::new(), None),
         };
+        let mut asked_of = None;
         // Built from this state without copying it: the drafts follow one another (seq + 1
         // each); none of them changes the turn before the next is built.
         let mut out = Vec::new();
         match decision {
             Decision::Open => {}
             Decision::Stop(reason) => out.push(self.closing_draft(reason)),
-            Decision::Speaker(next) => {
+            Decision::Speaker(mut next) => {
+                if asked.is_some() {
+                    asked_of = Some(next.speaker.clone());
+                }
+                let mode = next
+                    .mode
+                    .or(asked)
+                    .unwrap_or_else(|| policy.default_mode(&next.speaker));
                 let gate = self.core.pending_approval.is_none()
                     && next.approval.is_none()
                     && policy.approver_of(&next.speaker).is_some();
@@ -246,24 +282,28 @@ impl ConvMachine {
                             approver: approver.clone(),
                             // In a sequence, the place of the speaker waiting for approval.
                             position: next.position,
+                            mode: asked,
                         },
                     )));
+                    let approver_mode = policy.default_mode(&approver);
                     let mut ask = self.speaker_draft(
                         policy,
                         NextSpeaker {
                             reason: Some(SpeakerReason::Approval),
                             for_speaker: Some(next.speaker),
+                            mode: (approver_mode != Mode::Converse).then_some(approver_mode),
                             ..NextSpeaker::new(approver, 0)
                         },
                     );
                     ask.seq += 1;
                     out.push(ask);
                 } else {
+                    next.mode = (mode != Mode::Converse).then_some(mode);
                     out.push(self.speaker_draft(policy, next));
                 }
             }
         }
-        out
+        (out, asked_of)
     }
 
     /// What follows a participant's message that closed its turn.

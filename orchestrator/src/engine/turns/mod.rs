@@ -215,6 +215,7 @@ impl Turns {
                 turn: core.turn,
                 deadline: instant_at(deadline_ms),
                 since_seq: 0,
+                mode: core.mode,
                 traces: conv.traces(),
                 claim: None,
                 stop: None,
@@ -438,6 +439,7 @@ impl Turns {
             turn,
             deadline_ms: self.lease(conv).as_millis() as u64,
             since_seq: 0,
+            mode: Some(conv.core().mode),
         };
         (offer, state_rx)
     }

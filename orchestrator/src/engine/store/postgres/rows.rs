@@ -12,10 +12,13 @@ use crate::engine::store::{
     RecoveredEvent,
 };
 
-/// The columns of an event read back for the state machine (the payload of system events
-/// only), in the order [`recovered_from`] reads them.
+/// The columns of an event read back for the state machine (the payload of system events,
+/// and of messages that may be plans or deliverables, whose versions the state counts), in
+/// the order [`recovered_from`] reads them.
 pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
-     CASE WHEN kind = 'system' THEN payload END, client_request_id, request_hash, ts_ms";
+     CASE WHEN kind = 'system' OR strpos(payload, '\"plan.v1\"') > 0 \
+          OR strpos(payload, '\"deliverable.v1\"') > 0 THEN payload END, \
+     client_request_id, request_hash, ts_ms";
 
 /// The same columns with every payload: events caught up on from other nodes are published
 /// to readers here, so they must be whole.

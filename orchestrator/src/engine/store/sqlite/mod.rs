@@ -503,8 +503,12 @@ impl Store for SqliteStore {
                 records.insert(num, (record, Vec::new()));
             }
             let mut evs = conn.prepare(
+                // The payload of system events, and of messages that may be plans or
+                // deliverables (the state counts their versions).
                 "SELECT pos, conv, seq, kind, author, turn, finality,
-                        CASE WHEN kind = 'system' THEN payload END,
+                        CASE WHEN kind = 'system'
+                               OR instr(payload, '\"plan.v1\"') OR instr(payload, '\"deliverable.v1\"')
+                             THEN payload END,
                         client_request_id, request_hash, ts_ms
                  FROM events ORDER BY pos",
             )?;
