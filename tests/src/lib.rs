@@ -227,8 +227,6 @@ impl TestServer {
             ("alice", false),
             ("bob", false),
             ("carol", false),
-            ("user", false),
-            ("ext", false),
         ] {
             let t = orchestrator::engine::auth::create_token(store.as_ref(), agent, admin)
                 .expect("token");

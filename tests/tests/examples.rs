@@ -89,18 +89,12 @@ async fn tool_routing_sends_the_turn_to_the_tool_by_a_selector_rule() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approval_waits_for_the_external_approver() {
-    let server =
-        TestServer::with_options(Default::default(), Default::default(), Default::default()).await;
-    // alice is the external approver: give the test's alice token to the scenario's alice.
-    let admin = start(&server, "approval", example("approval")).await;
-    let alice = server.sdk("alice", None).await;
-    // The writer drafts, then the turn comes to alice for approval.
+/// Waits until `who` holds a turn of `conv` (it may speak), then answers "approve".
+async fn approve(who: &WsJsonRpcClient, conv: &str) {
     let until = tokio::time::Instant::now() + WAIT;
     let s = loop {
-        let s = alice.get_conversation("approval").await.expect("snapshot");
-        if s.speaker.as_deref() == Some("alice") {
+        let s = who.get_conversation(conv).await.expect("snapshot");
+        if s.speaker.as_deref() == Some(who.agent_id()) {
             break s;
         }
         assert!(
@@ -110,16 +104,26 @@ async fn approval_waits_for_the_external_approver() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(s.guidance.status, GuidanceStatus::MaySpeak);
-    alice
-        .send_message(SendMessageParams {
-            conversation_id: "approval".into(),
-            payload: MessagePayload::text("approve"),
-            finality: Finality::Turn,
-            turn_hint: Some(TurnHint { turn: s.turn }),
-            client_request_id: None,
-        })
-        .await
-        .expect("approve");
+    who.send_message(SendMessageParams {
+        conversation_id: conv.into(),
+        payload: MessagePayload::text("approve"),
+        finality: Finality::Turn,
+        turn_hint: Some(TurnHint { turn: s.turn }),
+        client_request_id: None,
+    })
+    .await
+    .expect("approve");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_waits_for_the_external_approver() {
+    let server =
+        TestServer::with_options(Default::default(), Default::default(), Default::default()).await;
+    // alice is the external approver: give the test's alice token to the scenario's alice.
+    let admin = start(&server, "approval", example("approval")).await;
+    let alice = server.sdk("alice", None).await;
+    // The writer drafts, then the turn comes to alice for approval.
+    approve(&alice, "approval").await;
     let log = closed_log(&admin, "approval").await;
     assert_eq!(
         said(&log),
@@ -395,4 +399,163 @@ async fn a_tool_participant_reaches_an_mcp_server_over_streamable_http() {
     assert_eq!(response["data"]["requestId"], "r1");
     assert_eq!(response["to"], serde_json::json!(["bob"]));
     let _ = mcp.kill().await;
+}
+
+/// Each participant's turns with the mode each asked for, and each plan or deliverable as
+/// `author: title`.
+fn modes_and_documents(log: &[Event]) -> (Vec<String>, Vec<String>) {
+    let mut turns = Vec::new();
+    let mut documents = Vec::new();
+    for e in log {
+        if let Some(SystemEvent::NextSpeaker(n)) = SystemEvent::parse(e.payload.get()) {
+            turns.push(format!("{} {}", n.speaker, n.mode.unwrap_or(Mode::Converse)));
+        }
+        if let Some((mode, d)) = proto_spec::document::document_of(&e.payload_value()) {
+            documents.push(format!("{}: {}", e.author, d.title(mode)));
+        }
+    }
+    (turns, documents)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_build_plans_waits_for_approval_builds_from_the_plan_and_reviews() {
+    let server = TestServer::start().await;
+    let admin = start(&server, "launch", example("plan-build")).await;
+    let alice = server.sdk("alice", None).await;
+    approve(&alice, "launch").await;
+    let log = closed_log(&admin, "launch").await;
+    let (turns, documents) = modes_and_documents(&log);
+    assert_eq!(
+        turns,
+        [
+            "planner plan",
+            "alice converse",
+            "api-builder build",
+            "docs-builder build",
+            "reviewer converse"
+        ]
+    );
+    assert_eq!(
+        documents,
+        [
+            "planner: plan launch-plan v1 (markdown, plan mode)",
+            "api-builder: deliverable api-spec v1 (json, build mode)",
+            "docs-builder: deliverable launch-note v1 (markdown, build mode)",
+        ]
+    );
+    // The builders built from the plan: the spec names the plan's endpoints and version, the
+    // note the plan's goal and the spec's endpoints.
+    let doc = |author: &str| {
+        log.iter()
+            .find(|e| e.author == author && e.kind == EventKind::Message)
+            .map(|e| e.payload_value()["data"]["content"].clone())
+            .unwrap()
+    };
+    assert_eq!(
+        doc("api-builder"),
+        serde_json::json!({"endpoints": [{"method": "GET", "path": "/status"}, {"method": "GET", "path": "/health"}], "fromPlan": 1})
+    );
+    assert_eq!(
+        doc("docs-builder"),
+        "# Summary\nLaunch a small launch.\n\n# Endpoints\n- `GET /status`\n- `GET /health`"
+    );
+    let said = said(&log);
+    assert_eq!(
+        said[said.len() - 2..],
+        [
+            "reviewer: Reviewed api-spec v1 by api-builder and launch-note v1 by docs-builder: ready to ship.",
+            "orchestrator: The conversation ended: sequence done."
+        ]
+    );
+}
+
+/// A model that plans and builds as it is prompted: the plan with the declared sections; the
+/// deliverable first without `endpoints` (refused by its schema, so retried), then right.
+async fn planning_model() -> String {
+    use axum::routing::post;
+    let builds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: axum::Json<Value>| {
+            let builds = builds.clone();
+            async move {
+                let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+                let answer = if system.contains("You are asked to plan") {
+                    "# Goal\nShip the status page.\n# Steps\n1. GET /status\n# Risks\nNone."
+                        .to_string()
+                } else if system.contains("You are asked to build") {
+                    let n = builds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if n == 0 {
+                        "{\"paths\": [\"/status\"]}".to_string()
+                    } else {
+                        "```json\n{\"endpoints\": [{\"method\": \"GET\", \"path\": \"/status\"}]}\n```".to_string()
+                    }
+                } else {
+                    "Hello.".to_string()
+                };
+                axum::Json(serde_json::json!({
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_build_with_a_model_is_prompted_per_mode_and_a_bad_deliverable_is_retried() {
+    let server = TestServer::start().await;
+    let mut scenario = example("plan-build-llm");
+    let base = planning_model().await;
+    for p in scenario["participants"].as_array_mut().unwrap() {
+        if p["kind"] == "llm" {
+            p["baseUrl"] = serde_json::json!(base);
+        }
+    }
+    let admin = start(&server, "launch-llm", scenario).await;
+    let alice = server.sdk("alice", None).await;
+    alice
+        .send_message(SendMessageParams::text(
+            "launch-llm",
+            "Plan the status page launch.",
+            Finality::Turn,
+        ))
+        .await
+        .expect("alice opens");
+    approve(&alice, "launch-llm").await;
+    let log = closed_log(&admin, "launch-llm").await;
+    let (turns, documents) = modes_and_documents(&log);
+    assert_eq!(
+        turns,
+        [
+            "alice converse",
+            "planner plan",
+            "alice converse",
+            "builder build",
+            "reviewer converse"
+        ]
+    );
+    assert_eq!(
+        documents,
+        [
+            "planner: plan launch-plan v1 (markdown, plan mode)",
+            "builder: deliverable api-spec v1 (json, build mode)",
+        ]
+    );
+    let errors: Vec<String> = log
+        .iter()
+        .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
+        .map(|e| e.payload_value()["error"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("the deliverable does not match its schema"),
+        "{errors:?}"
+    );
+    assert!(said(&log)
+        .iter()
+        .any(|l| l == "reviewer: The API spec v1 has 1 endpoints. TERMINATE"));
 }

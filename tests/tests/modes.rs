@@ -136,13 +136,13 @@ fn every_kind(base: &str) -> Value {
         .collect();
     let rules: Vec<Value> = ids
         .iter()
-        .map(|id| json!({"when": {"author": id}, "next": "user"}))
+        .map(|id| json!({"when": {"author": id}, "next": "carol"}))
         .collect();
-    let mut participants = vec![json!({"id": "user", "external": true})];
+    let mut participants = vec![json!({"id": "carol", "external": true})];
     participants.extend(kinds);
     json!({
         "participants": participants,
-        "policy": {"order": "addressed", "first": "user", "rules": rules},
+        "policy": {"order": "addressed", "first": "carol", "rules": rules},
         "turn": {"timeout": "30s"}
     })
 }
@@ -165,7 +165,7 @@ async fn ask(user: &WsJsonRpcClient, conv: &str, agent: &str, mode: Mode, extra:
         .await
         .unwrap_or_else(|e| panic!("asking {agent} for {mode}: {e}"));
     let s = wait_for(user, conv, &format!("{agent}'s {mode}"), |s| {
-        s.speaker.as_deref() == Some("user") && s.turn > sent.turn + 1
+        s.speaker.as_deref() == Some("carol") && s.turn > sent.turn + 1
     })
     .await;
     let log = full_log(user, conv).await;
@@ -193,7 +193,7 @@ async fn every_kind_converses_plans_and_builds_its_own_way() {
     let base = doubles().await;
     let admin = server.sdk("admin", None).await;
     create_scenario(&admin, "kinds", every_kind(&base)).await;
-    let user = server.sdk("user", None).await;
+    let user = server.sdk("carol", None).await;
     let mut versions = Vec::new();
     for kind in ["scripted", "function", "process", "http", "llm", "a2a"] {
         let said = ask(&user, "kinds", kind, Mode::Converse, json!({})).await;
@@ -253,16 +253,16 @@ async fn a_mode_an_agent_does_not_declare_is_refused_when_posted() {
         "refuse",
         json!({
             "participants": [
-                {"id": "user", "external": true},
+                {"id": "carol", "external": true},
                 {"id": "talker", "kind": "scripted", "modes": ["converse"], "replies": ["hi"]},
                 {"id": "tool", "kind": "tool", "builtins": ["calculator"]},
-                {"id": "ext", "external": true, "modes": ["plan"]}
+                {"id": "bob", "external": true, "modes": ["plan"]}
             ],
-            "policy": {"order": "addressed", "first": "user"}
+            "policy": {"order": "addressed", "first": "carol"}
         }),
     )
     .await;
-    let user = server.sdk("user", None).await;
+    let user = server.sdk("carol", None).await;
     let send = |to: &str, mode: &str, finality: Finality| SendMessageParams {
         conversation_id: "refuse".into(),
         payload: serde_json::from_value(json!({"text": "please", "to": [to], "mode": mode}))
@@ -273,7 +273,7 @@ async fn a_mode_an_agent_does_not_declare_is_refused_when_posted() {
     };
     // Addressed, or named next speaker: refused before anything is appended.
     let before = full_log(&user, "refuse").await.len();
-    for (to, mode) in [("talker", "build"), ("tool", "converse"), ("ext", "build")] {
+    for (to, mode) in [("talker", "build"), ("tool", "converse"), ("bob", "build")] {
         let r = user.send_message(send(to, mode, Finality::Turn)).await;
         assert_eq!(
             r.unwrap_err().code(),
@@ -300,24 +300,24 @@ async fn a_mode_an_agent_does_not_declare_is_refused_when_posted() {
     let http = tests::http_raw(
         &server.running().local_addr().to_string(),
         "POST /conversations/refuse/messages",
-        &format!("Authorization: Bearer {}\r\n", server.token("user")),
+        &format!("Authorization: Bearer {}\r\n", server.token("carol")),
         r#"{"payload": {"text": "x", "to": ["talker"], "mode": "plan"}, "finality": "turn"}"#,
     )
     .await;
     assert!(http.starts_with("HTTP/1.1 422"), "{http}");
     assert!(http.contains("ModeNotSupported"), "{http}");
     // A supported mode goes through, and the turn it gives asks for it.
-    user.send_message(send("ext", "plan", Finality::Turn))
+    user.send_message(send("bob", "plan", Finality::Turn))
         .await
         .unwrap();
-    let ext = server.sdk("ext", None).await;
+    let ext = server.sdk("bob", None).await;
     let s = ext.get_conversation("refuse").await.unwrap();
-    assert_eq!(s.speaker.as_deref(), Some("ext"));
+    assert_eq!(s.speaker.as_deref(), Some("bob"));
     assert_eq!(s.guidance.mode, Some(Mode::Plan));
     // A message asks nothing of a plain reply: the tool's own default is build.
     assert_eq!(
         orchestrator_modes(&admin, "refuse").await,
-        vec![(String::from("ext"), Mode::Plan)]
+        vec![(String::from("bob"), Mode::Plan)]
     );
 }
 
@@ -327,7 +327,7 @@ async fn orchestrator_modes(c: &WsJsonRpcClient, conv: &str) -> Vec<(String, Mod
         .await
         .iter()
         .filter_map(|e| match SystemEvent::parse(e.payload.get()) {
-            Some(SystemEvent::NextSpeaker(n)) if n.speaker != "user" => {
+            Some(SystemEvent::NextSpeaker(n)) if n.speaker != "carol" => {
                 Some((n.speaker, n.mode.unwrap_or(Mode::Converse)))
             }
             _ => None,

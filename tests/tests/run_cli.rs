@@ -200,16 +200,13 @@ async fn the_time_limit_ends_the_run_with_status_4_and_says_who_it_waited_for() 
     );
 }
 
-#[tokio::test]
-async fn an_external_participant_is_told_how_to_speak_and_its_curl_line_works() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(
-        dir.path(),
-        "s.yaml",
-        "participants:\n  - id: alice\n    kind: scripted\n    replies: [\"hello\"]\n  - carol\npolicy:\n  order: round_robin\n  first: alice\nstop:\n  maxTurns: 2\n",
-    );
-    let mut child = start(&["run", path.to_str().unwrap(), "--timeout", "50s"]);
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+/// Reads the run's transcript up to the `curl` line it prints for an external participant,
+/// runs that line as printed with `answer` in place of the ellipsis, and returns the lines
+/// seen and what the server answered.
+async fn answer_by_curl(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    answer: &str,
+) -> (Vec<String>, String) {
     let mut seen = Vec::new();
     let curl = tokio::time::timeout(BOUND, async {
         while let Some(line) = lines.next_line().await.expect("stdout") {
@@ -222,21 +219,20 @@ async fn an_external_participant_is_told_how_to_speak_and_its_curl_line_works() 
     })
     .await
     .expect("the curl line in time");
-    assert!(
-        seen.iter()
-            .any(|l| l.contains("waiting for carol (not run by this server)")
-                && l.contains("authenticate with oct_")),
-        "{seen:?}"
-    );
-    // The line as printed, with an answer in place of the ellipsis.
-    let curl = curl.replace('…', "hello from carol");
+    let curl = curl.replace('…', answer);
     let posted = std::process::Command::new("sh")
         .args(["-c", &curl])
         .output()
         .expect("curl");
     assert!(posted.status.success(), "{posted:?}");
-    let body = String::from_utf8_lossy(&posted.stdout);
-    assert!(body.contains("\"seq\""), "the post was accepted: {body}");
+    (seen, String::from_utf8_lossy(&posted.stdout).to_string())
+}
+
+/// The rest of a run's transcript, and its exit status.
+async fn rest_of(
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    mut child: Child,
+) -> (String, Option<i32>) {
     let mut rest = String::new();
     tokio::time::timeout(BOUND, async {
         while let Some(line) = lines.next_line().await.expect("stdout") {
@@ -245,11 +241,63 @@ async fn an_external_participant_is_told_how_to_speak_and_its_curl_line_works() 
         }
     })
     .await
-    .expect("the run ends after carol's answer");
+    .expect("the run ends by itself");
     let status = child.wait().await.expect("the run's status");
-    assert_eq!(status.code(), Some(0), "{rest}");
+    (rest, status.code())
+}
+
+#[tokio::test]
+async fn an_external_participant_is_told_how_to_speak_and_its_curl_line_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "s.yaml",
+        "participants:\n  - id: alice\n    kind: scripted\n    replies: [\"hello\"]\n  - carol\npolicy:\n  order: round_robin\n  first: alice\nstop:\n  maxTurns: 2\n",
+    );
+    let mut child = start(&["run", path.to_str().unwrap(), "--timeout", "50s"]);
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (seen, body) = answer_by_curl(&mut lines, "hello from carol").await;
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("waiting for carol (not run by this server)")
+                && l.contains("authenticate with oct_")),
+        "{seen:?}"
+    );
+    assert!(body.contains("\"seq\""), "the post was accepted: {body}");
+    let (rest, code) = rest_of(lines, child).await;
+    assert_eq!(code, Some(0), "{rest}");
     assert!(rest.contains("[2] carol: hello from carol"), "{rest}");
     assert!(rest.contains("— 2 turns in "), "{rest}");
+}
+
+#[tokio::test]
+async fn the_plan_build_example_runs_with_a_person_approving_by_curl() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/scenarios/plan-build.yaml"
+    );
+    let mut child = start(&["run", example, "--timeout", "50s"]);
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (seen, _) = answer_by_curl(&mut lines, "approve").await;
+    let seen = seen.join("\n");
+    // The plan shows as a document, its turn with its mode.
+    assert!(seen.contains("→ turn 1: planner (plan mode)"), "{seen}");
+    assert!(
+        seen.contains("[1] planner: plan launch-plan v1 (markdown, plan mode)\n    # Goal"),
+        "{seen}"
+    );
+    assert!(seen.contains("⏸ approval of api-builder requested from alice"), "{seen}");
+    let (rest, code) = rest_of(lines, child).await;
+    assert_eq!(code, Some(0), "{rest}");
+    for line in [
+        "→ turn 3: api-builder (build mode)",
+        "[3] api-builder: deliverable api-spec v1 (json, build mode)",
+        "[4] docs-builder: deliverable launch-note v1 (markdown, build mode)",
+        "[5] reviewer: Reviewed api-spec v1 by api-builder and launch-note v1 by docs-builder: ready to ship.",
+        "The conversation ended: sequence done.",
+    ] {
+        assert!(rest.contains(line), "{line:?} in:\n{rest}");
+    }
 }
 
 #[tokio::test]
