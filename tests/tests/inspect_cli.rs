@@ -221,3 +221,57 @@ async fn without_a_database_or_a_server_the_commands_say_what_to_give() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--token"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_and_deliverables_show_as_documents_in_export_and_tail() {
+    let server = TestServer::start().await;
+    server.create("docs", &["alice", "bob"]).await;
+    let alice = server.sdk("alice", None).await;
+    for (schema, data) in [
+        (
+            "plan.v1",
+            json!({"type": "launch", "format": "markdown", "content": "# Goal\nShip it."}),
+        ),
+        (
+            "deliverable.v1",
+            json!({"type": "spec", "format": "json", "content": {"endpoints": ["/status"]}}),
+        ),
+    ] {
+        use agent_sdk::AgentClient;
+        alice
+            .send_message(proto_spec::SendMessageParams {
+                conversation_id: "docs".into(),
+                payload: serde_json::from_value(json!({"text": "doc", "schema": schema, "data": data}))
+                    .unwrap(),
+                finality: proto_spec::Finality::None,
+                turn_hint: None,
+                client_request_id: None,
+            })
+            .await
+            .expect("a document");
+    }
+    for target in targets(&server) {
+        let (ok, md, err) = cli(
+            &["conversations", "export", "docs", "--format", "markdown"],
+            &target,
+        );
+        assert!(ok, "{err}");
+        assert!(
+            md.contains("(progress) · **plan launch v1 (markdown, plan mode)**\n\n> # Goal\n> Ship it.\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("**deliverable spec v1 (json, build mode)**\n\n```json\n{\n  \"endpoints\": [\n    \"/status\"\n  ]\n}\n```"),
+            "{md}"
+        );
+        let (_, lines, _) = cli(&["tail", "docs"], &target);
+        assert!(
+            lines.contains("alice: [plan launch v1 (markdown, plan mode)] …"),
+            "{lines}"
+        );
+        let (_, jsonl, _) = cli(&["conversations", "export", "docs"], &target);
+        let last: Value = serde_json::from_str(jsonl.lines().last().unwrap()).unwrap();
+        assert_eq!(last["payload"]["data"]["version"], 1);
+        assert_eq!(last["payload"]["schema"], "deliverable.v1");
+    }
+}
