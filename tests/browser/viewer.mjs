@@ -186,6 +186,24 @@ try {
     } else if (cmd === "STREAMING") {
       await page.waitForTimeout(300);
       console.log("STREAMING " + (await page.locator("#events .msg.streaming").count()));
+    } else if (cmd === "MODE") {
+      await page.selectOption("#mode", arg);
+      console.log("MODE " + arg);
+    } else if (cmd === "DOCS") {
+      await page
+        .waitForFunction((n) => document.querySelectorAll("#events .msg.doc").length >= n, Number(arg), { timeout })
+        .catch(() => fail(`fewer than ${arg} documents shown`));
+      const docs = await page.$$eval("#events .msg.doc", (ds) => ds.map((d) => ({
+        head: d.querySelector(".doc-head").textContent,
+        headings: [...d.querySelectorAll(".doc-body h1, .doc-body h2, .doc-body h3")].map((h) => h.textContent),
+        items: [...d.querySelectorAll(".doc-body li")].map((li) => li.textContent),
+        strong: [...d.querySelectorAll(".doc-body strong")].map((b) => b.textContent),
+        folds: [...d.querySelectorAll(".doc-body details")].map((x) => ({ label: x.querySelector("summary").textContent, open: x.open })),
+        leaves: [...d.querySelectorAll(".doc-body .leaf")].map((l) => l.textContent),
+        rawHtml: d.querySelector(".doc-body").innerHTML.includes("<script"),
+      })));
+      const system = await page.$$eval("#events .system", (ss) => ss.map((x) => x.textContent));
+      console.log("DOCS " + JSON.stringify({ docs, system }));
     } else if (cmd === "FAILURES") {
       console.log("FAILURES " + JSON.stringify(failures));
     } else if (cmd === "QUIT") {

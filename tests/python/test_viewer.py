@@ -209,6 +209,53 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
         page.close()
 
 
+def test_plans_and_deliverables_are_documents(server, viewer_prereqs):
+    """alice asks for a plan from the composer's mode menu; the planner's Markdown plan shows
+    rendered (headings, a list, bold), the builder's JSON deliverable folded, each with its
+    version and the agent and mode that produced it; text is never run as HTML."""
+
+    async def setup():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": "docs", "scenario": {
+            "participants": [
+                "alice",
+                {"id": "planner", "kind": "scripted", "modes": ["plan", "converse"],
+                 "plan": {"type": "launch", "sections": ["Goal", "Steps"]},
+                 "replies": ["# Goal\nShip **it** <script>alert(1)</script>.\n# Steps\n1. Build\n2. Test"]},
+                {"id": "builder", "kind": "scripted", "modes": ["build"],
+                 "deliverable": {"format": "json", "type": "spec"},
+                 "replies": ['{"endpoints": [{"path": "/status"}], "owner": "ops"}']},
+            ],
+            "policy": {"order": "round_robin", "first": "alice"}}})
+        await admin.close()
+
+    run(setup())
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = Page(server, "docs", who="alice")
+    try:
+        page.answer("OPENED")
+        page.do("GUIDANCE your turn", "GUIDANCE")
+        page.do("MODE plan", "MODE")
+        page.do("SEND Plan the launch", "SENT")
+        shown = page.do("DOCS 2", "DOCS")
+        plan, spec = shown["docs"]
+        assert plan["head"].startswith("planlaunchv1plan mode · by planner · markdown"), plan
+        assert plan["headings"] == ["Goal", "Steps"], plan
+        assert plan["items"] == ["Build", "Test"], plan
+        assert plan["strong"] == ["it"], plan
+        assert not plan["rawHtml"], plan
+        assert spec["head"].startswith("deliverablespecv1build mode · by builder · json"), spec
+        assert spec["folds"][0] == {"label": "{2}", "open": True}, spec
+        assert {"label": "endpoints: [1]", "open": False} in spec["folds"], spec
+        assert 'owner: "ops"' in spec["leaves"], spec
+        assert any("next speaker: planner (turn 2) · plan mode" in s for s in shown["system"]), shown
+        assert any("next speaker: builder (turn 3) · build mode" in s for s in shown["system"]), shown
+        page.do(f"SHOT {ARTIFACTS / 'viewer-documents.png'}", "SHOT")
+        assert page.do("FAILURES", "FAILURES") == []
+    finally:
+        page.close()
+
+
 STANDUP = """
 name: standup
 description: alice reports; a scripted scribe notes it down.
