@@ -83,6 +83,8 @@ fn every_wire_type_round_trips_its_fixtures() {
         SystemEvent,
         StopData,
         ExecutorTrace,
+        DocumentData,
+        OutputSpec,
     );
     // Every type that has a generated schema has fixtures, and the other way round.
     let schema_names: Vec<&str> = json_schemas().keys().copied().collect();

@@ -399,6 +399,8 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("SystemEvent", root::<crate::system::SystemEvent>());
     m.insert("StopData", root::<crate::system::StopData>());
     m.insert("ExecutorTrace", root::<crate::system::ExecutorTrace>());
+    m.insert("DocumentData", root::<crate::DocumentData>());
+    m.insert("OutputSpec", root::<crate::OutputSpec>());
     m
 }
 
