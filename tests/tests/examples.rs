@@ -457,7 +457,7 @@ async fn plan_build_plans_waits_for_approval_builds_from_the_plan_and_reviews() 
     );
     assert_eq!(
         doc("docs-builder"),
-        "# Summary\nLaunch a small launch.\n\n# Endpoints\n- `GET /status`\n- `GET /health`"
+        "# Summary\nLaunch the status page.\n\n# Endpoints\n- `GET /status`\n- `GET /health`"
     );
     let said = said(&log);
     assert_eq!(
