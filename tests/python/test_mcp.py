@@ -188,6 +188,11 @@ def test_mcp_tool_errors_say_what_to_do(server):
             "participants": [{"id": "other", "external": True}, {"id": "user", "external": True}],
             "policy": {"order": "round_robin", "first": "other"},
         }})
+        await admin.call("createConversation", {"conversationId": "mcp-modes", "scenario": {
+            "participants": [{"id": "user", "external": True},
+                             {"id": "planner", "external": True, "modes": ["plan", "converse"]}],
+            "policy": {"order": "round_robin", "first": "user"},
+        }})
         await admin.close()
 
     run(create_turns())
@@ -205,6 +210,12 @@ def test_mcp_tool_errors_say_what_to_do(server):
             assert "wait_for_updates" in r.structured_content["whatToDo"]
             w = data(await client.call_tool("wait_for_updates", {"conversationId": "mcp-turns", "timeoutMs": 0}))
             assert w["guidance"]["status"] == "wait" and w["guidance"]["speaker"] == "other"
+            # A mode the next speaker does not support is refused, with what to do.
+            r = await client.call_tool("post_message", {"conversationId": "mcp-modes", "text": "build it", "mode": "build"})
+            assert r.is_error and r.structured_content["error"] == "ModeNotSupported", r
+            assert "its modes" in r.structured_content["whatToDo"]
+            r = await client.call_tool("post_message", {"conversationId": "mcp-modes", "text": "plan it", "mode": "plan"})
+            assert not r.is_error, r
             # Malformed arguments: a missing field, a wrong type, an unknown field.
             for bad in ({"text": "no conversation"}, {"conversationId": "mcp-errors", "text": 5},
                         {"conversationId": "mcp-errors", "text": "x", "author": "mallory"}):

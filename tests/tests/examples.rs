@@ -408,7 +408,11 @@ fn modes_and_documents(log: &[Event]) -> (Vec<String>, Vec<String>) {
     let mut documents = Vec::new();
     for e in log {
         if let Some(SystemEvent::NextSpeaker(n)) = SystemEvent::parse(e.payload.get()) {
-            turns.push(format!("{} {}", n.speaker, n.mode.unwrap_or(Mode::Converse)));
+            turns.push(format!(
+                "{} {}",
+                n.speaker,
+                n.mode.unwrap_or(Mode::Converse)
+            ));
         }
         if let Some((mode, d)) = proto_spec::document::document_of(&e.payload_value()) {
             documents.push(format!("{}: {}", e.author, d.title(mode)));
@@ -548,7 +552,12 @@ async fn plan_build_with_a_model_is_prompted_per_mode_and_a_bad_deliverable_is_r
     let errors: Vec<String> = log
         .iter()
         .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
-        .map(|e| e.payload_value()["error"].as_str().unwrap_or("").to_string())
+        .map(|e| {
+            e.payload_value()["error"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(

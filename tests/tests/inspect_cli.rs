@@ -241,8 +241,10 @@ async fn plans_and_deliverables_show_as_documents_in_export_and_tail() {
         alice
             .send_message(proto_spec::SendMessageParams {
                 conversation_id: "docs".into(),
-                payload: serde_json::from_value(json!({"text": "doc", "schema": schema, "data": data}))
-                    .unwrap(),
+                payload: serde_json::from_value(
+                    json!({"text": "doc", "schema": schema, "data": data}),
+                )
+                .unwrap(),
                 finality: proto_spec::Finality::None,
                 turn_hint: None,
                 client_request_id: None,
@@ -257,7 +259,9 @@ async fn plans_and_deliverables_show_as_documents_in_export_and_tail() {
         );
         assert!(ok, "{err}");
         assert!(
-            md.contains("(progress) · **plan launch v1 (markdown, plan mode)**\n\n> # Goal\n> Ship it.\n"),
+            md.contains(
+                "(progress) · **plan launch v1 (markdown, plan mode)**\n\n> # Goal\n> Ship it.\n"
+            ),
             "{md}"
         );
         assert!(

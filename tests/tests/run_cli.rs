@@ -286,7 +286,10 @@ async fn the_plan_build_example_runs_with_a_person_approving_by_curl() {
         seen.contains("[1] planner: plan launch-plan v1 (markdown, plan mode)\n    # Goal"),
         "{seen}"
     );
-    assert!(seen.contains("⏸ approval of api-builder requested from alice"), "{seen}");
+    assert!(
+        seen.contains("⏸ approval of api-builder requested from alice"),
+        "{seen}"
+    );
     let (rest, code) = rest_of(lines, child).await;
     assert_eq!(code, Some(0), "{rest}");
     for line in [

@@ -54,6 +54,10 @@ pub struct PostArgs {
     /// a restart) appends nothing and returns the original result.
     #[serde(default)]
     pub client_request_id: Option<String>,
+    /// Ask the next speaker for a mode: `converse`, `plan` (a plan) or `build` (a
+    /// deliverable). Refused if it does not support that mode.
+    #[serde(default)]
+    pub mode: Option<Mode>,
 }
 
 /// `get_conversation` arguments.
@@ -112,6 +116,9 @@ fn advice(e: &RpcError) -> &'static str {
             "This clientRequestId was used before with another message. Use a new key for a new message."
         }
         ErrorCode::PayloadTooLarge => "The message is too large. Post a shorter one.",
+        ErrorCode::ModeNotSupported => {
+            "The next speaker does not support that mode. Ask for one of its modes (the message lists them), or for none."
+        }
         ErrorCode::InvalidParams | ErrorCode::InvalidFinality => {
             "The arguments were refused; correct them as the message says."
         }
@@ -216,7 +223,10 @@ impl Bridge {
         };
         let p = SendMessageParams {
             conversation_id: a.conversation_id,
-            payload: MessagePayload::text(a.text),
+            payload: MessagePayload {
+                mode: a.mode,
+                ..MessagePayload::text(a.text)
+            },
             finality: a.finality.unwrap_or(Finality::Turn),
             turn_hint: None,
             client_request_id: a.client_request_id,
