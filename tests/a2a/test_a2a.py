@@ -45,6 +45,7 @@ participants:
     external: true
   - id: expert
     external: true
+    modes: [converse, plan]
 policy:
   order: round_robin
   first: peer
@@ -270,6 +271,27 @@ def test_bad_input_gets_a2a_errors(stack):
     assert third["error"]["code"] == -32600 and "closed" in third["error"]["message"]
     assert rpc(url, "CancelTask", {"id": first["result"]["task"]["id"]})["error"]["code"] == -32002
     assert messages_of(stack, context) == [("peer", "one"), ("expert", "That is all.")]
+
+
+def test_a_peer_asks_for_a_mode_in_the_message_metadata(stack):
+    url = stack.a2a + "/expert/"
+    ask = lambda mid, mode: rpc(url, "SendMessage", {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "go"}],
+                                                                  "metadata": {"mode": mode}}, "configuration": {"returnImmediately": True}})
+    refused = ask("m1", "build")
+    assert refused["error"]["code"] == -32602, refused
+    assert "expert does not support mode build (its modes: converse, plan)" in refused["error"]["message"], refused
+    assert ask("m2", "dance")["error"]["code"] == -32602
+    planned = ask("m3", "plan")
+    context = planned["result"]["task"]["contextId"]
+
+    async def guidance():
+        c = await Client.connect(stack.url, stack.tokens["expert"])
+        snap = await c.call("getConversation", {"conversationId": context})
+        await c.close()
+        return snap["guidance"]
+
+    g = run(guidance())
+    assert g["status"] == "may_speak" and g["mode"] == "plan", g
 
 
 def shape(v):

@@ -37,6 +37,13 @@ pub(crate) async fn start_exchange(
 ) -> Result<TaskView, A2aError> {
     let (message_id, text, data) = read_message(params)?;
     let m = &params["message"];
+    // The mode a peer asks of the scenario's next speaker (as the `a2a` kind sends it).
+    let mode = match m.pointer("/metadata/mode") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(serde_json::from_value::<Mode>(v.clone()).map_err(|_| {
+            A2aError::invalid_params("message.metadata.mode: converse, plan or build")
+        })?),
+    };
     let existing_task = match m["taskId"].as_str() {
         Some(t) => Some(TaskId::parse(t).ok_or_else(|| A2aError::task_not_found(t))?),
         None => None,
@@ -91,6 +98,7 @@ pub(crate) async fn start_exchange(
     }
     let mut payload = MessagePayload::text(text);
     payload.data = data;
+    payload.mode = mode;
     let posted = app
         .client
         .send_message(SendMessageParams {

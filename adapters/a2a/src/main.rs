@@ -168,6 +168,9 @@ impl A2aError {
                     "this messageId was sent before with another content: {}",
                     rpc.message
                 )),
+                ErrorCode::ModeNotSupported => {
+                    A2aError::invalid_params(format!("message.metadata.mode: {}", rpc.message))
+                }
                 ErrorCode::PayloadTooLarge | ErrorCode::InvalidParams => {
                     A2aError::invalid_params(rpc.message.clone())
                 }
