@@ -721,3 +721,74 @@ async fn subconversations_and_forks_work_across_nodes() {
         "{forked:?}"
     );
 }
+
+/// Plans written at once through two nodes are numbered densely across them (the version is
+/// decided where seq is, under the conversation's lock, on a state caught up with the other
+/// node's writes), and a mode a participant does not declare is refused on a node that did not
+/// create the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn document_versions_and_modes_hold_across_nodes() {
+    use agent_sdk::AgentClient;
+    use proto_spec::{ErrorCode, Finality, SendMessageParams};
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    a.create("plans", &["alice", "bob"]).await;
+    const EACH: usize = 15;
+    let mut writers = Vec::new();
+    for (who, node) in [("alice", &a), ("bob", &b)] {
+        let client = node.sdk(who, None).await;
+        writers.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                let payload = json!({"text": "plan", "schema": "plan.v1",
+                    "data": {"type": "launch", "format": "markdown", "content": format!("# {who} {i}")}});
+                client
+                    .send_message(SendMessageParams {
+                        conversation_id: "plans".into(),
+                        payload: serde_json::from_value(payload).unwrap(),
+                        finality: Finality::None,
+                        turn_hint: None,
+                        client_request_id: Some(format!("{who}-{i}")),
+                    })
+                    .await
+                    .expect("a plan");
+            }
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let reader = a.client("alice").await;
+    let versions: Vec<u64> = log(&reader, "plans")
+        .await
+        .iter()
+        .filter(|e| e["kind"] == "message")
+        .map(|e| e["payload"]["data"]["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, (1..=2 * EACH as u64).collect::<Vec<_>>());
+
+    let admin = a.sdk("admin", None).await;
+    tests::create_scenario(
+        &admin,
+        "modes",
+        json!({"participants": ["alice", {"id": "bob", "external": true, "modes": ["plan"]}],
+               "policy": {"order": "round_robin", "first": "alice"}}),
+    )
+    .await;
+    let alice_on_b = b.sdk("alice", None).await;
+    let ask = |mode: &str| SendMessageParams {
+        conversation_id: "modes".into(),
+        payload: serde_json::from_value(json!({"text": "go", "mode": mode})).unwrap(),
+        finality: Finality::Turn,
+        turn_hint: None,
+        client_request_id: None,
+    };
+    let refused = alice_on_b.send_message(ask("build")).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::ModeNotSupported));
+    alice_on_b
+        .send_message(ask("plan"))
+        .await
+        .expect("plan mode");
+    let bob_on_a = a.sdk("bob", None).await;
+    let s = bob_on_a.get_conversation("modes").await.unwrap();
+    assert_eq!(s.guidance.mode, Some(proto_spec::Mode::Plan));
+}
