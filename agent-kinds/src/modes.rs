@@ -264,6 +264,11 @@ impl Outputs {
             .or(reply.messages.len().checked_sub(1))
             .ok_or_else(|| format!("{mode} mode: the agent produced no {what}"))?;
         let m = &mut reply.messages[i];
+        // A tool request hands the turn to a tool on the way to the document: the document
+        // comes in a later turn, once the results are in.
+        if m.schema.as_deref() == Some(crate::llm::TOOL_REQUEST) {
+            return Ok(reply);
+        }
         let content = content_of(m, &spec, exec, schema, what)?;
         check(&spec, d, &content, what)?;
         m.text = match &content {
@@ -460,6 +465,17 @@ mod tests {
             plain.shape(Mode::Build, reply("hi"), Some(&Plain)).unwrap(),
             reply("hi")
         );
+    }
+
+    #[test]
+    fn a_tool_request_on_the_way_is_not_the_document() {
+        let o = Outputs::from_spec(&json!({"deliverable": {"format": "json"}}), None).unwrap();
+        let mut asks = OutMessage::text("calling the calculator");
+        asks.schema = Some(crate::llm::TOOL_REQUEST.into());
+        let r = Reply {
+            messages: vec![asks],
+        };
+        assert_eq!(o.shape(Mode::Build, r.clone(), Some(&Plain)).unwrap(), r);
     }
 
     #[test]
