@@ -416,3 +416,74 @@ fn a_conversation_nobody_speaks_in_ends_after_two_silent_rounds() {
         c.check_refold();
     }
 }
+
+/// The mode of each `next_speaker` in these drafts (converse when absent).
+fn modes_named(ds: &[Draft]) -> Vec<(String, String)> {
+    ds.iter()
+        .filter_map(|d| match SystemEvent::parse(d.payload.get()) {
+            Some(SystemEvent::NextSpeaker(n)) => Some((
+                n.speaker,
+                n.mode.unwrap_or(proto_spec::Mode::Converse).to_string(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_mode_asked_goes_through_an_approval_and_a_retry_and_is_refused_when_not_declared() {
+    let mut c = Conv::new(json!({
+        "participants": ["alice", "judge", {"id": "builder", "external": true, "modes": ["build", "plan"]}],
+        "policy": {"order": "sequence", "sequence": ["alice", "builder", "alice"],
+                   "approvals": [{"before": "builder", "approver": "judge"}]},
+        "turn": {"timeout": "10s", "onTimeout": "retry"}
+    }));
+    // Asking the builder (behind its checkpoint) to converse is refused, and nothing moves.
+    let before = c.state.core.clone();
+    let refused = c.say("alice", json!({"text": "talk", "mode": "converse"}));
+    assert_eq!(refused.unwrap_err(), ErrorCode::ModeNotSupported);
+    assert_eq!(c.state.core, before);
+    // Asked to plan: the checkpoint first (the judge converses), then the builder plans.
+    let d = c
+        .say("alice", json!({"text": "plan it", "mode": "plan"}))
+        .unwrap();
+    assert_eq!(modes_named(&d), [("judge".into(), "converse".into())]);
+    let asked = d
+        .iter()
+        .find_map(|d| match SystemEvent::parse(d.payload.get()) {
+            Some(SystemEvent::ApprovalRequested(a)) => a.mode,
+            _ => None,
+        });
+    assert_eq!(asked, Some(proto_spec::Mode::Plan));
+    let d = c.text("judge", "approve");
+    assert_eq!(modes_named(&d), [("builder".into(), "plan".into())]);
+    assert_eq!(
+        c.state.guidance("builder").mode,
+        Some(proto_spec::Mode::Plan)
+    );
+    // Timed out and asked again (through its checkpoint again): the same mode.
+    let d = time_out(&mut c);
+    assert_eq!(modes_named(&d), [("judge".into(), "converse".into())]);
+    let d = c.text("judge", "approve");
+    assert_eq!(modes_named(&d), [("builder".into(), "plan".into())]);
+    c.check_refold();
+    // Its plan, numbered 1; the next plan of the type is 2, another type starts at 1.
+    let plan = |t: &str| {
+        json!({"text": "p", "schema": "plan.v1",
+        "data": {"type": t, "format": "markdown", "content": "# P"}})
+    };
+    let d = c.say("builder", plan("launch")).unwrap();
+    assert_eq!(payload(&d[0])["data"]["version"], 1);
+    for (t, v) in [("launch", 2), ("budget", 1)] {
+        let d = c
+            .apply(AppendRequest::new(
+                "alice",
+                EventKind::Message,
+                Some(Finality::None),
+                plan(t),
+            ))
+            .unwrap();
+        assert_eq!(payload(&d[0])["data"]["version"], v);
+    }
+    c.check_refold();
+}

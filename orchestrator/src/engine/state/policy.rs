@@ -282,7 +282,9 @@ impl ConvMachine {
                             approver: approver.clone(),
                             // In a sequence, the place of the speaker waiting for approval.
                             position: next.position,
-                            mode: asked,
+                            // What the speaker is asked for once approved (a retried
+                            // speaker's own mode, or what the message asked).
+                            mode: next.mode.or(asked),
                         },
                     )));
                     let approver_mode = policy.default_mode(&approver);
