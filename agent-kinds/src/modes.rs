@@ -78,7 +78,15 @@ fn declared(spec: &Value, key: &str) -> Result<Option<Declared>, String> {
     }
     let check = match &out.schema {
         None => None,
-        Some(s) => Some(jsonschema::validator_for(s).map_err(|e| format!("{key}.schema: {e}"))?),
+        // A schema may come from any scenario (a non-admin's inline sub-conversation too): it
+        // reaches nothing (this build resolves no remote or file `$ref`), and its patterns run
+        // on the linear-time `regex` engine, so no pattern can make a check take long.
+        Some(s) => Some(
+            jsonschema::options()
+                .with_pattern_options(jsonschema::PatternOptions::regex().size_limit(1 << 20))
+                .build(s)
+                .map_err(|e| format!("{key}.schema: {e}"))?,
+        ),
     };
     Ok(Some(Declared { spec: out, check }))
 }
@@ -465,6 +473,21 @@ mod tests {
             plain.shape(Mode::Build, reply("hi"), Some(&Plain)).unwrap(),
             reply("hi")
         );
+    }
+
+    #[test]
+    fn a_pattern_that_backtracks_badly_is_checked_in_linear_time() {
+        let o = Outputs::from_spec(
+            &json!({"deliverable": {"format": "json",
+                "schema": {"type": "string", "pattern": "^(a+)+$"}}}),
+            None,
+        )
+        .unwrap();
+        let hostile = format!("\"{}!\"", "a".repeat(5000));
+        let e = o
+            .shape(Mode::Build, reply(&hostile), Some(&Plain))
+            .unwrap_err();
+        assert!(e.to_string().contains("does not match"), "{e}");
     }
 
     #[test]
