@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 
 use super::{to_raw, AppendRequest, ConvMachine};
 
-/// Whether a stored payload may be a plan or a deliverable (a cheap test before parsing).
-fn maybe_document(raw: &str) -> bool {
+/// Whether a stored payload may be a plan or a deliverable (a cheap test before parsing; the
+/// store marks such messages so that recovery reads them).
+pub fn maybe_document(raw: &str) -> bool {
     raw.contains(PLAN_SCHEMA) || raw.contains(DELIVERABLE_SCHEMA)
 }
 

@@ -25,6 +25,7 @@ pub use proto_spec::system::ParentLink;
 
 mod docs;
 mod fold;
+pub use docs::maybe_document;
 mod names;
 mod policy;
 mod request;

@@ -55,6 +55,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE tokens ADD COLUMN expires_ms INTEGER;
     ALTER TABLE tokens ADD COLUMN last_used_ms INTEGER;
     "#,
+    // 4: messages that may be plans or deliverables are marked, so that recovery reads their
+    // payload (the state numbers documents) without reading every message's.
+    r#"
+    ALTER TABLE events ADD COLUMN doc INTEGER;
+    UPDATE events SET doc = 1 WHERE kind = 'message'
+        AND (instr(payload, '"plan.v1"') OR instr(payload, '"deliverable.v1"'));
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -57,6 +57,15 @@ pub struct NewRow<'a> {
     pub ts_ms: i64,
 }
 
+impl NewRow<'_> {
+    /// Whether the row is marked as a possible plan or deliverable (the `doc` column), so that
+    /// recovery reads its payload: the state numbers documents.
+    pub fn document(&self) -> bool {
+        self.draft.kind == proto_spec::EventKind::Message
+            && crate::engine::state::maybe_document(self.draft.payload.get())
+    }
+}
+
 /// An event read back for recovery: what the state machine needs to observe it.
 #[derive(Debug, Clone)]
 pub struct RecoveredEvent {

@@ -100,6 +100,13 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE tokens ADD COLUMN expires_ms BIGINT, ADD COLUMN last_used_ms BIGINT;
     "#,
+    // 5: messages that may be plans or deliverables are marked, so that recovery reads their
+    // payload (the state numbers documents) without reading every message's.
+    r#"
+    ALTER TABLE events ADD COLUMN doc BOOLEAN;
+    UPDATE events SET doc = true WHERE kind = 'message'
+        AND (strpos(payload, '"plan.v1"') > 0 OR strpos(payload, '"deliverable.v1"') > 0);
+    "#,
 ];
 
 /// The schema version this build writes.

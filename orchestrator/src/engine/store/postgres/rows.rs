@@ -13,12 +13,10 @@ use crate::engine::store::{
 };
 
 /// The columns of an event read back for the state machine (the payload of system events,
-/// and of messages that may be plans or deliverables, whose versions the state counts), in
-/// the order [`recovered_from`] reads them.
+/// and of messages marked as possible plans or deliverables, which the state numbers), in the
+/// order [`recovered_from`] reads them.
 pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
-     CASE WHEN kind = 'system' OR strpos(payload, '\"plan.v1\"') > 0 \
-          OR strpos(payload, '\"deliverable.v1\"') > 0 THEN payload END, \
-     client_request_id, request_hash, ts_ms";
+     CASE WHEN kind = 'system' OR doc THEN payload END, client_request_id, request_hash, ts_ms";
 
 /// The same columns with every payload: events caught up on from other nodes are published
 /// to readers here, so they must be whole.
@@ -124,9 +122,9 @@ impl Statements {
                 .await?,
             insert_events: c
                 .prepare(
-                    "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) \
+                    "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms, doc) \
                      SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], \
-                                          $6::text[], $7::text[], $8::text[], $9::bytea[], $10::bigint[])",
+                                          $6::text[], $7::text[], $8::text[], $9::bytea[], $10::bigint[], $11::boolean[])",
                 )
                 .await?,
             close_convs: c
@@ -180,6 +178,7 @@ struct EventColumns {
     client_request_id: Vec<Option<String>>,
     hash: Vec<Option<Vec<u8>>>,
     ts_ms: Vec<i64>,
+    doc: Vec<Option<bool>>,
 }
 
 impl Batch {
@@ -217,6 +216,7 @@ impl Batch {
             e.client_request_id.push(d.client_request_id.clone());
             e.hash.push(d.hash.map(|h| h.to_vec()));
             e.ts_ms.push(r.ts_ms);
+            e.doc.push(r.document().then_some(true));
             let h = &mut b.heads;
             // Rows come grouped by conversation, in seq order.
             if h.0.last() == Some(&r.conv) {
@@ -253,7 +253,7 @@ impl Batch {
         let ConvColumns(n, i, b, p, m) = &self.convs;
         let conv_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [n, i, b, p, m];
         let e = &self.events;
-        let event_params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        let event_params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
             &e.conv,
             &e.seq,
             &e.kind,
@@ -264,6 +264,7 @@ impl Batch {
             &e.client_request_id,
             &e.hash,
             &e.ts_ms,
+            &e.doc,
         ];
         let closing: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.closing];
         let declared: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.declared];

@@ -338,7 +338,7 @@ impl LogWriter for SqliteWriter {
 /// Rows a batch inserts with one statement (the rest one by one).
 const ROWS_PER_INSERT: usize = 16;
 /// Columns of an event row that are bound (`pos` is numbered by SQLite).
-const EVENT_COLUMNS: usize = 10;
+const EVENT_COLUMNS: usize = 11;
 
 /// `INSERT INTO events` of `rows` rows. A row that breaks a constraint (none should) fails
 /// the whole transaction (`OR ROLLBACK`), as the batch fails as a whole anyway; so SQLite
@@ -352,7 +352,7 @@ fn insert_events_sql(rows: usize) -> String {
             .join(", ")
     );
     format!(
-        "INSERT OR ROLLBACK INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) VALUES {}",
+        "INSERT OR ROLLBACK INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms, doc) VALUES {}",
         vec![one; rows].join(", ")
     )
 }
@@ -370,6 +370,7 @@ fn bind_event(st: &mut rusqlite::Statement<'_>, at: usize, r: &NewRow<'_>) -> Re
     st.raw_bind_parameter(at + 8, &d.client_request_id)?;
     st.raw_bind_parameter(at + 9, d.hash.as_ref().map(|h| &h[..]))?;
     st.raw_bind_parameter(at + 10, r.ts_ms)?;
+    st.raw_bind_parameter(at + 11, r.document().then_some(1))?;
     Ok(())
 }
 
@@ -503,12 +504,10 @@ impl Store for SqliteStore {
                 records.insert(num, (record, Vec::new()));
             }
             let mut evs = conn.prepare(
-                // The payload of system events, and of messages that may be plans or
-                // deliverables (the state counts their versions).
+                // The payload of system events, and of messages marked as possible plans or
+                // deliverables (the state numbers documents).
                 "SELECT pos, conv, seq, kind, author, turn, finality,
-                        CASE WHEN kind = 'system'
-                               OR instr(payload, '\"plan.v1\"') OR instr(payload, '\"deliverable.v1\"')
-                             THEN payload END,
+                        CASE WHEN kind = 'system' OR doc IS NOT NULL THEN payload END,
                         client_request_id, request_hash, ts_ms
                  FROM events ORDER BY pos",
             )?;
