@@ -2,6 +2,9 @@
 //! agents it asks (`ModeNotSupported`), and plans and deliverables numbered as they are
 //! appended (each new one of a type is the next version).
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use proto_spec::{
     DocumentData, ErrorCode, EventKind, Mode, RpcError, DELIVERABLE_SCHEMA, ORCHESTRATOR_AUTHOR,
     PLAN_SCHEMA,
@@ -10,10 +13,17 @@ use serde_json::{json, Value};
 
 use super::{to_raw, AppendRequest, ConvMachine};
 
+// Every message passes these tests on the writer's thread, so they are SIMD substring searches
+// built once; only a payload that passes is parsed.
+static PLAN: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"plan.v1\""));
+static DELIVERABLE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"deliverable.v1\""));
+static MODE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"mode\""));
+
 /// Whether a stored payload may be a plan or a deliverable (a cheap test before parsing; the
 /// store marks such messages so that recovery reads them).
 pub fn maybe_document(raw: &str) -> bool {
-    raw.contains(PLAN_SCHEMA) || raw.contains(DELIVERABLE_SCHEMA)
+    let b = raw.as_bytes();
+    PLAN.find(b).is_some() || DELIVERABLE.find(b).is_some()
 }
 
 /// The key versions count by (`plan.v1/TYPE`), if the payload is a plan or deliverable.
@@ -71,7 +81,7 @@ impl ConvMachine {
     pub(super) fn asked_mode(&self, req: &AppendRequest) -> Result<Option<Mode>, RpcError> {
         if req.kind != EventKind::Message
             || req.author == ORCHESTRATOR_AUTHOR
-            || !req.payload.get().contains("\"mode\"")
+            || MODE.find(req.payload.get().as_bytes()).is_none()
         {
             return Ok(None);
         }
