@@ -145,9 +145,10 @@ def test_mcp_over_stdio_survives_an_adapter_kill(server):
 
 
 class HttpAdapter:
-    def __init__(self, server, listen="127.0.0.1:0"):
+    def __init__(self, server, listen="127.0.0.1:0", http_token=None):
+        extra = ["--http-token", http_token] if http_token else []
         self.proc, self.url = spawn_listening(
-            [MCP_BIN, "--url", server.url, "--http", listen], r"(http://\S+/mcp)", token=server.tokens["user"]
+            [MCP_BIN, "--url", server.url, "--http", listen, *extra], r"(http://\S+/mcp)", token=server.tokens["user"]
         )
         self.listen = self.url.removeprefix("http://").removesuffix("/mcp")
 
@@ -249,3 +250,45 @@ def test_mcp_tool_errors_say_what_to_do(server):
         asyncio.run(asyncio.wait_for(main(), 60))
     finally:
         adapter.kill()
+
+
+def test_mcp_over_http_needs_its_bearer_token_and_beyond_loopback_one_is_required(server):
+    """With --http-token, a call without the token (or with another) is 401 and nothing reaches
+    the orchestrator; with it, the tools work. Listening beyond loopback without a token is
+    refused at start, with the reason."""
+    import httpx
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server.tokens["user"] = server.token("user")
+    create(server, "mcp-auth")
+    adapter = HttpAdapter(server, http_token="s3cret-token")
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        for auth in (None, "Bearer wrong", "Basic czNjcmV0LXRva2Vu", "Bearer s3cret-token-and-more"):
+            h = dict(headers, **({"Authorization": auth} if auth else {}))
+            r = httpx.post(adapter.url, json=init, headers=h, timeout=10)
+            assert r.status_code == 401, (auth, r.status_code, r.text)
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert "--http-token" in r.json()["error"]
+
+        async def main():
+            # The scheme is case-insensitive.
+            client = httpx2.AsyncClient(headers={"Authorization": "bearer s3cret-token"}, timeout=30)
+            async with Client(streamable_http_client(adapter.url, http_client=client)) as mcp:
+                r = await mcp.call_tool("post_message", {"conversationId": "mcp-auth", "text": "with the token", "finality": "none"})
+                assert not r.is_error, r
+
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        adapter.kill()
+
+    # Beyond loopback, no token: refused at start, saying what to give.
+    env = dict(os.environ, ORCHESTRATOR_TOKEN=server.tokens["user"])
+    env.pop("ORCHESTRATOR_MCP_HTTP_TOKEN", None)
+    out = subprocess.run([MCP_BIN, "--url", server.url, "--http", "0.0.0.0:0"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0, out
+    assert "listens beyond loopback" in out.stderr and "--http-token" in out.stderr, out.stderr

@@ -9,11 +9,17 @@
 //! ```sh
 //! ORCHESTRATOR_TOKEN=oct_… orchestrator-mcp                       # stdio
 //! ORCHESTRATOR_TOKEN=oct_… orchestrator-mcp --http 127.0.0.1:7310  # http://127.0.0.1:7310/mcp
+//! ORCHESTRATOR_TOKEN=oct_… ORCHESTRATOR_MCP_HTTP_TOKEN=s3cret orchestrator-mcp --http 0.0.0.0:7310
 //! ```
+//!
+//! Over HTTP every caller speaks as the adapter's agent, so the endpoint is authenticated with a
+//! bearer token of its own (`--http-token`): a request without it is answered 401. Listening
+//! beyond loopback without one is refused at start.
 
 mod bridge;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use agent_sdk::WsConfig;
 use anyhow::Context;
@@ -44,6 +50,10 @@ struct Cli {
     /// Serve MCP over streamable HTTP on this address (at `/mcp`) instead of stdio.
     #[arg(long, env = "ORCHESTRATOR_MCP_HTTP")]
     http: Option<SocketAddr>,
+    /// The bearer token HTTP callers must send (`Authorization: Bearer …`). Required to listen
+    /// beyond loopback; without it, only processes on this machine can reach the endpoint.
+    #[arg(long, env = "ORCHESTRATOR_MCP_HTTP_TOKEN", hide_env_values = true)]
+    http_token: Option<String>,
 }
 
 #[tokio::main]
@@ -60,12 +70,70 @@ async fn main() -> anyhow::Result<()> {
                 .context("starting MCP over stdio")?;
             running.waiting().await.context("serving MCP over stdio")?;
         }
-        Some(addr) => serve_http(bridge, addr).await?,
+        Some(addr) => {
+            let token = http_token(addr, cli.http_token)?;
+            serve_http(bridge, addr, token).await?
+        }
     }
     Ok(())
 }
 
-async fn serve_http(bridge: Bridge, addr: SocketAddr) -> anyhow::Result<()> {
+/// The HTTP endpoint's token: required beyond loopback (every caller would speak as the
+/// adapter's agent), and not empty when given.
+fn http_token(addr: SocketAddr, token: Option<String>) -> anyhow::Result<Option<Arc<[u8; 32]>>> {
+    match token {
+        Some(t) if t.trim().is_empty() => {
+            anyhow::bail!("--http-token (ORCHESTRATOR_MCP_HTTP_TOKEN) is empty")
+        }
+        Some(t) => Ok(Some(Arc::new(digest(t.as_bytes())))),
+        None if addr.ip().is_loopback() => Ok(None),
+        None => anyhow::bail!(
+            "--http {addr} listens beyond loopback, where anyone who reaches it would speak as this adapter's agent; \
+             give --http-token (or ORCHESTRATOR_MCP_HTTP_TOKEN) so that callers must send `Authorization: Bearer …`, \
+             or listen on 127.0.0.1"
+        ),
+    }
+}
+
+fn digest(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&sha2::Sha256::digest(b));
+    out
+}
+
+/// Answers 401 unless the request carries the endpoint's bearer token (compared as digests, so
+/// the time taken says nothing about the token).
+async fn authorize(
+    axum::extract::State(token): axum::extract::State<Arc<[u8; 32]>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        // The scheme is case-insensitive (RFC 9110 §11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| digest(t.trim().as_bytes()));
+    if given.as_ref() == Some(&*token) {
+        return next.run(req).await;
+    }
+    (
+        axum::http::StatusCode::UNAUTHORIZED,
+        [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+        axum::Json(serde_json::json!({"error": "this MCP endpoint needs `Authorization: Bearer <token>` (the adapter's --http-token)"})),
+    )
+        .into_response()
+}
+
+async fn serve_http(
+    bridge: Bridge,
+    addr: SocketAddr,
+    token: Option<Arc<[u8; 32]>>,
+) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default();
     config.cancellation_token = stop.child_token();
@@ -74,7 +142,14 @@ async fn serve_http(bridge: Bridge, addr: SocketAddr) -> anyhow::Result<()> {
         LocalSessionManager::default().into(),
         config,
     );
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let mut app = axum::Router::new().nest_service("/mcp", service);
+    match token {
+        Some(t) => app = app.layer(axum::middleware::from_fn_with_state(t, authorize)),
+        None => tracing::warn!(
+            %addr,
+            "the HTTP endpoint takes no token: any process on this machine may call it (give --http-token to require one)"
+        ),
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("listening on {addr}"))?;
