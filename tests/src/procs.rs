@@ -207,118 +207,186 @@ pub async fn read_log(admin: &WsJsonRpcClient, id: &str) -> Vec<Event> {
     crate::full_log(admin, id).await
 }
 
-/// Checks a log against what was acknowledged and the log's invariants: seq dense with no
-/// duplicate, every acknowledged event at its seq, no idempotency key twice, every message that
-/// closed a turn followed (in its commit) by the turn's one decision, at most one reply per
-/// turn. Whether the conversation is closed.
-pub fn check_log(
-    id: &str,
-    log: &[Event],
-    acked: &BTreeMap<(String, u64), String>,
-    round: usize,
-) -> bool {
-    for (i, e) in log.iter().enumerate() {
-        assert_eq!(
-            e.seq,
-            i as u64 + 1,
-            "round {round}, {id}: seq dense, no duplicate"
-        );
-    }
-    let by_seq: HashMap<u64, &Event> = log.iter().map(|e| (e.seq, e)).collect();
-    for ((_, seq), text) in acked.iter().filter(|((c, _), _)| c == id) {
-        let e = by_seq
-            .get(seq)
-            .unwrap_or_else(|| panic!("round {round}: acknowledged {id}#{seq} lost"));
-        assert_eq!(
-            e.payload_value()["text"],
-            *text,
-            "round {round}: {id}#{seq}"
-        );
-    }
-    let mut keys = HashSet::new();
-    let mut decisions: HashMap<u64, usize> = HashMap::new();
-    let mut replies: HashMap<u64, usize> = HashMap::new();
-    for (i, e) in log.iter().enumerate() {
-        if let Some(k) = &e.client_request_id {
-            assert!(
-                keys.insert((e.author.clone(), k.clone())),
-                "round {round}, {id}: key {k} twice"
-            );
+/// The logs of some conversations as far as they were checked. Each check reads only what was
+/// appended since the one before (a soak's logs grow long) and checks it, with what came
+/// before, against the log's invariants and what was acknowledged: seq dense with no duplicate,
+/// every acknowledged event at its seq, no idempotency key twice, every message that closed a
+/// turn followed (in its commit) by the turn's one decision, at most one reply per turn.
+#[derive(Debug, Default)]
+pub struct Logs {
+    checked: HashMap<String, Checked>,
+}
+
+/// One conversation's log as far as it was checked, and what the checks counted in it.
+#[derive(Debug, Default)]
+struct Checked {
+    log: Vec<Event>,
+    keys: HashSet<(String, String)>,
+    decisions: HashMap<u64, usize>,
+    replies: HashMap<u64, usize>,
+}
+
+impl Logs {
+    /// Reads what `id`'s log has past what was checked and checks it; whether the conversation
+    /// is closed. `acked` must have been taken before the call (what was acknowledged before the
+    /// log is read must be in it).
+    pub async fn check(
+        &mut self,
+        admin: &WsJsonRpcClient,
+        id: &str,
+        acked: &BTreeMap<(String, u64), String>,
+        round: usize,
+    ) -> bool {
+        let c = self.checked.entry(id.to_owned()).or_default();
+        let from = c.log.len();
+        let mine = acked.range((id.to_owned(), 0)..=(id.to_owned(), u64::MAX));
+        // A node shows another node's commit once its notification came (about a millisecond):
+        // what was acknowledged through another node just now may need another read or two.
+        let acked_head = mine.clone().map(|((_, seq), _)| *seq).max().unwrap_or(0);
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let page = admin
+                .tail(TailParams {
+                    conversation_id: id.into(),
+                    since_seq: c.log.len() as u64,
+                    limit: None,
+                })
+                .await
+                .expect("tail");
+            let done = page.events.last().is_none_or(|e| e.seq == page.latest_seq);
+            c.log.extend(page.events);
+            if !done {
+                continue;
+            }
+            if c.log.len() as u64 >= acked_head || tokio::time::Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let p = e.payload_value();
-        if e.kind == EventKind::System && p["type"] == "next_speaker" {
-            *decisions.entry(e.turn).or_default() += 1;
-        }
-        if e.kind == EventKind::Message && e.finality == Some(Finality::Turn) {
-            *replies.entry(e.turn).or_default() += 1;
-            let next = log.get(i + 1).unwrap_or_else(|| {
+        c.check_new(id, from, round);
+        let log = &c.log;
+        for ((_, seq), text) in mine {
+            let e = log.get(*seq as usize - 1).unwrap_or_else(|| {
                 panic!(
-                    "round {round}, {id}: turn {} closed without a decision",
-                    e.turn
+                    "round {round}: acknowledged {id}#{seq} lost (the log ends at {} 5 s later)",
+                    log.len()
                 )
             });
-            let decided = (next.kind == EventKind::System
-                && next.payload_value()["type"] == "next_speaker"
-                && next.turn == e.turn + 1)
-                || (next.author == ORCHESTRATOR_AUTHOR
-                    && next.finality == Some(Finality::Conversation));
-            assert!(
-                decided,
-                "round {round}, {id}: turn {} closed without its decision: {next:?}",
-                e.turn
+            assert_eq!(
+                e.payload_value()["text"],
+                *text,
+                "round {round}: {id}#{seq}"
             );
         }
+        log.last()
+            .is_some_and(|e| e.finality == Some(Finality::Conversation))
     }
-    assert!(
-        decisions.values().all(|n| *n == 1),
-        "round {round}, {id}: one decision per turn: {decisions:?}"
-    );
-    assert!(
-        replies.values().all(|n| *n == 1),
-        "round {round}, {id}: at most one reply per turn: {replies:?}"
-    );
-    log.last()
-        .is_some_and(|e| e.finality == Some(Finality::Conversation))
-}
 
-/// Checks the logs of `ids` (the conversations of [`duet_library`]'s scenario); how many have
-/// reached their stop condition (`onText`).
-pub async fn check_all(
-    admin: &WsJsonRpcClient,
-    ids: &[String],
-    acked: &Acked,
-    round: usize,
-) -> usize {
-    // What was acknowledged before the logs are read must be in them.
-    let acked = acked.lock().expect("acked").clone();
-    let mut closed = 0;
-    for id in ids {
-        let log = read_log(admin, id).await;
-        if check_log(id, &log, &acked, round) {
-            let last = log.last().expect("a closed log has events");
-            assert_eq!(last.payload_value()["data"]["reason"], "on_text", "{id}");
-            closed += 1;
+    /// Checks the logs of `ids` (the conversations of [`duet_library`]'s scenario); how many
+    /// have reached their stop condition (`onText`).
+    pub async fn check_all(
+        &mut self,
+        admin: &WsJsonRpcClient,
+        ids: &[String],
+        acked: &Acked,
+        round: usize,
+    ) -> usize {
+        let acked = acked.lock().expect("acked").clone();
+        let mut closed = 0;
+        for id in ids {
+            if self.check(admin, id, &acked, round).await {
+                let last = self.checked[id]
+                    .log
+                    .last()
+                    .expect("a closed log has events");
+                assert_eq!(last.payload_value()["data"]["reason"], "on_text", "{id}");
+                closed += 1;
+            }
+        }
+        closed
+    }
+
+    /// Tells `ext` to finish, and waits (at most 180 s) until every conversation of `ids` has
+    /// reached its stop condition, checking their logs all along.
+    pub async fn finish_all(
+        &mut self,
+        admin: &WsJsonRpcClient,
+        ids: &[String],
+        ext: &Ext,
+        round: usize,
+    ) {
+        ext.finish.store(true, std::sync::atomic::Ordering::Relaxed);
+        let done_by = tokio::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let closed = self.check_all(admin, ids, &ext.acked, round).await;
+            if closed == ids.len() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < done_by,
+                "{closed} of {} conversations reached their stop condition",
+                ids.len()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    closed
+
+    /// How many events the checked logs hold.
+    pub fn events(&self) -> usize {
+        self.checked.values().map(|c| c.log.len()).sum()
+    }
 }
 
-/// Tells `ext` to finish, and waits (at most 180 s) until every conversation of `ids` has
-/// reached its stop condition, checking their logs all along.
-pub async fn finish_all(admin: &WsJsonRpcClient, ids: &[String], ext: &Ext, round: usize) {
-    ext.finish.store(true, std::sync::atomic::Ordering::Relaxed);
-    let done_by = tokio::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let closed = check_all(admin, ids, &ext.acked, round).await;
-        if closed == ids.len() {
-            return;
+impl Checked {
+    /// Checks the events from index `from` on, with what was counted before them.
+    fn check_new(&mut self, id: &str, from: usize, round: usize) {
+        let log = &self.log;
+        for (i, e) in log.iter().enumerate().skip(from) {
+            assert_eq!(
+                e.seq,
+                i as u64 + 1,
+                "round {round}, {id}: seq dense, no duplicate"
+            );
+            if let Some(k) = &e.client_request_id {
+                assert!(
+                    self.keys.insert((e.author.clone(), k.clone())),
+                    "round {round}, {id}: key {k} twice"
+                );
+            }
+            let p = e.payload_value();
+            if e.kind == EventKind::System && p["type"] == "next_speaker" {
+                *self.decisions.entry(e.turn).or_default() += 1;
+            }
+            if e.kind == EventKind::Message && e.finality == Some(Finality::Turn) {
+                *self.replies.entry(e.turn).or_default() += 1;
+                let next = log.get(i + 1).unwrap_or_else(|| {
+                    panic!(
+                        "round {round}, {id}: turn {} closed without a decision",
+                        e.turn
+                    )
+                });
+                let decided = (next.kind == EventKind::System
+                    && next.payload_value()["type"] == "next_speaker"
+                    && next.turn == e.turn + 1)
+                    || (next.author == ORCHESTRATOR_AUTHOR
+                        && next.finality == Some(Finality::Conversation));
+                assert!(
+                    decided,
+                    "round {round}, {id}: turn {} closed without its decision: {next:?}",
+                    e.turn
+                );
+            }
         }
         assert!(
-            tokio::time::Instant::now() < done_by,
-            "{closed} of {} conversations reached their stop condition",
-            ids.len()
+            self.decisions.values().all(|n| *n == 1),
+            "round {round}, {id}: one decision per turn: {:?}",
+            self.decisions
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            self.replies.values().all(|n| *n == 1),
+            "round {round}, {id}: at most one reply per turn: {:?}",
+            self.replies
+        );
     }
 }
 

@@ -17,8 +17,7 @@ use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, WsJsonRpcClient};
 use rand::Rng;
 use tests::procs::{
-    check_log, connect, create_named, duet_library, finish_all, push_executor, read_log, token,
-    Acked, Ext, Node,
+    connect, create_named, duet_library, push_executor, token, Acked, Ext, Logs, Node,
 };
 
 const NODES: usize = 3;
@@ -124,6 +123,8 @@ async fn sigkill_of_random_nodes_loses_nothing_acknowledged() {
         .chain((0..WRITERS).map(|w| format!("log-{w}")))
         .collect();
     let mut progress = Vec::new();
+    let mut logs = Logs::default();
+    let began = std::time::Instant::now();
     for round in 0..kills {
         let (pause, victim, down) = {
             let mut r = rand::rng();
@@ -139,10 +140,20 @@ async fn sigkill_of_random_nodes_loses_nothing_acknowledged() {
         nodes[victim].start(&db, &scenarios).await;
         let seen = acked.lock().unwrap().clone();
         for id in &ids {
-            let closed = check_log(id, &read_log(&admin, id).await, &seen, round);
+            let closed = logs.check(&admin, id, &seen, round).await;
             assert!(!closed, "round {round}: {id} ended before the kills did");
         }
         progress.push(seen.len());
+        if (round + 1) % 25 == 0 {
+            // A long soak says how far it got (`--nocapture`).
+            println!(
+                "{} of {kills} kills in {:.0} s: {} acknowledged events found, {} events checked",
+                round + 1,
+                began.elapsed().as_secs_f64(),
+                seen.len(),
+                logs.events()
+            );
+        }
     }
     let moved = progress.windows(2).filter(|w| w[1] > w[0]).count();
     assert!(
@@ -155,13 +166,13 @@ async fn sigkill_of_random_nodes_loses_nothing_acknowledged() {
         w.await.expect("a writer");
     }
     let duets: Vec<String> = ids[..CONVERSATIONS].to_vec();
-    finish_all(&admin, &duets, &ext, kills).await;
+    logs.finish_all(&admin, &duets, &ext, kills).await;
     for t in tasks {
         t.abort();
     }
     let seen = acked.lock().unwrap().clone();
     for id in &ids {
-        check_log(id, &read_log(&admin, id).await, &seen, kills);
+        logs.check(&admin, id, &seen, kills).await;
     }
     println!(
         "{kills} kills of {NODES} nodes; {} acknowledged events found; all {CONVERSATIONS} conversations reached their stop condition",

@@ -13,8 +13,7 @@ use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, WsJsonRpcClient};
 use rand::Rng;
 use tests::procs::{
-    check_all, connect, create_named, duet_library, finish_all, push_executor, read_log, token,
-    Ext, Node,
+    connect, create_named, duet_library, push_executor, read_log, token, Ext, Logs, Node,
 };
 
 const CONVERSATIONS: usize = 4;
@@ -44,12 +43,13 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
 
     let until = tokio::time::Instant::now() + Duration::from_secs(120 + kills as u64 * 2);
     let mut progress = Vec::new();
+    let mut logs = Logs::default();
     for round in 0..kills {
         let pause = rand::rng().random_range(5..150);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         server.kill().await;
         server.start(&db, &scenarios).await;
-        let closed = check_all(&admin, &ids(), &acked, round).await;
+        let closed = logs.check_all(&admin, &ids(), &acked, round).await;
         assert!(
             closed < CONVERSATIONS,
             "round {round}: the conversations ended before the kills did"
@@ -64,7 +64,7 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let moved = progress.windows(2).filter(|w| w[1] > w[0]).count();
     assert!(moved > kills.min(50) / 2, "{progress:?}");
     // Let them finish: every conversation reaches its stop condition.
-    finish_all(&admin, &ids(), &ext, kills).await;
+    logs.finish_all(&admin, &ids(), &ext, kills).await;
     executor.abort();
     let acks = acked.lock().unwrap().len();
     assert!(acks > 0);
