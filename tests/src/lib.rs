@@ -475,6 +475,22 @@ pub async fn full_log(client: &dyn agent_sdk::AgentClient, id: &str) -> Vec<prot
     }
 }
 
+/// The payloads of the log's traces of type `kind` (`turn_start`, `llm_call`, …), in order.
+pub fn traces(log: &[proto_spec::Event], kind: &str) -> Vec<Value> {
+    log.iter()
+        .filter(|e| e.kind == proto_spec::EventKind::Trace && e.payload_value()["type"] == kind)
+        .map(|e| e.payload_value())
+        .collect()
+}
+
+/// What the log's `turn_error` traces say, in order.
+pub fn turn_errors(log: &[proto_spec::Event]) -> Vec<String> {
+    traces(log, "turn_error")
+        .iter()
+        .map(|t| t["error"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
 /// Waits (at most [`WAIT`]) until `cond` holds for the conversation's snapshot.
 pub async fn wait_for(
     client: &dyn agent_sdk::AgentClient,

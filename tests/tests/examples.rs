@@ -549,16 +549,7 @@ async fn plan_build_with_a_model_is_prompted_per_mode_and_a_bad_deliverable_is_r
             "builder: deliverable api-spec v1 (json, build mode)",
         ]
     );
-    let errors: Vec<String> = log
-        .iter()
-        .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
-        .map(|e| {
-            e.payload_value()["error"]
-                .as_str()
-                .unwrap_or("")
-                .to_string()
-        })
-        .collect();
+    let errors = tests::turn_errors(&log);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].starts_with("the deliverable does not match its schema"),

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tests::{create_scenario, full_log, wait_for, TestServer};
+use tests::{create_scenario, full_log, traces, turn_errors, wait_for, TestServer};
 
 /// Calls to the `flaky` model: the first is refused with 429.
 static FLAKY: AtomicUsize = AtomicUsize::new(0);
@@ -108,23 +108,9 @@ fn llm(base: &str, model: &str, extra: Value) -> Value {
     v
 }
 
-fn traces(log: &[Event], kind: &str) -> Vec<Value> {
-    log.iter()
-        .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == kind)
-        .map(|e| e.payload_value())
-        .collect()
-}
-
 fn assistant_messages(log: &[Event]) -> Vec<&Event> {
     log.iter()
         .filter(|e| e.author == "assistant" && e.kind == EventKind::Message)
-        .collect()
-}
-
-fn turn_errors(log: &[Event]) -> Vec<String> {
-    traces(log, "turn_error")
-        .iter()
-        .map(|t| t.to_string())
         .collect()
 }
 

@@ -358,16 +358,7 @@ async fn a_deliverable_that_fails_its_schema_is_retried_and_never_posted() {
     })
     .await;
     let log = full_log(&admin, "retry").await;
-    let errors: Vec<String> = log
-        .iter()
-        .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
-        .map(|e| {
-            e.payload_value()["error"]
-                .as_str()
-                .unwrap_or("")
-                .to_string()
-        })
-        .collect();
+    let errors = tests::turn_errors(&log);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].starts_with("the deliverable does not match its schema"),

@@ -60,23 +60,22 @@ const APPEND_ERRORS: &[ErrorCode] = &[
     E::PayloadTooLarge,
     E::RateLimited,
 ];
-/// A message's errors: an append's, and a mode asked of an agent that does not declare it.
-const MESSAGE_ERRORS: &[ErrorCode] = &[
-    E::Unauthenticated,
-    E::Forbidden,
-    E::ConversationNotFound,
-    E::ConversationClosed,
-    E::TurnClosed,
-    E::NotYourTurn,
-    E::TurnMismatch,
-    E::InvalidFinality,
-    E::IdempotencyKeyReused,
-    E::ConversationPaused,
-    E::ModeNotSupported,
-    E::InvalidParams,
-    E::PayloadTooLarge,
-    E::RateLimited,
-];
+/// A message's errors: an append's, a mode asked of an agent that does not declare it, and a
+/// document whose shape is wrong.
+const MESSAGE_ERRORS: &[ErrorCode] =
+    &concat::<14>(APPEND_ERRORS, &[E::ModeNotSupported, E::InvalidParams]);
+
+/// `a` then `b`, as a constant array of `N` (= both lengths) codes.
+const fn concat<const N: usize>(a: &[ErrorCode], b: &[ErrorCode]) -> [ErrorCode; N] {
+    assert!(a.len() + b.len() == N, "N is the sum of the lengths");
+    let mut out = [E::Internal; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
+        i += 1;
+    }
+    out
+}
 
 /// The errors of pausing and resuming (admins only, not on a closed conversation).
 const PAUSE_ERRORS: &[ErrorCode] = &[

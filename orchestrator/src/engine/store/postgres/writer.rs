@@ -1,0 +1,340 @@
+//! The writer thread's side of the PostgreSQL backend: one connection of its own, one
+//! transaction per batch (locks, reads under them, the commit that inserts, records and
+//! notifies).
+
+use std::sync::Arc;
+
+use tokio_postgres::Client;
+
+use super::{block, connect, recovered_from, rows, LATELY, NUMS_AHEAD};
+use crate::engine::error::{Error, Result};
+use crate::engine::store::{
+    now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
+    RecoveredEvent, ToLock,
+};
+
+/// The writer's connection and the statements prepared on it.
+struct WriterConn {
+    client: Arc<Client>,
+    st: Arc<rows::Statements>,
+}
+
+impl std::fmt::Debug for WriterConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterConn")
+            .field("closed", &self.client.is_closed())
+            .finish()
+    }
+}
+
+/// The writer thread's side: one connection, one transaction per batch.
+#[derive(Debug)]
+pub struct PgWriter {
+    config: tokio_postgres::Config,
+    conn: Option<WriterConn>,
+    /// Conversation numbers taken from the sequence and not used yet.
+    nums: Vec<i64>,
+    /// Whether a batch's transaction is open (begun by [`LogWriter::lock`]).
+    in_tx: bool,
+    /// The conversations the next commit locks before it writes (a batch that had nothing to
+    /// read or check before deciding: one round trip fewer).
+    lock_at_commit: Vec<i64>,
+}
+
+impl PgWriter {
+    /// A writer on a connection of its own to the database `config` names.
+    pub(super) fn open(config: tokio_postgres::Config) -> Result<PgWriter> {
+        let mut w = PgWriter {
+            config,
+            conn: None,
+            nums: Vec::new(),
+            in_tx: false,
+            lock_at_commit: Vec::new(),
+        };
+        w.conn()?;
+        Ok(w)
+    }
+
+    /// The connection, made again if it was lost (a batch's transaction never spans two).
+    fn conn(&mut self) -> Result<(Arc<Client>, Arc<rows::Statements>)> {
+        if let Some(c) = &self.conn {
+            if !c.client.is_closed() {
+                return Ok((c.client.clone(), c.st.clone()));
+            }
+            self.in_tx = false;
+        }
+        let config = self.config.clone();
+        let (client, st) = block(async move {
+            let client = connect(&config).await?;
+            let st = rows::Statements::prepare(&client).await?;
+            Ok((Arc::new(client), Arc::new(st)))
+        })?;
+        self.conn = Some(WriterConn {
+            client: client.clone(),
+            st: st.clone(),
+        });
+        Ok((client, st))
+    }
+
+    /// Runs `f` on the writer's connection; a failure ends the open transaction (the server
+    /// rolls it back) and drops a connection that is no longer usable.
+    fn run<T, F, Fut>(&mut self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Client>, Arc<rows::Statements>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send,
+    {
+        let (client, st) = self.conn()?;
+        let out = block(async move { f(client, st).await });
+        if out.is_err() {
+            self.abort();
+        }
+        out
+    }
+
+    /// After a failed call: ends whatever transaction it left open (a batch's lock is sent
+    /// with its BEGIN, so the server may hold an aborted transaction the writer never saw
+    /// begin: every later statement would fail until it is ended), or drops the connection when
+    /// even that fails (the server then rolls it back itself).
+    fn abort(&mut self) {
+        self.in_tx = false;
+        self.lock_at_commit.clear();
+        let Some(c) = &self.conn else { return };
+        if c.client.is_closed() {
+            self.conn = None;
+            return;
+        }
+        let client = c.client.clone();
+        if block(async move { Ok(client.batch_execute("ROLLBACK").await?) }).is_err() {
+            self.conn = None;
+        }
+    }
+}
+
+/// How a conversation is looked up.
+enum Key {
+    Id(String),
+    Num(i64),
+}
+
+impl PgWriter {
+    /// A conversation and all its events, read in one transaction.
+    fn load_by(&mut self, key: Key) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let in_tx = self.in_tx;
+        let found = self.run(move |c, st| async move {
+            // Outside a batch, one snapshot for the row and its events.
+            if !in_tx {
+                c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?;
+            }
+            let conv = match &key {
+                Key::Id(id) => c.query_opt(&st.find_conv, &[id]).await?,
+                Key::Num(num) => c.query_opt(&st.find_conv_num, &[num]).await?,
+            };
+            let events = match &conv {
+                Some(conv) => {
+                    let num: i64 = conv.get(0);
+                    c.query(&st.read_since, &[&num, &0i64]).await?
+                }
+                None => Vec::new(),
+            };
+            if !in_tx {
+                c.batch_execute("COMMIT").await?;
+            }
+            Ok(conv.map(|conv| (conv, events)))
+        })?;
+        let Some((conv, events)) = found else {
+            return Ok(None);
+        };
+        let record = rows::record_from(&conv)?;
+        let events = events
+            .iter()
+            .map(|r| recovered_from(r, 0))
+            .collect::<Result<_>>()?;
+        Ok(Some((record, events)))
+    }
+}
+
+impl LogWriter for PgWriter {
+    fn lock(&mut self, asked: &ToLock<'_>) -> Result<Locked> {
+        let ToLock {
+            nums,
+            read,
+            new_ids,
+            fences,
+        } = *asked;
+        let read_nums: Vec<i64> = read.iter().map(|r| r.0).collect();
+        let read_after: Vec<i64> = read.iter().map(|r| r.1 as i64).collect();
+        let fenced: Vec<String> = fences
+            .iter()
+            .map(|(k, _)| k.conversation_id.clone())
+            .collect();
+        let fenced_turns: Vec<i64> = fences.iter().map(|(k, _)| k.turn as i64).collect();
+        let asked = fences.to_vec();
+        if self.in_tx {
+            self.abort();
+        }
+        let mut nums = nums.to_vec();
+        nums.sort_unstable();
+        nums.dedup();
+        if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
+            return Ok(Locked::default());
+        }
+        if read_nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
+            // Nothing to read or check before deciding: the commit takes the locks, before it
+            // writes anything (see `LogWriter::lock`).
+            self.lock_at_commit = nums;
+            return Ok(Locked::default());
+        }
+        self.lock_at_commit.clear();
+        let mut ids = new_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let locked = self.run(move |c, st| async move {
+            // Sent together, in this order (one round trip): the ids' locks before the rows'
+            // on every node, so that two nodes never wait on each other in a circle.
+            let begin = c.batch_execute("BEGIN");
+            let existing = async {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                // Two nodes creating the same id: the second waits here for the first's
+                // commit, then finds the id taken.
+                c.execute(&st.lock_ids, &[&ids]).await?;
+                c.query(&st.existing_ids, &[&ids]).await
+            };
+            // The rows' locks, then (pipelined: the server runs it once they are held, on a
+            // snapshot taken then) what the log has past the writer's view.
+            let rows_locked = async {
+                if nums.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&st.lock_convs, &[&nums]).await
+            };
+            let caught_up = async {
+                if read_nums.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&st.read_many, &[&read_nums, &read_after]).await
+            };
+            let claims = async {
+                if asked.is_empty() {
+                    return Ok(Vec::new());
+                }
+                // FOR SHARE: a takeover waits for this batch to commit, and then sees its
+                // writes.
+                c.query(&st.lock_fences, &[&fenced, &fenced_turns]).await
+            };
+            let ((), existing, _, caught_up, claims) =
+                futures::try_join!(begin, existing, rows_locked, caught_up, claims)?;
+            let current: std::collections::HashMap<(String, i64), i64> = claims
+                .iter()
+                .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+                .collect();
+            Ok(Locked {
+                read: rows::by_conversation(&caught_up)?,
+                existing: existing.iter().map(|r| r.get(0)).collect(),
+                stale: asked
+                    .into_iter()
+                    .filter(|(k, f)| {
+                        current.get(&(k.conversation_id.clone(), k.turn as i64)) != Some(f)
+                    })
+                    .collect(),
+            })
+        })?;
+        self.in_tx = true;
+        Ok(locked)
+    }
+
+    fn read_many(&mut self, from: &[(i64, u64)]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
+        let nums: Vec<i64> = from.iter().map(|f| f.0).collect();
+        let after: Vec<i64> = from.iter().map(|f| f.1 as i64).collect();
+        let rows = self
+            .run(move |c, st| async move { Ok(c.query(&st.read_many, &[&nums, &after]).await?) })?;
+        rows::by_conversation(&rows)
+    }
+
+    fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        self.load_by(Key::Id(id.to_string()))
+    }
+
+    fn load_num(&mut self, num: i64) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        self.load_by(Key::Num(num))
+    }
+
+    fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
+        let since = now_ms() - LATELY.as_millis() as i64;
+        self.run(move |c, st| async move {
+            Ok(c.query(&st.changed_since, &[&since])
+                .await?
+                .iter()
+                .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64))
+                .collect())
+        })
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.lock_at_commit.clear();
+        if !std::mem::replace(&mut self.in_tx, false) {
+            return Ok(());
+        }
+        self.run(|c, _| async move { Ok(c.batch_execute("COMMIT").await?) })
+    }
+
+    fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        let batch = rows::Batch::new(convs, rows);
+        let began = std::mem::replace(&mut self.in_tx, false);
+        let lock = std::mem::take(&mut self.lock_at_commit);
+        self.run(move |c, st| async move { batch.write(&c, &st, !began, &lock).await })
+            .map_err(|e| match e {
+                // A seq (or an id) another node wrote first: the batch was decided on a view
+                // that is behind the log. Nothing of it was written.
+                // (Or, should two batches ever wait on each other in a circle, the one the
+                // database chose to end.)
+                Error::Postgres(p)
+                    if [
+                        tokio_postgres::error::SqlState::UNIQUE_VIOLATION,
+                        tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED,
+                    ]
+                    .iter()
+                    .any(|c| p.code() == Some(c)) =>
+                {
+                    Error::Conflict(p.as_db_error().map_or_else(
+                        || p.to_string(),
+                        |d| d.detail().unwrap_or(d.message()).to_string(),
+                    ))
+                }
+                other => other,
+            })
+    }
+
+    fn conversation_num(&mut self) -> Result<i64> {
+        if self.nums.is_empty() {
+            let mut nums: Vec<i64> = self.run(|c, st| async move {
+                Ok(c.query(&st.take_nums, &[&NUMS_AHEAD])
+                    .await?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect())
+            })?;
+            nums.reverse();
+            self.nums = nums;
+        }
+        self.nums.pop().ok_or_else(|| {
+            Error::Corrupt("the conversation number sequence answered nothing".into())
+        })
+    }
+
+    fn durability(&mut self) -> Result<Box<dyn Durability>> {
+        Ok(Box::new(Committed))
+    }
+}
+
+/// A PostgreSQL commit is durable when it returns (`synchronous_commit=on`).
+struct Committed;
+
+impl Durability for Committed {
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
