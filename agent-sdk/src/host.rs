@@ -47,3 +47,31 @@ pub async fn shutdown_signal() {
         let _ = ctrl_c.await;
     }
 }
+
+/// Serves `router` on `listener` — over TLS when `tls` is given, the certificate reloaded on
+/// SIGHUP — until [`shutdown_signal`], then runs `stopping` and lets the requests in flight end.
+#[cfg(feature = "axum")]
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
+    router: axum::Router,
+    stopping: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    let stop = async move {
+        shutdown_signal().await;
+        stopping();
+    };
+    match tls {
+        Some(tls) => {
+            tls.reload_on_sighup()?;
+            axum::serve(crate::tls::incoming(listener, tls)?, router)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+        None => {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    }
+}

@@ -33,6 +33,7 @@ pub mod agent;
 pub mod client;
 pub mod host;
 pub mod sub;
+pub mod tls;
 pub mod ws;
 
 pub use agent::{Agent, AgentContext, AgentError, TurnOutcome};

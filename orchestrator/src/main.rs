@@ -82,6 +82,13 @@ enum Command {
         /// expired token loses its connections and streams within this long.
         #[arg(long, env = "ORCHESTRATOR_TOKEN_RECHECK_MS", default_value_t = Limits::default().token_recheck.as_millis() as u64)]
         token_recheck_ms: u64,
+        /// Serve over TLS (wss://, https://) with this certificate chain (PEM, the server's
+        /// certificate first); reloaded on SIGHUP. With --tls-key.
+        #[arg(long, env = "ORCHESTRATOR_TLS_CERT")]
+        tls_cert: Option<PathBuf>,
+        /// The key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+        #[arg(long, env = "ORCHESTRATOR_TLS_KEY")]
+        tls_key: Option<PathBuf>,
         #[command(flatten)]
         sandbox: SandboxOpts,
     },
@@ -356,9 +363,13 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             max_children,
             scenarios,
             token_recheck_ms,
+            tls_cert,
+            tls_key,
             sandbox,
         } => {
             let sandbox = sandbox.sandbox()?;
+            // A certificate that cannot be read stops the start, before the database is opened.
+            let tls = agent_sdk::tls::server_from_flags(tls_cert.as_deref(), tls_key.as_deref())?;
             let limits = Limits {
                 max_frame_bytes,
                 max_payload_bytes,
@@ -377,7 +388,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 None => Vec::new(),
             };
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(serve(listen, db, sync.into(), limits, named))
+            runtime.block_on(serve(listen, db, sync.into(), limits, named, tls))
         }
         Command::Run { scenario, opts } => {
             let text = std::fs::read_to_string(&scenario)
@@ -567,6 +578,7 @@ async fn serve(
     sync: Synchronous,
     limits: Limits,
     scenarios: Vec<(String, serde_json::Value)>,
+    tls: Option<std::sync::Arc<agent_sdk::tls::ServerTls>>,
 ) -> anyhow::Result<u8> {
     let store =
         store::open(&db, sync).with_context(|| format!("opening {}", store::display(&db)))?;
@@ -595,18 +607,26 @@ async fn serve(
         .map(|n| format!(", {n}"))
         .unwrap_or_default();
     let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;
-    let running = server::start(orch, listener).await?;
+    if let Some(tls) = &tls {
+        tls.reload_on_sighup()?;
+    }
+    let (ws, http) = if tls.is_some() {
+        ("wss", "https")
+    } else {
+        ("ws", "http")
+    };
+    let running = server::start_with(orch, listener, tls).await?;
     let addr = running.local_addr();
     println!(
-        "orchestrator listening on ws://{addr}/rpc, HTTP and the viewer on http://{addr}/ (database {}, {}{node})",
+        "orchestrator listening on {ws}://{addr}/rpc, HTTP and the viewer on {http}://{addr}/ (database {}, {}{node})",
         store::display(&db),
         conversations
     );
     tracing::info!(
-        websocket = %format!("ws://{addr}/rpc"),
-        http = %format!("http://{addr}/"),
-        viewer = %format!("http://{addr}/"),
-        metrics = %format!("http://{addr}/metrics"),
+        websocket = %format!("{ws}://{addr}/rpc"),
+        http = %format!("{http}://{addr}/"),
+        viewer = %format!("{http}://{addr}/"),
+        metrics = %format!("{http}://{addr}/metrics"),
         database = %store::display(&db),
         "serving"
     );

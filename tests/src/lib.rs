@@ -15,6 +15,7 @@
 //! - `tests/fanout.rs`: slow subscribers resumed from the log.
 //! - `python/`: black-box clients in Python against the release binary.
 
+pub mod certs;
 pub mod pg;
 pub mod procs;
 pub mod proxy;

@@ -99,11 +99,22 @@ impl Node {
 
     /// Starts it on `db` with the scenario library `scenarios`; returns once it listens.
     pub async fn start(&mut self, db: &str, scenarios: &std::path::Path) {
+        self.start_with(db, scenarios, &[]).await;
+    }
+
+    /// [`Node::start`] with more arguments for `serve`.
+    pub async fn start_with(
+        &mut self,
+        db: &str,
+        scenarios: &std::path::Path,
+        more: &[&std::ffi::OsStr],
+    ) {
         let mut child = tokio::process::Command::new(binary())
             .args(["serve", "--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--db", db])
             .arg("--scenarios")
             .arg(scenarios)
+            .args(more)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -122,6 +133,16 @@ impl Node {
             .find(|w| w.starts_with("node-"))
             .map(str::to_string);
         self.child = Some(child);
+    }
+
+    /// Sends `signal` to the running process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(|c| c.id())
+            .expect("a running node");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
     }
 
     /// SIGKILL.

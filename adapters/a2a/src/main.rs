@@ -67,7 +67,15 @@ struct Cli {
         default_value = "127.0.0.1:7400"
     )]
     listen: SocketAddr,
-    /// The address peers reach this adapter at, for the Agent Cards (default: http://LISTEN).
+    /// Serve over TLS with this certificate chain (PEM, the adapter's certificate first);
+    /// reloaded on SIGHUP. With --tls-key.
+    #[arg(long, env = "ORCHESTRATOR_A2A_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, env = "ORCHESTRATOR_A2A_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
+    /// The address peers reach this adapter at, for the Agent Cards (default: http://LISTEN,
+    /// or https://LISTEN with --tls-cert).
     #[arg(long, env = "ORCHESTRATOR_A2A_PUBLIC_URL")]
     public_url: Option<String>,
     /// A scenario (by its name on the orchestrator, `serve --scenarios`) to expose; repeat for
@@ -196,6 +204,7 @@ impl A2aError {
 async fn main() -> anyhow::Result<()> {
     agent_sdk::host::init_logging();
     let cli = Cli::parse();
+    let tls = agent_sdk::tls::server_from_flags(cli.tls_cert.as_deref(), cli.tls_key.as_deref())?;
     let client = WsJsonRpcClient::connect(WsConfig::new(cli.url.clone(), cli.token))
         .await
         .with_context(|| format!("connecting to {}", cli.url))?;
@@ -207,7 +216,10 @@ async fn main() -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let public_url = cli
         .public_url
-        .unwrap_or_else(|| format!("http://{local}"))
+        .unwrap_or_else(|| {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{local}")
+        })
         .trim_end_matches('/')
         .to_string();
     let app = Arc::new(App {
@@ -229,9 +241,7 @@ async fn main() -> anyhow::Result<()> {
     );
     use std::io::Write;
     std::io::stdout().flush()?;
-    axum::serve(listener, router)
-        .with_graceful_shutdown(agent_sdk::host::shutdown_signal())
-        .await?;
+    agent_sdk::host::serve(listener, tls, router, || {}).await?;
     Ok(())
 }
 

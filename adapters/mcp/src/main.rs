@@ -54,6 +54,13 @@ struct Cli {
     /// beyond loopback; without it, only processes on this machine can reach the endpoint.
     #[arg(long, env = "ORCHESTRATOR_MCP_HTTP_TOKEN", hide_env_values = true)]
     http_token: Option<String>,
+    /// Serve the HTTP endpoint over TLS with this certificate chain (PEM, the adapter's
+    /// certificate first); reloaded on SIGHUP. With --tls-key.
+    #[arg(long, env = "ORCHESTRATOR_MCP_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, env = "ORCHESTRATOR_MCP_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -72,7 +79,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(addr) => {
             let token = http_token(addr, cli.http_token)?;
-            serve_http(bridge, addr, token).await?
+            let tls =
+                agent_sdk::tls::server_from_flags(cli.tls_cert.as_deref(), cli.tls_key.as_deref())?;
+            serve_http(bridge, addr, token, tls).await?
         }
     }
     Ok(())
@@ -133,6 +142,7 @@ async fn serve_http(
     bridge: Bridge,
     addr: SocketAddr,
     token: Option<Arc<[u8; 32]>>,
+    tls: Option<Arc<agent_sdk::tls::ServerTls>>,
 ) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default();
@@ -154,14 +164,10 @@ async fn serve_http(
         .await
         .with_context(|| format!("listening on {addr}"))?;
     let local = listener.local_addr()?;
-    println!("orchestrator-mcp listening on http://{local}/mcp");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("orchestrator-mcp listening on {scheme}://{local}/mcp");
     use std::io::Write;
     std::io::stdout().flush()?;
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            agent_sdk::host::shutdown_signal().await;
-            stop.cancel();
-        })
-        .await?;
+    agent_sdk::host::serve(listener, tls, app, move || stop.cancel()).await?;
     Ok(())
 }

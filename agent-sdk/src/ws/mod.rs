@@ -32,8 +32,12 @@ use task::{open, Task};
 /// How the client connects and reconnects.
 #[derive(Debug, Clone)]
 pub struct WsConfig {
-    /// `ws://host:port/rpc`.
+    /// `ws://host:port/rpc`, or `wss://…` over TLS.
     pub url: String,
+    /// For `wss://`: a PEM file of CA certificates trusted besides the built-in roots (for a
+    /// server whose certificate an operator's own CA signed). Defaults to the file
+    /// [`crate::tls::CA_FILE_ENV`] names.
+    pub ca_file: Option<std::path::PathBuf>,
     /// The agent's token.
     pub token: String,
     /// The first reconnect delay.
@@ -43,10 +47,13 @@ pub struct WsConfig {
 }
 
 impl WsConfig {
-    /// Defaults: backoff from 50 ms to 5 s.
+    /// Defaults: backoff from 50 ms to 5 s; the CA file [`crate::tls::CA_FILE_ENV`] names.
     pub fn new(url: impl Into<String>, token: impl Into<String>) -> Self {
         WsConfig {
             url: url.into(),
+            ca_file: std::env::var_os(crate::tls::CA_FILE_ENV)
+                .filter(|v| !v.is_empty())
+                .map(Into::into),
             token: token.into(),
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),

@@ -6,10 +6,18 @@ use super::*;
 
 /// Opens a socket and authenticates on it.
 pub(super) async fn open(config: &WsConfig) -> ClientResult<(Ws, String)> {
+    let tls = if config.url.starts_with("wss://") {
+        let tls = crate::tls::client_config(config.ca_file.as_deref())
+            .map_err(|e| ClientError::Transport(format!("TLS for {}: {e}", config.url)))?;
+        Some(tokio_tungstenite::Connector::Rustls(tls))
+    } else {
+        None
+    };
     // Nagle's algorithm off: calls and answers are small frames that must leave at once.
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(config.url.as_str(), None, true)
-        .await
-        .map_err(|e| ClientError::Transport(format!("connect {}: {e}", config.url)))?;
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_tls_with_config(config.url.as_str(), None, true, tls)
+            .await
+            .map_err(|e| ClientError::Transport(format!("connect {}: {e}", config.url)))?;
     let req = json!({"jsonrpc": "2.0", "id": 0, "method": names::AUTHENTICATE, "params": {"token": config.token}});
     ws.send(Message::text(req.to_string()))
         .await

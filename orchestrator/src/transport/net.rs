@@ -22,7 +22,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -43,11 +43,7 @@ impl axum::serve::Listener for CoalescingListener {
 
     async fn accept(&mut self) -> (Coalesced, SocketAddr) {
         let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        crate::engine::telemetry::accepted();
-        tracing::info!(peer = %addr, "connection opened");
-        let mut conn = Coalesced::new(tcp);
-        conn.peer = Some((addr, std::time::Instant::now()));
-        (conn, addr)
+        opened(Coalesced::new(tcp), addr, "plain")
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -55,15 +51,47 @@ impl axum::serve::Listener for CoalescingListener {
     }
 }
 
-/// A request's connection, as axum's `ConnectInfo`: the writer of frames into its send buffer
-/// (used once the connection is a WebSocket).
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CoalescingListener>>
-    for ConnWriter
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, CoalescingListener>) -> Self {
-        stream.io().frame_writer()
+/// Counts and logs a connection just accepted.
+fn opened(mut conn: Coalesced, addr: SocketAddr, over: &'static str) -> (Coalesced, SocketAddr) {
+    crate::engine::telemetry::accepted();
+    tracing::info!(peer = %addr, over, "connection opened");
+    conn.peer = Some((addr, std::time::Instant::now()));
+    (conn, addr)
+}
+
+/// A listener of TLS connections (handshakes done by [`agent_sdk::tls::incoming`]) whose
+/// connections have coalesced writes, as [`CoalescingListener`]'s have.
+#[derive(Debug)]
+pub struct TlsCoalescingListener(pub agent_sdk::tls::TlsIncoming);
+
+impl axum::serve::Listener for TlsCoalescingListener {
+    type Io = Coalesced;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Coalesced, SocketAddr) {
+        let (tls, addr) = self.0.accept().await;
+        opened(Coalesced::over_tls(tls), addr, "tls")
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.0.local_addr())
     }
 }
+
+/// A request's connection, as axum's `ConnectInfo`: the writer of frames into its send buffer
+/// (used once the connection is a WebSocket).
+macro_rules! frame_writer_is_connect_info {
+    ($($listener:ty),*) => {$(
+        impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, $listener>>
+            for ConnWriter
+        {
+            fn connect_info(stream: axum::serve::IncomingStream<'_, $listener>) -> Self {
+                stream.io().frame_writer()
+            }
+        }
+    )*};
+}
+frame_writer_is_connect_info!(CoalescingListener, TlsCoalescingListener);
 
 #[derive(Debug, Default)]
 struct Out {
@@ -132,10 +160,21 @@ impl Shared {
     }
 }
 
-/// One accepted connection: reads go straight to the socket; writes through the buffer.
+/// A TLS connection accepted by the server.
+type TlsStream = agent_sdk::tls::ServerTlsStream<TcpStream>;
+
+/// The read side of a connection: the socket's, or the TLS session's.
+#[derive(Debug)]
+enum ReadSide {
+    Plain(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<TlsStream>),
+}
+
+/// One accepted connection: reads go straight to the socket (or the TLS session); writes
+/// through the buffer.
 #[derive(Debug)]
 pub struct Coalesced {
-    read: OwnedReadHalf,
+    read: ReadSide,
     shared: Arc<Shared>,
     /// Who connected, and when (logged when the connection closes).
     peer: Option<(SocketAddr, std::time::Instant)>,
@@ -148,6 +187,17 @@ impl Coalesced {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
         let (read, write) = tcp.into_split();
+        Coalesced::with(ReadSide::Plain(read), write)
+    }
+
+    /// Wraps a TLS connection (its handshake done, `TCP_NODELAY` set) and starts its writer
+    /// task; the writer encrypts what accumulated in one record run.
+    pub fn over_tls(tls: TlsStream) -> Coalesced {
+        let (read, write) = tokio::io::split(tls);
+        Coalesced::with(ReadSide::Tls(read), write)
+    }
+
+    fn with(read: ReadSide, write: impl AsyncWrite + Unpin + Send + 'static) -> Coalesced {
         let shared = Arc::new(Shared::default());
         tokio::spawn(write_loop(write, shared.clone()));
         Coalesced {
@@ -158,7 +208,7 @@ impl Coalesced {
     }
 }
 
-async fn write_loop(mut w: OwnedWriteHalf, shared: Arc<Shared>) {
+async fn write_loop(mut w: impl AsyncWrite + Unpin, shared: Arc<Shared>) {
     let mut chunk: Vec<u8> = Vec::new();
     loop {
         let (shutdown, dropped) = {
@@ -223,7 +273,10 @@ impl AsyncRead for Coalesced {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.read).poll_read(cx, buf)
+        match &mut self.read {
+            ReadSide::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            ReadSide::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        }
     }
 }
 

@@ -99,8 +99,23 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(BACKLOG)
 }
 
+/// What the server accepts connections on.
+enum Listening {
+    Plain(crate::transport::net::CoalescingListener),
+    Tls(crate::transport::net::TlsCoalescingListener),
+}
+
 /// Starts serving on `listener`.
 pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<RunningServer> {
+    start_with(orch, listener, None).await
+}
+
+/// Starts serving on `listener`, over TLS when `tls` is given (`wss://`, `https://`).
+pub async fn start_with(
+    orch: Arc<Orchestrator>,
+    listener: TcpListener,
+    tls: Option<Arc<agent_sdk::tls::ServerTls>>,
+) -> Result<RunningServer> {
     let limits = orch.limits().clone();
     let module =
         rpc::module(orch.clone()).map_err(|e| crate::engine::error::Error::Setup(e.to_string()))?;
@@ -143,16 +158,23 @@ pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<Run
         .merge(crate::transport::http::router(orch.clone()));
     let addr = listener.local_addr()?;
     let (http_stop, stopped) = oneshot::channel::<()>();
+    // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
+    // frames to one connection leave in one write when the server is busy.
+    let listening = match tls {
+        Some(tls) => Listening::Tls(crate::transport::net::TlsCoalescingListener(
+            agent_sdk::tls::incoming(listener, tls)?,
+        )),
+        None => Listening::Plain(crate::transport::net::CoalescingListener(listener)),
+    };
     let task = tokio::spawn(async move {
-        // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
-        // frames to one connection leave in one write when the server is busy.
-        let listener = crate::transport::net::CoalescingListener(listener);
         let app = app.into_make_service_with_connect_info::<crate::transport::net::ConnWriter>();
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await;
+        let stopped = async move {
+            let _ = stopped.await;
+        };
+        let served = match listening {
+            Listening::Plain(l) => axum::serve(l, app).with_graceful_shutdown(stopped).await,
+            Listening::Tls(l) => axum::serve(l, app).with_graceful_shutdown(stopped).await,
+        };
         if let Err(e) = served {
             tracing::error!(error = %e, "http server failed");
         }
