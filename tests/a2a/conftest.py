@@ -15,3 +15,4 @@ Client = blackbox.Client
 RpcError = blackbox.RpcError
 run = blackbox.run
 spawn_listening = blackbox.spawn_listening
+make_certs = blackbox.make_certs

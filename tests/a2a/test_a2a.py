@@ -16,7 +16,7 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types import a2a_pb2 as pb
 
-from conftest import ROOT, Client, Server, run, spawn_listening
+from conftest import ROOT, Client, Server, make_certs, run, spawn_listening
 
 A2A_BIN = os.environ.get("ORCHESTRATOR_A2A_BIN", str(ROOT / "target" / "release" / "orchestrator-a2a"))
 
@@ -372,3 +372,43 @@ def test_tasks_survive_an_adapter_restart(stack):
     nxt = asyncio.run(second())
     assert nxt.context_id == task.context_id
     assert nxt.status.message.parts[0].text == "Done: your ticket is filed."
+
+
+def test_over_tls_the_official_client_reaches_the_scenario_through_both_hops(tmp_path):
+    """The orchestrator on wss:// and the adapter on https://, each with a certificate of a CA the
+    test makes (`test-certs`); the adapter trusts the orchestrator's CA through
+    ORCHESTRATOR_CA_FILE, the official client the adapter's through its httpx client."""
+    import ssl
+
+    upstream, own = make_certs(tmp_path, "orchestrator"), make_certs(tmp_path, "adapter")
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "helpdesk.yaml").write_text(HELPDESK)
+    server = Server(tmp_path / "a2a-tls.db")
+    server.tokens = {"admin": server.token("admin", admin=True), "peer": server.token("peer", admin=True)}
+    server.start("127.0.0.1:0", "--scenarios", str(scenarios), "--tls-cert", upstream["cert"], "--tls-key", upstream["key"])
+    assert server.url.startswith("wss://")
+    adapter, url = spawn_listening(
+        [A2A_BIN, "--url", server.url, "--listen", "127.0.0.1:0", "--scenario", "helpdesk",
+         "--tls-cert", own["cert"], "--tls-key", own["key"]],
+        r"listening on (https://\S+)", token=server.tokens["peer"], env={"ORCHESTRATOR_CA_FILE": upstream["ca"]})
+    try:
+        async def main():
+            verify = ssl.create_default_context(cafile=own["ca"])
+            http = httpx.AsyncClient(timeout=30, verify=verify)
+            card = await A2ACardResolver(http, url).get_agent_card()
+            assert card.supported_interfaces[0].url == url + "/helpdesk/"
+            client = await create_client(url, client_config=ClientConfig(streaming=False, httpx_client=http))
+            [ev] = await send(client, user_message("I need a ticket", "tls-1"))
+            assert ev.task.status.message.parts[0].text == "Hello! What do you need?"
+            await client.close()
+            # Without the adapter's CA the client refuses it.
+            with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+                async with httpx.AsyncClient() as plain:
+                    await A2ACardResolver(plain, url).get_agent_card()
+
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        adapter.send_signal(signal.SIGKILL)
+        adapter.wait(10)
+        server.stop(signal.SIGKILL)

@@ -17,15 +17,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target" / "release" / "orchestrator"))
 
 
-def spawn_listening(args, pattern, token=None):
+def spawn_listening(args, pattern, token=None, env=None):
     """Starts a process that prints the address it listens on in its first line (with
-    ORCHESTRATOR_TOKEN set when `token` is given); the process and the address."""
-    env = dict(os.environ, ORCHESTRATOR_TOKEN=token) if token else None
+    ORCHESTRATOR_TOKEN set when `token` is given, and the variables of `env`); the process and
+    the address."""
+    more = dict(env or {}, **({"ORCHESTRATOR_TOKEN": token} if token else {}))
+    env = dict(os.environ, **more) if more else None
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     match = re.search(pattern, line)
     assert match, f"no address in {line!r}"
     return proc, match.group(1)
+
+
+def make_certs(directory, name):
+    """A new CA and a server certificate it signed for 127.0.0.1, made by the `test-certs`
+    binary built beside the orchestrator: {"ca", "cert", "key"} paths."""
+    certs_bin = str(pathlib.Path(BIN).with_name("test-certs"))
+    out = subprocess.run([certs_bin, str(directory), name], check=True, capture_output=True, text=True, timeout=30)
+    return dict(zip(("ca", "cert", "key"), out.stdout.split()))
 
 
 def test_database(path):
@@ -61,8 +71,9 @@ class Server:
         return subprocess.run(args, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
     def start(self, listen="127.0.0.1:0", *extra):
-        self.proc, self.url = spawn_listening([BIN, "serve", "--listen", listen, "--db", self.db, *extra], r"(ws://\S+/rpc)")
-        self.http = self.url.replace("ws://", "http://").removesuffix("/rpc")
+        self.proc, self.url = spawn_listening([BIN, "serve", "--listen", listen, "--db", self.db, *extra], r"(wss?://\S+/rpc)")
+        # ws:// → http://, wss:// → https:// (serve --tls-cert).
+        self.http = "http" + self.url.removeprefix("ws").removesuffix("/rpc")
         self.port = int(self.http.rsplit(":", 1)[1])
         return self
 
@@ -86,8 +97,8 @@ class Client:
         self.reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, url, token=None):
-        ws = await websockets.connect(url, max_size=None)
+    async def connect(cls, url, token=None, ssl=None):
+        ws = await websockets.connect(url, max_size=None, **({"ssl": ssl} if ssl else {}))
         client = cls(ws)
         if token:
             result = await client.call("authenticate", {"token": token})
