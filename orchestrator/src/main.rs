@@ -66,6 +66,23 @@ enum Command {
         /// Most open SSE streams and parked long-polls at once.
         #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS", default_value_t = Limits::default().max_streams)]
         max_streams: usize,
+        /// Most open SSE streams and parked long-polls of one agent at once.
+        #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS_PER_AGENT", default_value_t = Limits::default().max_streams_per_agent)]
+        max_streams_per_agent: usize,
+        /// Requests a second one identity may make on this node, over all its connections and
+        /// streams (RateLimited / HTTP 429 beyond); 0 for no limit.
+        #[arg(long, env = "ORCHESTRATOR_RATE_LIMIT", default_value_t = Limits::default().rate_per_identity)]
+        rate_limit: u32,
+        /// How many requests an identity may make at once above --rate-limit.
+        #[arg(long, env = "ORCHESTRATOR_RATE_BURST", default_value_t = Limits::default().rate_burst)]
+        rate_burst: u32,
+        /// How long a new WebSocket connection may take to authenticate, in milliseconds.
+        #[arg(long, env = "ORCHESTRATOR_AUTH_TIMEOUT_MS", default_value_t = Limits::default().auth_timeout.as_millis() as u64)]
+        auth_timeout_ms: u64,
+        /// How long a WebSocket connection may stay with no call and nothing open (no
+        /// subscription, no registration), in milliseconds, before it is closed.
+        #[arg(long, env = "ORCHESTRATOR_IDLE_TIMEOUT_MS", default_value_t = Limits::default().idle_timeout.as_millis() as u64)]
+        idle_timeout_ms: u64,
         /// The longest long-poll wait, in milliseconds; longer timeouts are capped to it.
         #[arg(long, env = "ORCHESTRATOR_MAX_WAIT_MS", default_value_t = Limits::default().max_wait.as_millis() as u64)]
         max_wait_ms: u64,
@@ -358,6 +375,11 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             max_connections,
             max_in_flight,
             max_streams,
+            max_streams_per_agent,
+            rate_limit,
+            rate_burst,
+            auth_timeout_ms,
+            idle_timeout_ms,
             max_wait_ms,
             max_depth,
             max_children,
@@ -376,6 +398,11 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 max_connections,
                 max_in_flight_per_connection: max_in_flight,
                 max_streams,
+                max_streams_per_agent,
+                rate_per_identity: rate_limit,
+                rate_burst,
+                auth_timeout: std::time::Duration::from_millis(auth_timeout_ms.max(1)),
+                idle_timeout: std::time::Duration::from_millis(idle_timeout_ms.max(1)),
                 max_wait: std::time::Duration::from_millis(max_wait_ms),
                 max_depth,
                 max_children,

@@ -379,18 +379,48 @@ impl RawWs {
             .expect("send");
     }
 
+    /// The next frame, waiting at most [`WAIT`]; none once the connection has ended.
+    async fn next_frame(
+        &mut self,
+    ) -> Option<Result<Message, tokio_tungstenite::tungstenite::Error>> {
+        tokio::time::timeout(WAIT, self.ws.next())
+            .await
+            .expect("a frame in time")
+    }
+
     /// The next text frame as JSON (pings and pongs are skipped).
     pub async fn recv(&mut self) -> Value {
         loop {
-            let msg = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("answer in time");
-            match msg {
+            match self.next_frame().await {
                 Some(Ok(Message::Text(t))) => {
                     return serde_json::from_str(&t).expect("json answer")
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 other => panic!("unexpected frame: {other:?}"),
+            }
+        }
+    }
+
+    /// Subscribes to `conversation` from `since`; the answer.
+    pub async fn subscribe(&mut self, id: u64, conversation: &str, since: u64) -> Value {
+        self.call(
+            id,
+            "subscribe",
+            json!({"conversationId": conversation, "sinceSeq": since}),
+        )
+        .await
+    }
+
+    /// Waits (at most [`WAIT`]) until the server ends the connection: its close frame's code
+    /// and reason, or none when the socket ended without one. Other frames are skipped.
+    pub async fn closed(&mut self) -> Option<(u16, String)> {
+        loop {
+            match self.next_frame().await {
+                Some(Ok(Message::Close(frame))) => {
+                    return frame.map(|f| (u16::from(f.code), f.reason.to_string()))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return None,
             }
         }
     }

@@ -17,6 +17,18 @@ pub struct Limits {
     pub max_subscriptions_per_connection: u32,
     /// Open SSE streams and parked long-polls at once (`RateLimited`, HTTP 429).
     pub max_streams: usize,
+    /// Open SSE streams and parked long-polls of one agent at once (`RateLimited`, HTTP 429).
+    pub max_streams_per_agent: usize,
+    /// Requests a second one identity may make, over every connection and stream of it on a
+    /// node (`RateLimited` with `retryAfterMs`; HTTP 429 with `Retry-After`); 0: no limit.
+    pub rate_per_identity: u32,
+    /// How many requests one identity may make at once above its rate.
+    pub rate_burst: u32,
+    /// How long a new WebSocket connection may take to authenticate before it is closed.
+    pub auth_timeout: Duration,
+    /// How long a WebSocket connection may go with no call, no call in flight and no
+    /// subscription before it is closed (its pings do not count).
+    pub idle_timeout: Duration,
     /// The longest wait a long-poll may ask for; longer timeouts are capped.
     pub max_wait: Duration,
     /// The most events one `tail` returns.
@@ -48,6 +60,11 @@ impl Default for Limits {
             max_in_flight_per_connection: 256,
             max_subscriptions_per_connection: 64,
             max_streams: 16_384,
+            max_streams_per_agent: 1024,
+            rate_per_identity: 2000,
+            rate_burst: 4000,
+            auth_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
             max_wait: Duration::from_secs(60),
             max_tail: 1000,
             max_participants: 256,

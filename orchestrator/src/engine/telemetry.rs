@@ -27,6 +27,9 @@ pub const RESUMED: &str = "orchestrator_subscribers_resumed_total";
 pub const CONNECTIONS: &str = "orchestrator_connections";
 /// TCP connections accepted on the port.
 pub const ACCEPTED: &str = "orchestrator_connections_accepted_total";
+/// WebSocket connections the server ended, by `reason`: `auth_timeout` (no `authenticate` in
+/// time), `idle_timeout` (nothing called or open for the idle timeout).
+pub const DROPPED: &str = "orchestrator_connections_dropped_total";
 /// Turns handed to an agent, by `mode`: `internal` or `push`.
 pub const TURNS: &str = "orchestrator_turns_total";
 /// Errors returned to callers, by `code` (the table's name) and `transport` (`rpc`, `http`).
@@ -105,6 +108,10 @@ fn describe() {
     );
     describe_gauge!(CONNECTIONS, "Open WebSocket sessions.");
     describe_counter!(ACCEPTED, "TCP connections accepted.");
+    describe_counter!(
+        DROPPED,
+        "WebSocket connections the server ended, by reason (auth_timeout, idle_timeout)."
+    );
     describe_counter!(TURNS, "Turns handed to an agent, by mode.");
     describe_counter!(ERRORS, "Errors returned to callers, by code and transport.");
     describe_gauge!(
@@ -244,6 +251,12 @@ pub fn conflict() {
 /// A feed resumed from the log after falling behind.
 pub fn resumed() {
     counter!(RESUMED).increment(1);
+}
+
+/// A connection the server ended, and why.
+pub fn dropped_connection(reason: &'static str) {
+    counter!(DROPPED, "reason" => reason).increment(1);
+    tracing::info!(reason, "closing a connection");
 }
 
 /// A TCP connection accepted.

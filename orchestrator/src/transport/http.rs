@@ -44,6 +44,8 @@ pub struct HttpState {
     orch: Arc<Orchestrator>,
     /// Open SSE streams and parked long-polls.
     streams: AtomicUsize,
+    /// The same, per agent (only agents with one open).
+    per_agent: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 type Shared = Arc<HttpState>;
@@ -53,6 +55,7 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
     let state = Arc::new(HttpState {
         orch,
         streams: AtomicUsize::new(0),
+        per_agent: std::sync::Mutex::default(),
     });
     Router::new()
         .route("/", get(viewer))
@@ -104,6 +107,16 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        // A rate limit says when to come back, in whole seconds (RFC 9110 §10.2.3).
+        let retry_ms = self
+            .0
+            .data
+            .as_ref()
+            .and_then(|d| d["retryAfterMs"].as_u64());
+        if let Some(ms) = retry_ms.filter(|_| code == ErrorCode::RateLimited) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
+        }
         resp
     }
 }
@@ -138,7 +151,9 @@ impl FromRequestParts<Shared> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<Caller> {
-        Ok(Caller(state.orch.authenticate(bearer(parts)?).await?))
+        let who = state.orch.authenticate(bearer(parts)?).await?;
+        state.orch.admit(&who).map_err(ApiError)?;
+        Ok(Caller(who))
     }
 }
 
@@ -152,6 +167,7 @@ impl FromRequestParts<Shared> for StreamCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<StreamCaller> {
         let (who, grant) = state.orch.authenticate_held(bearer(parts)?).await?;
+        state.orch.admit(&who).map_err(ApiError)?;
         Ok(StreamCaller(who, grant))
     }
 }
@@ -248,29 +264,51 @@ async fn body<T: DeserializeOwned>(
     })
 }
 
-/// Counts an open stream or parked wait; refuses one over the limit.
+/// Counts an open stream or parked wait, in all and for its agent; refuses one over either
+/// limit.
 #[derive(Debug)]
 struct StreamSlot {
     state: Shared,
+    agent: String,
     _open: Open,
 }
 
 impl StreamSlot {
-    fn take(state: &Shared, transport: &'static str) -> ApiResult<StreamSlot> {
-        let limit = state.orch.limits().max_streams;
+    fn take(state: &Shared, who: &Identity, transport: &'static str) -> ApiResult<StreamSlot> {
+        let limits = state.orch.limits();
+        let (limit, per_agent) = (limits.max_streams, limits.max_streams_per_agent);
         let before = state.streams.fetch_add(1, Ordering::Relaxed);
+        let mine = {
+            let mut counts = state.per_agent.lock().unwrap_or_else(|p| p.into_inner());
+            let n = counts.entry(who.agent_id.clone()).or_default();
+            *n += 1;
+            *n - 1
+        };
         let slot = StreamSlot {
             state: state.clone(),
+            agent: who.agent_id.clone(),
             _open: Open::subscriber(transport),
         };
+        let refuse = |message: String, limit: usize| {
+            Err(ApiError(
+                RpcError::new(ErrorCode::RateLimited, message)
+                    .with_data(serde_json::json!({"limit": limit})),
+            ))
+        };
         if before >= limit {
-            return Err(ApiError(
-                RpcError::new(
-                    ErrorCode::RateLimited,
-                    format!("too many open streams and waits (limit {limit}); try again later"),
-                )
-                .with_data(serde_json::json!({"limit": limit})),
-            ));
+            return refuse(
+                format!("too many open streams and waits (limit {limit}); try again later"),
+                limit,
+            );
+        }
+        if mine >= per_agent {
+            return refuse(
+                format!(
+                    "{} has too many open streams and waits (limit {per_agent} an agent); close some first",
+                    who.agent_id
+                ),
+                per_agent,
+            );
         }
         Ok(slot)
     }
@@ -279,6 +317,17 @@ impl StreamSlot {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.state.streams.fetch_sub(1, Ordering::Relaxed);
+        let mut counts = self
+            .state
+            .per_agent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.agent) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.agent);
+            }
+        }
     }
 }
 
@@ -437,7 +486,7 @@ async fn wait(
     uri: Uri,
 ) -> ApiResult<Response> {
     let q: WaitQuery = query(&uri)?;
-    let _slot = StreamSlot::take(&s, "longpoll")?;
+    let _slot = StreamSlot::take(&s, &who, "longpoll")?;
     let r = s.orch.wait_events(&who, &id, q).await?;
     Ok(ok(StatusCode::OK, r))
 }
@@ -473,7 +522,7 @@ async fn events(
         })
         .transpose()?;
     let since = resume_after.or(q.since_seq).unwrap_or(0);
-    let slot = StreamSlot::take(&s, "sse")?;
+    let slot = StreamSlot::take(&s, &who, "sse")?;
     let feed = s
         .orch
         .subscribe(

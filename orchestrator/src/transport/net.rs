@@ -140,6 +140,10 @@ impl Out {
 
 #[derive(Debug, Default)]
 struct Shared {
+    /// The server ended the connection ([`ConnWriter::abort`]): reads see its end at once.
+    aborted: std::sync::atomic::AtomicBool,
+    /// The task reading the connection, woken by an abort.
+    reader: futures::task::AtomicWaker,
     out: Mutex<Out>,
     wake_writer: Notify,
     /// Room was made, or the connection ended (for [`ConnWriter`]s that wait to write).
@@ -273,6 +277,14 @@ impl AsyncRead for Coalesced {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self
+            .shared
+            .aborted
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Poll::Ready(Ok(()));
+        }
+        self.shared.reader.register(cx.waker());
         match &mut self.read {
             ReadSide::Plain(r) => Pin::new(r).poll_read(cx, buf),
             ReadSide::Tls(r) => Pin::new(r).poll_read(cx, buf),
@@ -424,6 +436,25 @@ impl ConnWriter {
             }
             changed.await;
         }
+    }
+
+    /// Ends the connection from the server's side: sends `close` (a close frame) after what is
+    /// buffered, shuts the socket's write side, and makes the WebSocket server read the end of
+    /// the connection at once, whether or not the peer answers.
+    pub fn abort(&self, close: &[u8]) {
+        {
+            let mut o = self.0.lock();
+            if !o.closed() {
+                o.put(|b| b.extend_from_slice(close));
+                o.shutdown = true;
+            }
+        }
+        self.0
+            .aborted
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.0.reader.wake();
+        self.0.wake_writer.notify_one();
+        self.0.notify_ended();
     }
 
     /// Whether the connection is closed or closing.

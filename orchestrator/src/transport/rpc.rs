@@ -43,6 +43,7 @@ where
                 .enter(orch.limits().max_in_flight_per_connection)
                 .map_err(wire)?;
             let who = session.identity().map_err(wire)?;
+            orch.admit(&who).map_err(wire)?;
             let p: P = parse(&params).map_err(wire)?;
             // A creation names an id that is normally new: its batch finds out under the lock.
             if name != names::CREATE_CONVERSATION {
@@ -185,11 +186,12 @@ fn register_executor(m: &mut RpcModule<Ctx>) -> Result<(), jsonrpsee::core::Regi
             let started = (|| {
                 let session = session_of(&ext)?;
                 let who = session.identity()?;
+                ctx.admit(&who)?;
                 let _p: RegisterExecutorParams = parse(&params)?;
-                Ok::<_, RpcError>(who)
+                Ok::<_, RpcError>((who, session.hold()))
             })();
-            let who = match started {
-                Ok(who) => who,
+            let (who, _held) = match started {
+                Ok(started) => started,
                 Err(e) => {
                     pending.reject(wire(e)).await;
                     return Ok(());

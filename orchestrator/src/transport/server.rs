@@ -197,10 +197,13 @@ async fn rpc_route(State(app): State<AppState>, mut req: Request<Body>) -> Respo
         .extensions()
         .get::<axum::extract::ConnectInfo<crate::transport::net::ConnWriter>>()
         .map(|c| c.0.clone());
-    req.extensions_mut().insert(Arc::new(Session::new(
+    let session = Arc::new(Session::new(
         upgrade.then(|| crate::engine::telemetry::Open::connection("ws")),
         frames.filter(|_| upgrade),
-    )));
+    ));
+    let limits = app.orch.limits();
+    session.watch(limits.auth_timeout, limits.idle_timeout);
+    req.extensions_mut().insert(session);
     let mut svc = app.rpc.clone().build(app.methods.clone(), app.stop.clone());
     match svc.call(req).await {
         Ok(resp) => resp.map(Body::new),

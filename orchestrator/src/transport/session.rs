@@ -3,7 +3,7 @@
 //! Also the parsing of params and the mapping of errors that every JSON-RPC method uses.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use jsonrpsee::types::{ErrorObjectOwned, Params};
@@ -32,6 +32,31 @@ pub struct Session {
     frames: Option<crate::transport::net::ConnWriter>,
     /// The connection's `subscribe` subscriptions.
     subscriptions: Registry,
+    /// Other long-lived calls open on it (`registerExecutor`).
+    held: AtomicUsize,
+    /// When the last call came, in milliseconds since the process started.
+    last_call_ms: AtomicU64,
+}
+
+/// Milliseconds since the process started (for when a connection last called).
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// Counts a long-lived call (`registerExecutor`) on a connection while it lives: the
+/// connection is not idle meanwhile.
+#[derive(Debug)]
+pub struct HeldGuard(Arc<Session>);
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::Relaxed);
+        self.0.last_call_ms.store(now_ms(), Ordering::Relaxed);
+    }
 }
 
 /// Counts one call in flight on a connection while it lives.
@@ -54,8 +79,69 @@ impl Session {
         Session {
             _open: open,
             frames,
+            last_call_ms: AtomicU64::new(now_ms()),
             ..Default::default()
         }
+    }
+
+    /// Counts a long-lived call on the connection until the guard drops.
+    pub fn hold(self: &Arc<Self>) -> HeldGuard {
+        self.held.fetch_add(1, Ordering::Relaxed);
+        HeldGuard(self.clone())
+    }
+
+    /// Whether anything is open on the connection: a call in flight, a subscription, a
+    /// registration.
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) > 0
+            || self.held.load(Ordering::Relaxed) > 0
+            || !self.subscriptions.is_empty()
+    }
+
+    /// Ends a WebSocket connection that has not authenticated within `auth`, or that stays
+    /// idle (no call, nothing open: [`Session::busy`]) for `idle`: a close frame with the
+    /// reason, then the socket ends whether or not the peer answers.
+    pub fn watch(self: &Arc<Self>, auth: std::time::Duration, idle: std::time::Duration) {
+        let Some(frames) = self.frames.clone() else {
+            return;
+        };
+        let session = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(auth) => {}
+                _ = frames.closed() => return,
+            }
+            let authenticated = session
+                .upgrade()
+                .is_some_and(|s| s.identity.read().is_ok_and(|i| i.is_some()));
+            if !authenticated {
+                crate::engine::telemetry::dropped_connection("auth_timeout");
+                let reason = format!("authenticate within {} s of connecting", auth.as_secs_f64());
+                frames.abort(&crate::transport::net::close_frame(1008, &reason));
+                return;
+            }
+            let idle_ms = idle.as_millis() as u64;
+            loop {
+                let wait_ms = {
+                    let Some(s) = session.upgrade() else { return };
+                    let quiet = now_ms().saturating_sub(s.last_call_ms.load(Ordering::Relaxed));
+                    if s.busy() {
+                        idle_ms
+                    } else if quiet >= idle_ms {
+                        crate::engine::telemetry::dropped_connection("idle_timeout");
+                        let reason = format!("idle for {} s", idle.as_secs_f64());
+                        frames.abort(&crate::transport::net::close_frame(1000, &reason));
+                        return;
+                    } else {
+                        idle_ms - quiet
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(wait_ms.max(1))) => {}
+                    _ = frames.closed() => return,
+                }
+            }
+        });
     }
 
     /// Writes frames into the connection's send buffer, for a WebSocket session.
@@ -120,6 +206,7 @@ impl Session {
 
     /// Counts a call in flight, or refuses it when the connection is at its limit.
     pub fn enter(self: &Arc<Self>, limit: usize) -> Result<InFlightGuard, RpcError> {
+        self.last_call_ms.store(now_ms(), Ordering::Relaxed);
         let before = self.in_flight.fetch_add(1, Ordering::Relaxed);
         let guard = InFlightGuard(self.clone());
         if before >= limit {

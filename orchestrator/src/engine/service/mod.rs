@@ -39,6 +39,8 @@ pub struct Orchestrator {
     scenarios: std::sync::RwLock<std::collections::HashMap<String, serde_json::Value>>,
     /// The tokens of open connections and streams, and their last uses.
     tokens: Arc<crate::engine::auth::Tokens>,
+    /// Each identity's request rate.
+    rate: crate::engine::rate::RateLimiter,
 }
 
 impl Orchestrator {
@@ -82,6 +84,10 @@ impl Orchestrator {
             hub,
             writer,
             turns,
+            rate: crate::engine::rate::RateLimiter::new(
+                limits.rate_per_identity,
+                limits.rate_burst,
+            ),
             limits,
             scenarios: std::sync::RwLock::new(library),
             tokens,
@@ -160,6 +166,12 @@ impl Orchestrator {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Admits one request of `who`, or refuses it with `RateLimited` when the identity is over
+    /// its rate (see [`crate::engine::rate`]).
+    pub fn admit(&self, who: &Identity) -> std::result::Result<(), proto_spec::RpcError> {
+        self.rate.take(&who.agent_id)
     }
 
     /// The hot state and fanout.

@@ -1,0 +1,160 @@
+//! A request rate per identity: a token bucket per agent id (on each node), refilled at
+//! `rate` tokens a second up to `burst`. Every call over WebSocket and every HTTP request of an
+//! authenticated agent takes one token; with none left the request is refused with
+//! `RateLimited` (-32029) and how long to wait for the next token (`data.retryAfterMs`; HTTP
+//! 429 with `Retry-After`), before it does any work. One identity however many connections it
+//! holds, so a client cannot buy itself more by opening sockets. Buckets of identities that
+//! stopped sending are dropped (a full bucket is the same as none).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use proto_spec::{ErrorCode, RpcError};
+
+/// Shards of the bucket map: calls of different agents rarely wait on one lock.
+const SHARDS: usize = 16;
+/// A shard forgets its full buckets when it has this many.
+const SWEEP_AT: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    /// When `tokens` was right, in microseconds since the limiter's start.
+    at: u64,
+}
+
+/// The buckets of every identity that sent lately.
+#[derive(Debug)]
+pub struct RateLimiter {
+    /// Tokens a second (0: no limit).
+    rate: f64,
+    burst: f64,
+    shards: Vec<Mutex<HashMap<String, Bucket>>>,
+    start: Instant,
+}
+
+impl RateLimiter {
+    /// `rate` requests a second per identity, in bursts of up to `burst` (at least one); a
+    /// rate of 0 limits nothing.
+    pub fn new(rate: u32, burst: u32) -> RateLimiter {
+        RateLimiter {
+            rate: f64::from(rate),
+            burst: f64::from(burst.max(1)),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            start: Instant::now(),
+        }
+    }
+
+    /// Takes a token of `agent`'s bucket, or says how long to wait for one.
+    pub fn take(&self, agent: &str) -> Result<(), RpcError> {
+        if self.rate <= 0.0 {
+            return Ok(());
+        }
+        self.take_at(agent, self.start.elapsed().as_micros() as u64)
+    }
+
+    /// [`RateLimiter::take`] at `now` (microseconds since the limiter's start).
+    fn take_at(&self, agent: &str, now: u64) -> Result<(), RpcError> {
+        let shard = &self.shards[shard_of(agent)];
+        let mut buckets = shard.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= SWEEP_AT {
+            let (rate, burst) = (self.rate, self.burst);
+            buckets.retain(|_, b| refilled(*b, now, rate, burst) < burst);
+        }
+        let b = buckets.entry(agent.to_owned()).or_insert(Bucket {
+            tokens: self.burst,
+            at: now,
+        });
+        let tokens = refilled(*b, now, self.rate, self.burst);
+        if tokens >= 1.0 {
+            *b = Bucket {
+                tokens: tokens - 1.0,
+                at: now,
+            };
+            return Ok(());
+        }
+        *b = Bucket { tokens, at: now };
+        let wait_ms = ((1.0 - tokens) / self.rate * 1000.0).ceil().max(1.0) as u64;
+        Err(RpcError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "{agent} is over its request rate ({} a second, bursts of {}); retry in {wait_ms} ms",
+                self.rate, self.burst
+            ),
+        )
+        .with_data(serde_json::json!({
+            "retryAfterMs": wait_ms,
+            "rate": self.rate,
+            "burst": self.burst,
+        })))
+    }
+}
+
+fn refilled(b: Bucket, now: u64, rate: f64, burst: f64) -> f64 {
+    let secs = now.saturating_sub(b.at) as f64 / 1e6;
+    (b.tokens + secs * rate).min(burst)
+}
+
+fn shard_of(agent: &str) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(agent) as usize % SHARDS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry_after(e: &RpcError) -> u64 {
+        e.data
+            .as_ref()
+            .and_then(|d| d["retryAfterMs"].as_u64())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_burst_then_the_rate_and_identities_apart() {
+        let r = RateLimiter::new(10, 5);
+        for _ in 0..5 {
+            r.take_at("flood", 0).unwrap();
+        }
+        let e = r.take_at("flood", 0).unwrap_err();
+        assert_eq!(e.code, ErrorCode::RateLimited);
+        assert_eq!(retry_after(&e), 100, "one token every 100 ms");
+        assert!(e.message.contains("flood"), "{}", e.message);
+        // Another identity has its own bucket.
+        r.take_at("calm", 0).unwrap();
+        // 50 ms later: half a token, still refused, and told to wait the other half.
+        let e = r.take_at("flood", 50_000).unwrap_err();
+        assert_eq!(retry_after(&e), 50);
+        // A refusal takes nothing: at 100 ms the token is there.
+        r.take_at("flood", 100_000).unwrap();
+        assert!(r.take_at("flood", 100_000).is_err());
+        // An idle second refills to the burst, no more.
+        for _ in 0..5 {
+            r.take_at("flood", 2_000_000).unwrap();
+        }
+        assert!(r.take_at("flood", 2_000_000).is_err());
+    }
+
+    #[test]
+    fn no_rate_limits_nothing_and_full_buckets_are_forgotten() {
+        let off = RateLimiter::new(0, 0);
+        for _ in 0..10_000 {
+            off.take("any").unwrap();
+        }
+        let r = RateLimiter::new(1000, 10);
+        let count =
+            |r: &RateLimiter| -> usize { r.shards.iter().map(|s| s.lock().unwrap().len()).sum() };
+        let n = SWEEP_AT * SHARDS * 2;
+        for i in 0..n {
+            r.take_at(&format!("agent-{i}"), 0).unwrap();
+        }
+        assert_eq!(count(&r), n, "none is full yet: none is forgotten");
+        // Ten seconds on, every one of them is full again: the next take in each shard sweeps.
+        for i in 0..SHARDS * 64 {
+            r.take_at(&format!("later-{i}"), 10_000_000).unwrap();
+        }
+        assert_eq!(count(&r), SHARDS * 64);
+    }
+}

@@ -1,0 +1,234 @@
+//! Limits that keep one client from starving the others: a request rate per identity (over
+//! every connection of it, WebSocket and HTTP), a deadline to authenticate, an idle timeout, and
+//! a cap on one agent's open streams. Each answers with its own error or close reason, and the
+//! other clients go on. (How far a flood moves another client's latency is measured in the
+//! `fairness` benchmark, not asserted here.)
+
+use orchestrator::engine::config::Limits;
+use proto_spec::codes;
+use serde_json::{json, Value};
+use tests::TestServer;
+
+/// A server with `limits` and the conversation `c1` of alice and bob.
+async fn started(limits: Limits) -> TestServer {
+    let ts = TestServer::with_limits(limits).await;
+    ts.create("c1", &["alice", "bob"]).await;
+    ts
+}
+
+fn http_base(ts: &TestServer) -> String {
+    ts.url()
+        .replace("ws://", "http://")
+        .trim_end_matches("/rpc")
+        .to_string()
+}
+
+/// Sends `n` calls at once on `raw` and reads every answer: how many were refused as over the
+/// rate, checking each refusal.
+async fn flood(raw: &mut tests::RawWs, n: u64, agent: &str) -> usize {
+    for id in 1..=n {
+        raw.send_text(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "getConversation", "params": {"conversationId": "c1"}})
+                .to_string(),
+        )
+        .await;
+    }
+    let mut refused = 0;
+    for _ in 0..n {
+        let r: Value = raw.recv().await;
+        if r.get("error").is_some() {
+            assert_eq!(r["error"]["code"], codes::RATE_LIMITED, "{r}");
+            assert!(
+                r["error"]["data"]["retryAfterMs"].as_u64().unwrap() >= 1,
+                "{r}"
+            );
+            let message = r["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(agent) && message.contains("retry in"),
+                "{r}"
+            );
+            refused += 1;
+        } else {
+            assert_eq!(r["result"]["conversationId"], "c1", "{r}");
+        }
+    }
+    refused
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_over_its_rate_is_refused_on_every_connection_and_others_go_on() {
+    let ts = started(Limits {
+        rate_per_identity: 50,
+        rate_burst: 20,
+        ..tests::test_limits()
+    })
+    .await;
+    let mut alice = ts.raw().await;
+    alice.authenticate(ts.token("alice")).await;
+    // 200 calls at once: the burst of 20 and what refills meanwhile pass, the rest are refused.
+    let refused = flood(&mut alice, 200, "alice").await;
+    assert!(refused >= 100, "only {refused} of 200 refused");
+    assert!(refused < 200, "the burst passes");
+    // A second connection of the same identity shares its bucket.
+    let mut again = ts.raw().await;
+    again.authenticate(ts.token("alice")).await;
+    let refused = flood(&mut again, 60, "alice").await;
+    assert!(
+        refused >= 20,
+        "a new connection bought alice more: {refused} of 60 refused"
+    );
+    // Bob is not held back by alice.
+    let mut bob = ts.raw().await;
+    bob.authenticate(ts.token("bob")).await;
+    assert_eq!(flood(&mut bob, 10, "bob").await, 0);
+    // Over HTTP too: 429 with Retry-After in whole seconds, and the same error body.
+    let http = reqwest::Client::new();
+    let url = format!("{}/conversations/c1", http_base(&ts));
+    let mut limited = None;
+    for _ in 0..60 {
+        let r = http
+            .get(&url)
+            .bearer_auth(ts.token("alice"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 429 {
+            limited = Some(r);
+            break;
+        }
+    }
+    let r = limited.expect("alice is refused over HTTP as well");
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], codes::RATE_LIMITED, "{body}");
+    // The refusals are counted.
+    let metrics = http
+        .get(format!("{}/metrics", http_base(&ts)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("orchestrator_errors_total") && l.contains("RateLimited")),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_authenticate_or_sit_idle_are_closed_busy_ones_stay() {
+    let ts = started(Limits {
+        auth_timeout: std::time::Duration::from_millis(300),
+        idle_timeout: std::time::Duration::from_millis(600),
+        ..tests::test_limits()
+    })
+    .await;
+    // Opened, never authenticated: closed with 1008 and the reason.
+    let mut silent = ts.raw().await;
+    let (code, reason) = silent.closed().await.expect("a close frame");
+    assert_eq!(code, 1008);
+    assert!(reason.contains("authenticate within"), "{reason}");
+    // Authenticated, then nothing: closed as idle. A subscribed connection and a push
+    // replica's registration opened at the same moment stay.
+    let mut idle = ts.raw().await;
+    idle.authenticate(ts.token("alice")).await;
+    let mut subscribed = ts.raw().await;
+    subscribed.authenticate(ts.token("bob")).await;
+    let r = subscribed.subscribe(1, "c1", 0).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let mut replica = ts.raw().await;
+    replica.authenticate(ts.token("alice")).await;
+    let r = replica
+        .call(1, "registerExecutor", json!({"mode": "push"}))
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let (code, reason) = idle.closed().await.expect("a close frame");
+    assert_eq!(code, 1000);
+    assert!(reason.contains("idle"), "{reason}");
+    // Past the idle timeout, the busy ones still answer.
+    for (who, raw) in [("bob", &mut subscribed), ("alice", &mut replica)] {
+        raw.send_text(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "getConversation", "params": {"conversationId": "c1"}})
+                .to_string(),
+        )
+        .await;
+        // Events of the subscription may come first.
+        let r = loop {
+            let r = raw.recv().await;
+            if r["id"] == 7 {
+                break r;
+            }
+        };
+        assert_eq!(r["result"]["conversationId"], "c1", "{who}: {r}");
+    }
+    let metrics = reqwest::get(format!("{}/metrics", http_base(&ts)))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for reason in ["auth_timeout", "idle_timeout"] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("orchestrator_connections_dropped_total")
+                    && l.contains(reason)),
+            "{reason}: {metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_agent_cannot_hold_every_stream() {
+    let ts = started(Limits {
+        max_streams_per_agent: 2,
+        ..tests::test_limits()
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let events = format!("{}/conversations/c1/events", http_base(&ts));
+    let open = |who: &str| {
+        http.get(&events)
+            .bearer_auth(ts.token(who).to_string())
+            .send()
+    };
+    // Two streams of alice's are open (their headers came: their slots are taken).
+    let first = open("alice").await.unwrap();
+    let second = open("alice").await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let third = open("alice").await.unwrap();
+    assert_eq!(third.status(), 429);
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(body["error"]["code"], codes::RATE_LIMITED, "{body}");
+    assert_eq!(body["error"]["data"]["limit"], 2, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("alice has too many open streams"),
+        "{body}"
+    );
+    // Bob's stream is not held back by alice's.
+    assert_eq!(open("bob").await.unwrap().status(), 200);
+    // A long-poll counts against the same cap.
+    let wait = http
+        .get(format!("{}/conversations/c1/wait", http_base(&ts)))
+        .query(&[("sinceSeq", "0"), ("timeoutMs", "10")])
+        .bearer_auth(ts.token("alice"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wait.status(), 429);
+    drop((first, second));
+}
