@@ -38,10 +38,8 @@ async fn flood(raw: &mut tests::RawWs, n: u64, agent: &str) -> usize {
         let r: Value = raw.recv().await;
         if r.get("error").is_some() {
             assert_eq!(r["error"]["code"], codes::RATE_LIMITED, "{r}");
-            assert!(
-                r["error"]["data"]["retryAfterMs"].as_u64().unwrap() >= 1,
-                "{r}"
-            );
+            // Counted from the answer, which was held back (it may be due already).
+            assert!(r["error"]["data"]["retryAfterMs"].is_u64(), "{r}");
             let message = r["error"]["message"].as_str().unwrap();
             assert!(
                 message.contains(agent) && message.contains("retry in"),
@@ -103,7 +101,7 @@ async fn an_identity_over_its_rate_is_refused_on_every_connection_and_others_go_
         .unwrap()
         .parse()
         .unwrap();
-    assert!(retry >= 1);
+    assert!(retry <= 1, "whole seconds: {retry}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], codes::RATE_LIMITED, "{body}");
     // The refusals are counted.

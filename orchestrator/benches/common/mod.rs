@@ -10,6 +10,7 @@ pub fn env(name: &str, default: u64) -> u64 {
 
 /// Removes the previous phases' files and flushes the page cache's dirty data, so that each phase
 /// starts from the same disk state rather than paying for the writeback of the phase before it.
+#[allow(dead_code)] // Not every benchmark writes files.
 pub fn settle(dir: &std::path::Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {

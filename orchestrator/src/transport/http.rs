@@ -152,7 +152,7 @@ impl FromRequestParts<Shared> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<Caller> {
         let who = state.orch.authenticate(bearer(parts)?).await?;
-        state.orch.admit(&who).map_err(ApiError)?;
+        state.orch.admit(&who).await.map_err(ApiError)?;
         Ok(Caller(who))
     }
 }
@@ -167,7 +167,7 @@ impl FromRequestParts<Shared> for StreamCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<StreamCaller> {
         let (who, grant) = state.orch.authenticate_held(bearer(parts)?).await?;
-        state.orch.admit(&who).map_err(ApiError)?;
+        state.orch.admit(&who).await.map_err(ApiError)?;
         Ok(StreamCaller(who, grant))
     }
 }

@@ -156,7 +156,7 @@ where
 async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), RpcError> {
     let session = session_of(req.extensions())?;
     let who = session.identity()?;
-    orch.admit(&who)?;
+    orch.admit(&who).await?;
     let p: SubscribeParams = parse(&req.params())?;
     let writer = session
         .frames()

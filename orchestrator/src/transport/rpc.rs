@@ -43,7 +43,7 @@ where
                 .enter(orch.limits().max_in_flight_per_connection)
                 .map_err(wire)?;
             let who = session.identity().map_err(wire)?;
-            orch.admit(&who).map_err(wire)?;
+            orch.admit(&who).await.map_err(wire)?;
             let p: P = parse(&params).map_err(wire)?;
             // A creation names an id that is normally new: its batch finds out under the lock.
             if name != names::CREATE_CONVERSATION {
@@ -183,13 +183,14 @@ fn register_executor(m: &mut RpcModule<Ctx>) -> Result<(), jsonrpsee::core::Regi
         names::REQUEST_TURN,
         names::UNREGISTER_EXECUTOR,
         |params, pending, ctx, ext| async move {
-            let started = (|| {
+            let started = async {
                 let session = session_of(&ext)?;
                 let who = session.identity()?;
-                ctx.admit(&who)?;
+                ctx.admit(&who).await?;
                 let _p: RegisterExecutorParams = parse(&params)?;
                 Ok::<_, RpcError>((who, session.hold()))
-            })();
+            }
+            .await;
             let (who, _held) = match started {
                 Ok(started) => started,
                 Err(e) => {

@@ -169,9 +169,13 @@ impl Orchestrator {
     }
 
     /// Admits one request of `who`, or refuses it with `RateLimited` when the identity is over
-    /// its rate (see [`crate::engine::rate`]).
-    pub fn admit(&self, who: &Identity) -> std::result::Result<(), proto_spec::RpcError> {
-        self.rate.take(&who.agent_id)
+    /// its rate, after holding the refusal (see [`crate::engine::rate`]).
+    pub async fn admit(&self, who: &Identity) -> std::result::Result<(), proto_spec::RpcError> {
+        let refused = self.rate.take(&who.agent_id);
+        if refused.is_err() {
+            tokio::time::sleep(crate::engine::rate::REFUSAL_HOLD).await;
+        }
+        refused
     }
 
     /// The hot state and fanout.
