@@ -4,7 +4,8 @@
 //! `RateLimited` (-32029) and how long to wait for the next token (`data.retryAfterMs`; HTTP
 //! 429 with `Retry-After`), before it does any work. One identity however many connections it
 //! holds, so a client cannot buy itself more by opening sockets. A refusal is answered after
-//! [`REFUSAL_HOLD`], not at once: a client that does not wait would otherwise make the server
+//! about [`REFUSAL_HOLD`] (spread over ±50%, so that a flood's refusals do not come due
+//! together), not at once: a client that does not wait would otherwise make the server
 //! refuse as fast as it can send, and the refusals alone would take the cores from everyone
 //! else (measured: `benches/fairness.rs`); held, a connection's refusals come no faster than its
 //! calls in flight every 100 ms. `retryAfterMs` counts from the answer. Buckets of identities

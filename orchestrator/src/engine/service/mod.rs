@@ -173,7 +173,9 @@ impl Orchestrator {
     pub async fn admit(&self, who: &Identity) -> std::result::Result<(), proto_spec::RpcError> {
         let refused = self.rate.take(&who.agent_id);
         if refused.is_err() {
-            tokio::time::sleep(crate::engine::rate::REFUSAL_HOLD).await;
+            // Spread over ±50%, so that a flood's held refusals do not come due together.
+            let hold = crate::engine::rate::REFUSAL_HOLD.mul_f64(rand::random_range(0.5..1.5));
+            tokio::time::sleep(hold).await;
         }
         refused
     }
