@@ -94,12 +94,6 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, TlsErr
     Ok(Arc::new(config))
 }
 
-/// [`client_config`] with the CA file [`CA_FILE_ENV`] names, if it names one.
-pub fn client_config_from_env() -> Result<Arc<ClientConfig>, TlsError> {
-    let ca = std::env::var_os(CA_FILE_ENV).filter(|v| !v.is_empty());
-    client_config(ca.as_deref().map(Path::new))
-}
-
 /// The certificate a server presents: read from its files, swapped on reload.
 #[derive(Debug)]
 struct Current(RwLock<Arc<CertifiedKey>>);

@@ -4,8 +4,8 @@
 //! `RateLimited` (-32029) and how long to wait for the next token (`data.retryAfterMs`; HTTP
 //! 429 with `Retry-After`), before it does any work. One identity however many connections it
 //! holds, so a client cannot buy itself more by opening sockets. A refusal is answered after
-//! about [`REFUSAL_HOLD`] (spread over ±50%, so that a flood's refusals do not come due
-//! together), not at once: a client that does not wait would otherwise make the server
+//! its [`Refused::hold`], about [`REFUSAL_HOLD`] (spread over ±50%, so that a flood's refusals
+//! do not come due together), not at once: a client that does not wait would otherwise make the server
 //! refuse as fast as it can send, and the refusals alone would take the cores from everyone
 //! else (measured: `benches/fairness.rs`); held, a connection's refusals come no faster than its
 //! calls in flight every 100 ms. `retryAfterMs` counts from the answer. Buckets of identities
@@ -32,6 +32,15 @@ struct Bucket {
     at: u64,
 }
 
+/// A request over its identity's rate: the error to answer, once `hold` has passed.
+#[derive(Debug)]
+pub struct Refused {
+    /// `RateLimited`, with `retryAfterMs` counted from the answer.
+    pub error: RpcError,
+    /// How long to hold the answer back.
+    pub hold: Duration,
+}
+
 /// The buckets of every identity that sent lately.
 #[derive(Debug)]
 pub struct RateLimiter {
@@ -54,16 +63,19 @@ impl RateLimiter {
         }
     }
 
-    /// Takes a token of `agent`'s bucket, or says how long to wait for one.
-    pub fn take(&self, agent: &str) -> Result<(), RpcError> {
+    /// Takes a token of `agent`'s bucket, or refuses, saying how long to hold the answer and
+    /// how long after it to wait for a token.
+    pub fn take(&self, agent: &str) -> Result<(), Refused> {
         if self.rate <= 0.0 {
             return Ok(());
         }
-        self.take_at(agent, self.start.elapsed().as_micros() as u64)
+        let hold = REFUSAL_HOLD.mul_f64(rand::random_range(0.5..1.5));
+        self.take_at(agent, self.start.elapsed().as_micros() as u64, hold)
     }
 
-    /// [`RateLimiter::take`] at `now` (microseconds since the limiter's start).
-    fn take_at(&self, agent: &str, now: u64) -> Result<(), RpcError> {
+    /// [`RateLimiter::take`] at `now` (microseconds since the limiter's start), a refusal held
+    /// for `hold`.
+    fn take_at(&self, agent: &str, now: u64, hold: Duration) -> Result<(), Refused> {
         let shard = &self.shards[shard_of(agent)];
         let mut buckets = shard.lock().unwrap_or_else(|p| p.into_inner());
         if buckets.len() >= SWEEP_AT {
@@ -83,10 +95,10 @@ impl RateLimiter {
             return Ok(());
         }
         *b = Bucket { tokens, at: now };
-        // Counted from the answer, which comes REFUSAL_HOLD after this.
+        // Counted from the answer, which comes `hold` after this.
         let wait_ms = (((1.0 - tokens) / self.rate * 1000.0).ceil() as u64)
-            .saturating_sub(REFUSAL_HOLD.as_millis() as u64);
-        Err(RpcError::new(
+            .saturating_sub(hold.as_millis() as u64);
+        let error = RpcError::new(
             ErrorCode::RateLimited,
             format!(
                 "{agent} is over its request rate ({} a second, bursts of {}); retry in {wait_ms} ms",
@@ -97,7 +109,8 @@ impl RateLimiter {
             "retryAfterMs": wait_ms,
             "rate": self.rate,
             "burst": self.burst,
-        })))
+        }));
+        Err(Refused { error, hold })
     }
 }
 
@@ -115,36 +128,42 @@ fn shard_of(agent: &str) -> usize {
 mod tests {
     use super::*;
 
+    const HOLD: Duration = Duration::from_millis(70);
+
     /// When the next token comes, counted from the refusal's decision (the answer says it
-    /// from the answer, [`REFUSAL_HOLD`] later).
-    fn retry_after(e: &RpcError) -> u64 {
-        let from_answer = e.data.as_ref().and_then(|d| d["retryAfterMs"].as_u64());
-        from_answer.unwrap() + REFUSAL_HOLD.as_millis() as u64
+    /// from the answer, its hold later).
+    fn retry_after(r: &Refused) -> u64 {
+        let from_answer = r
+            .error
+            .data
+            .as_ref()
+            .and_then(|d| d["retryAfterMs"].as_u64());
+        from_answer.unwrap() + r.hold.as_millis() as u64
     }
 
     #[test]
     fn a_burst_then_the_rate_and_identities_apart() {
         let r = RateLimiter::new(2, 5);
         for _ in 0..5 {
-            r.take_at("flood", 0).unwrap();
+            r.take_at("flood", 0, HOLD).unwrap();
         }
-        let e = r.take_at("flood", 0).unwrap_err();
-        assert_eq!(e.code, ErrorCode::RateLimited);
+        let e = r.take_at("flood", 0, HOLD).unwrap_err();
+        assert_eq!(e.error.code, ErrorCode::RateLimited);
         assert_eq!(retry_after(&e), 500, "one token every 500 ms");
-        assert!(e.message.contains("flood"), "{}", e.message);
+        assert!(e.error.message.contains("flood"), "{}", e.error.message);
         // Another identity has its own bucket.
-        r.take_at("calm", 0).unwrap();
+        r.take_at("calm", 0, HOLD).unwrap();
         // 250 ms later: half a token, still refused, and told to wait the other half.
-        let e = r.take_at("flood", 250_000).unwrap_err();
+        let e = r.take_at("flood", 250_000, HOLD).unwrap_err();
         assert_eq!(retry_after(&e), 250);
         // A refusal takes nothing: at 500 ms the token is there.
-        r.take_at("flood", 500_000).unwrap();
-        assert!(r.take_at("flood", 500_000).is_err());
+        r.take_at("flood", 500_000, HOLD).unwrap();
+        assert!(r.take_at("flood", 500_000, HOLD).is_err());
         // Idle seconds refill to the burst, no more.
         for _ in 0..5 {
-            r.take_at("flood", 10_000_000).unwrap();
+            r.take_at("flood", 10_000_000, HOLD).unwrap();
         }
-        assert!(r.take_at("flood", 10_000_000).is_err());
+        assert!(r.take_at("flood", 10_000_000, HOLD).is_err());
     }
 
     #[test]
@@ -158,12 +177,12 @@ mod tests {
             |r: &RateLimiter| -> usize { r.shards.iter().map(|s| s.lock().unwrap().len()).sum() };
         let n = SWEEP_AT * SHARDS * 2;
         for i in 0..n {
-            r.take_at(&format!("agent-{i}"), 0).unwrap();
+            r.take_at(&format!("agent-{i}"), 0, HOLD).unwrap();
         }
         assert_eq!(count(&r), n, "none is full yet: none is forgotten");
         // Ten seconds on, every one of them is full again: the next take in each shard sweeps.
         for i in 0..SHARDS * 64 {
-            r.take_at(&format!("later-{i}"), 10_000_000).unwrap();
+            r.take_at(&format!("later-{i}"), 10_000_000, HOLD).unwrap();
         }
         assert_eq!(count(&r), SHARDS * 64);
     }

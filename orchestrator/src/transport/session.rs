@@ -199,8 +199,11 @@ impl Session {
             }
             tracing::info!(agent = %who.agent_id, "closing a connection: its token was revoked or expired");
             session.subscriptions.cancel_all();
-            let close = crate::transport::net::close_frame(1008, "token revoked or expired");
-            let _ = frames.write_frames(&close).await;
+            // Ended by the server, whether or not the peer answers the close.
+            frames.abort(&crate::transport::net::close_frame(
+                1008,
+                "token revoked or expired",
+            ));
         });
     }
 

@@ -171,13 +171,11 @@ impl Orchestrator {
     /// Admits one request of `who`, or refuses it with `RateLimited` when the identity is over
     /// its rate, after holding the refusal (see [`crate::engine::rate`]).
     pub async fn admit(&self, who: &Identity) -> std::result::Result<(), proto_spec::RpcError> {
-        let refused = self.rate.take(&who.agent_id);
-        if refused.is_err() {
-            // Spread over ±50%, so that a flood's held refusals do not come due together.
-            let hold = crate::engine::rate::REFUSAL_HOLD.mul_f64(rand::random_range(0.5..1.5));
-            tokio::time::sleep(hold).await;
-        }
-        refused
+        let Err(refused) = self.rate.take(&who.agent_id) else {
+            return Ok(());
+        };
+        tokio::time::sleep(refused.hold).await;
+        Err(refused.error)
     }
 
     /// The hot state and fanout.
