@@ -57,9 +57,15 @@ enum Command {
         /// Largest message or trace payload, in bytes.
         #[arg(long, env = "ORCHESTRATOR_MAX_PAYLOAD_BYTES", default_value_t = Limits::default().max_payload_bytes)]
         max_payload_bytes: usize,
-        /// Most open connections.
+        /// Most open WebSocket connections.
         #[arg(long, env = "ORCHESTRATOR_MAX_CONNECTIONS", default_value_t = Limits::default().max_connections)]
         max_connections: u32,
+        /// Most open sockets, whatever they carry (WebSocket, SSE, long-poll, plain requests).
+        #[arg(long, env = "ORCHESTRATOR_MAX_SOCKETS", default_value_t = Limits::default().max_sockets)]
+        max_sockets: usize,
+        /// How long a request head, or a request body, may take to arrive, in milliseconds.
+        #[arg(long, env = "ORCHESTRATOR_HEADER_TIMEOUT_MS", default_value_t = Limits::default().header_timeout.as_millis() as u64)]
+        header_timeout_ms: u64,
         /// Most calls in flight on one connection.
         #[arg(long, env = "ORCHESTRATOR_MAX_IN_FLIGHT", default_value_t = Limits::default().max_in_flight_per_connection)]
         max_in_flight: usize,
@@ -86,6 +92,9 @@ enum Command {
         /// The longest long-poll wait, in milliseconds; longer timeouts are capped to it.
         #[arg(long, env = "ORCHESTRATOR_MAX_WAIT_MS", default_value_t = Limits::default().max_wait.as_millis() as u64)]
         max_wait_ms: u64,
+        /// The largest scenario a createConversation may give inline, in bytes (JSON).
+        #[arg(long, env = "ORCHESTRATOR_MAX_SCENARIO_BYTES", default_value_t = Limits::default().max_scenario_bytes)]
+        max_scenario_bytes: usize,
         /// How deep sub-conversations may nest.
         #[arg(long, env = "ORCHESTRATOR_MAX_DEPTH", default_value_t = Limits::default().max_depth)]
         max_depth: u32,
@@ -373,6 +382,8 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             max_frame_bytes,
             max_payload_bytes,
             max_connections,
+            max_sockets,
+            header_timeout_ms,
             max_in_flight,
             max_streams,
             max_streams_per_agent,
@@ -381,6 +392,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             auth_timeout_ms,
             idle_timeout_ms,
             max_wait_ms,
+            max_scenario_bytes,
             max_depth,
             max_children,
             scenarios,
@@ -396,6 +408,8 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 max_frame_bytes,
                 max_payload_bytes,
                 max_connections,
+                max_sockets,
+                header_timeout: std::time::Duration::from_millis(header_timeout_ms.max(1)),
                 max_in_flight_per_connection: max_in_flight,
                 max_streams,
                 max_streams_per_agent,
@@ -404,6 +418,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 auth_timeout: std::time::Duration::from_millis(auth_timeout_ms.max(1)),
                 idle_timeout: std::time::Duration::from_millis(idle_timeout_ms.max(1)),
                 max_wait: std::time::Duration::from_millis(max_wait_ms),
+                max_scenario_bytes,
                 max_depth,
                 max_children,
                 sandbox: sandbox.clone(),

@@ -299,6 +299,35 @@ impl TestServer {
         self.running().rpc_url()
     }
 
+    /// `http://HOST:PORT`, for the HTTP routes.
+    pub fn http_base(&self) -> String {
+        format!("http://{}", self.running().local_addr())
+    }
+
+    /// `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.http_base()))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics")
+    }
+
+    /// Checks that the server counted connections it ended for each of `reasons`.
+    pub async fn assert_dropped(&self, reasons: &[&str]) {
+        let metrics = self.metrics().await;
+        for reason in reasons {
+            assert!(
+                metrics
+                    .lines()
+                    .any(|l| l.starts_with("orchestrator_connections_dropped_total")
+                        && l.contains(reason)),
+                "{reason}: {metrics}"
+            );
+        }
+    }
+
     /// The token of an agent.
     pub fn token(&self, agent: &str) -> &str {
         &self.tokens[agent]
@@ -401,6 +430,17 @@ impl RawWs {
         }
     }
 
+    /// The next text frame as it was sent (pings and pongs are skipped).
+    pub async fn recv_text(&mut self) -> String {
+        loop {
+            match self.next_frame().await {
+                Some(Ok(Message::Text(t))) => return t.to_string(),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => panic!("unexpected frame: {other:?}"),
+            }
+        }
+    }
+
     /// Subscribes to `conversation` from `since`; the answer.
     pub async fn subscribe(&mut self, id: u64, conversation: &str, since: u64) -> Value {
         self.call(
@@ -434,10 +474,77 @@ impl RawWs {
         self.recv().await
     }
 
+    /// Sends a call and returns its answer, passing over the notifications before it.
+    pub async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send_text(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        )
+        .await;
+        loop {
+            let frame = self.recv().await;
+            if frame["id"] == id {
+                return frame;
+            }
+        }
+    }
+
     /// Authenticates.
     pub async fn authenticate(&mut self, token: &str) {
         let r = self.call(0, "authenticate", json!({"token": token})).await;
         assert_eq!(r["result"]["ok"], true, "{r}");
+    }
+}
+
+/// A WebSocket client that answers nothing, pings included: a raw TCP connection after the
+/// handshake.
+#[derive(Debug)]
+pub struct DeafWs(tokio::net::TcpStream);
+
+impl DeafWs {
+    /// Connects to `url` (`ws://HOST:PORT/rpc`) and completes the handshake.
+    pub async fn connect(url: &str) -> DeafWs {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = url
+            .trim_start_matches("ws://")
+            .trim_end_matches("/rpc")
+            .to_string();
+        let mut tcp = tokio::net::TcpStream::connect(&host)
+            .await
+            .expect("connect");
+        tcp.write_all(
+            format!(
+                "GET /rpc HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("send the handshake");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = tokio::time::timeout(WAIT, tcp.read(&mut byte))
+                .await
+                .expect("a handshake answer in time")
+                .expect("read the handshake answer");
+            assert!(n == 1, "the server closed during the handshake");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        DeafWs(tcp)
+    }
+
+    /// Reads (and ignores) what the server sends until it ends the connection, waiting at
+    /// most [`WAIT`].
+    pub async fn closed(&mut self) {
+        use tokio::io::AsyncReadExt;
+        let mut sink = [0u8; 4096];
+        tokio::time::timeout(WAIT, async {
+            while self.0.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+        })
+        .await
+        .expect("the server ends the connection in time");
     }
 }
 

@@ -4,6 +4,7 @@
 //! other clients go on. (How far a flood moves another client's latency is measured in the
 //! `fairness` benchmark, not asserted here.)
 
+use jsonrpsee::core::client::ClientT;
 use orchestrator::engine::config::Limits;
 use proto_spec::codes;
 use serde_json::{json, Value};
@@ -14,13 +15,6 @@ async fn started(limits: Limits) -> TestServer {
     let ts = TestServer::with_limits(limits).await;
     ts.create("c1", &["alice", "bob"]).await;
     ts
-}
-
-fn http_base(ts: &TestServer) -> String {
-    ts.url()
-        .replace("ws://", "http://")
-        .trim_end_matches("/rpc")
-        .to_string()
 }
 
 /// Sends `n` calls at once on `raw` and reads every answer: how many were refused as over the
@@ -81,7 +75,7 @@ async fn an_identity_over_its_rate_is_refused_on_every_connection_and_others_go_
     assert_eq!(flood(&mut bob, 10, "bob").await, 0);
     // Over HTTP too: 429 with Retry-After in whole seconds, and the same error body.
     let http = reqwest::Client::new();
-    let url = format!("{}/conversations/c1", http_base(&ts));
+    let url = format!("{}/conversations/c1", ts.http_base());
     let mut limited = None;
     for _ in 0..60 {
         let r = http
@@ -106,7 +100,7 @@ async fn an_identity_over_its_rate_is_refused_on_every_connection_and_others_go_
     assert_eq!(body["error"]["code"], codes::RATE_LIMITED, "{body}");
     // The refusals are counted.
     let metrics = http
-        .get(format!("{}/metrics", http_base(&ts)))
+        .get(format!("{}/metrics", ts.http_base()))
         .send()
         .await
         .unwrap()
@@ -167,21 +161,7 @@ async fn connections_that_never_authenticate_or_sit_idle_are_closed_busy_ones_st
         };
         assert_eq!(r["result"]["conversationId"], "c1", "{who}: {r}");
     }
-    let metrics = reqwest::get(format!("{}/metrics", http_base(&ts)))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for reason in ["auth_timeout", "idle_timeout"] {
-        assert!(
-            metrics
-                .lines()
-                .any(|l| l.starts_with("orchestrator_connections_dropped_total")
-                    && l.contains(reason)),
-            "{reason}: {metrics}"
-        );
-    }
+    ts.assert_dropped(&["auth_timeout", "idle_timeout"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +172,7 @@ async fn one_agent_cannot_hold_every_stream() {
     })
     .await;
     let http = reqwest::Client::new();
-    let events = format!("{}/conversations/c1/events", http_base(&ts));
+    let events = format!("{}/conversations/c1/events", ts.http_base());
     let open = |who: &str| {
         http.get(&events)
             .bearer_auth(ts.token(who).to_string())
@@ -221,12 +201,83 @@ async fn one_agent_cannot_hold_every_stream() {
     assert_eq!(open("bob").await.unwrap().status(), 200);
     // A long-poll counts against the same cap.
     let wait = http
-        .get(format!("{}/conversations/c1/wait", http_base(&ts)))
+        .get(format!("{}/conversations/c1/wait", ts.http_base()))
         .query(&[("sinceSeq", "0"), ("timeoutMs", "10")])
         .bearer_auth(ts.token("alice"))
         .send()
         .await
         .unwrap();
     assert_eq!(wait.status(), 429);
+    // So does a WebSocket subscription.
+    let mut raw = ts.raw().await;
+    raw.authenticate(ts.token("alice")).await;
+    let r = raw.subscribe(1, "c1", 0).await;
+    assert_eq!(r["error"]["code"], codes::RATE_LIMITED, "{r}");
     drop((first, second));
+    // Subscriptions alone, on two connections; one ended gives its place back.
+    ts.create("c2", &["carol"]).await;
+    let mut one = ts.raw().await;
+    one.authenticate(ts.token("carol")).await;
+    let mut two = ts.raw().await;
+    two.authenticate(ts.token("carol")).await;
+    let params = json!({"conversationId": "c2", "sinceSeq": 0});
+    let sub = one.request(1, "subscribe", params.clone()).await["result"].clone();
+    assert!(sub.is_u64(), "{sub}");
+    assert!(two.request(1, "subscribe", params.clone()).await["result"].is_u64());
+    let r = two.request(2, "subscribe", params.clone()).await;
+    assert_eq!(r["error"]["code"], codes::RATE_LIMITED, "{r}");
+    let r = one.request(2, "unsubscribe", json!([sub])).await;
+    assert_eq!(r["result"], true, "{r}");
+    let again = async {
+        for id in 3.. {
+            let r = two.request(id, "subscribe", params.clone()).await;
+            if r.get("result").is_some() {
+                return;
+            }
+            assert_eq!(r["error"]["code"], codes::RATE_LIMITED, "{r}");
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(tests::WAIT, again)
+        .await
+        .expect("the ended subscription's place, given back");
+}
+
+#[tokio::test]
+async fn an_inline_scenario_over_its_size_is_refused() {
+    let ts = TestServer::with_limits(Limits {
+        max_scenario_bytes: 2048,
+        ..tests::test_limits()
+    })
+    .await;
+    let admin = ts.client("admin").await;
+    let big = json!({
+        "participants": ["alice", "bob"],
+        "description": "x".repeat(3000),
+    });
+    let r = admin
+        .request::<Value, _>(
+            "createConversation",
+            tests::P(json!({"conversationId": "big", "scenario": big})),
+        )
+        .await;
+    let e = match r {
+        Err(jsonrpsee::core::ClientError::Call(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(e.code(), codes::INVALID_PARAMS);
+    assert!(
+        e.message().contains("over the limit of 2048"),
+        "{}",
+        e.message()
+    );
+    let small = json!({"participants": ["alice", "bob"]});
+    let r: Value = admin
+        .request(
+            "createConversation",
+            tests::P(json!({"conversationId": "small", "scenario": small})),
+        )
+        .await
+        .expect("a small scenario");
+    assert_eq!(r["conversationId"], "small");
 }

@@ -19,8 +19,19 @@ struct Served {
 }
 
 async fn serve(db: &str, args: &[&str]) -> Served {
+    serve_logging(db, args, None).await
+}
+
+/// `serve` on `db` with `args`, logging at `level` (`ORCHESTRATOR_LOG`) when given.
+async fn serve_logging(db: &str, args: &[&str], level: Option<&str>) -> Served {
     let port = free_port();
-    let mut child = tokio::process::Command::new(binary())
+    let mut command = tokio::process::Command::new(binary());
+    if let Some(level) = level {
+        command.env("ORCHESTRATOR_LOG", level);
+    } else {
+        command.env_remove("ORCHESTRATOR_LOG");
+    }
+    let mut child = command
         .args([
             "serve",
             "--listen",
@@ -29,7 +40,6 @@ async fn serve(db: &str, args: &[&str]) -> Served {
             db,
         ])
         .args(args)
-        .env_remove("ORCHESTRATOR_LOG")
         .env_remove("ORCHESTRATOR_LOG_FORMAT")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -171,4 +181,58 @@ async fn text_logs_have_no_colour_codes_off_a_terminal_and_a_database_in_use_is_
     assert!(err.contains("is in use by another orchestrator"), "{err}");
     assert!(!err.contains("internal error"), "{err}");
     drop(served.child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_log_level_writes_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("o.db").display().to_string();
+    let admin = token(&db, "admin", true);
+    let served = serve_logging(&db, &[], Some("trace")).await;
+    let host = format!("127.0.0.1:{}", served.port);
+    // Over WebSocket, over HTTP POST /rpc, and as a bearer token.
+    let client = connect(&format!("ws://{host}/rpc"), &admin).await;
+    served
+        .line("authenticated", |l| l.contains("authenticated"))
+        .await;
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "authenticate", "params": {"token": admin}})
+            .to_string();
+    let answer = tests::http_raw(
+        &host,
+        "POST /rpc",
+        "Content-Type: application/json\r\n",
+        &body,
+    )
+    .await;
+    assert!(answer.contains(r#""ok":true"#), "{answer}");
+    let answer = tests::http_raw(
+        &host,
+        "GET /me",
+        &format!("Authorization: Bearer {admin}\r\n"),
+        "",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(client);
+    // Both HTTP requests' connections closed, the WebSocket's too.
+    let until = tokio::time::Instant::now() + WAIT;
+    let lines = loop {
+        let lines = served.lines.lock().unwrap().clone();
+        if lines
+            .iter()
+            .filter(|l| l.contains("connection closed"))
+            .count()
+            >= 3
+        {
+            break lines;
+        }
+        assert!(tokio::time::Instant::now() < until, "{lines:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(lines.iter().any(|l| l.contains("TRACE")), "{lines:?}");
+    let secret = admin.trim_start_matches("oct_");
+    for l in &lines {
+        assert!(!l.contains(secret), "a log line holds the token: {l}");
+    }
 }

@@ -9,8 +9,14 @@ pub struct Limits {
     pub max_frame_bytes: u32,
     /// Largest message or trace payload, serialized (`PayloadTooLarge`, -32030).
     pub max_payload_bytes: usize,
-    /// Open connections at once (HTTP 429 at the handshake).
+    /// Open WebSocket connections at once (HTTP 429 at the handshake).
     pub max_connections: u32,
+    /// Open sockets at once, whatever they carry (HTTP 503 and closed at once beyond).
+    pub max_sockets: usize,
+    /// How long a request head may take to arrive (after connecting, or after the last answer
+    /// on a kept-alive connection), and a request body: the connection is closed (or the
+    /// request answered 408) past it.
+    pub header_timeout: Duration,
     /// Calls in flight on one connection (`RateLimited`, -32029).
     pub max_in_flight_per_connection: usize,
     /// Subscriptions open on one connection.
@@ -35,6 +41,8 @@ pub struct Limits {
     pub max_tail: usize,
     /// The most participants a conversation may have.
     pub max_participants: usize,
+    /// The largest scenario a `createConversation` may give inline, serialized (`InvalidParams`).
+    pub max_scenario_bytes: usize,
     /// How often each WebSocket is pinged; one silent for three intervals is closed.
     pub ping_interval: Duration,
     /// How deep sub-conversations may nest (`SubconversationLimit`, -32031).
@@ -51,12 +59,21 @@ pub struct Limits {
     pub token_recheck: Duration,
 }
 
+impl Limits {
+    /// The largest answer, on every transport (`ResponseTooLarge`, -32008): sixteen frames.
+    pub fn max_response_bytes(&self) -> usize {
+        (self.max_frame_bytes as usize).saturating_mul(16)
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_frame_bytes: 1024 * 1024,
             max_payload_bytes: 256 * 1024,
             max_connections: 1024,
+            max_sockets: 20_000,
+            header_timeout: Duration::from_secs(10),
             max_in_flight_per_connection: 256,
             max_subscriptions_per_connection: 64,
             max_streams: 16_384,
@@ -68,6 +85,7 @@ impl Default for Limits {
             max_wait: Duration::from_secs(60),
             max_tail: 1000,
             max_participants: 256,
+            max_scenario_bytes: 64 * 1024,
             ping_interval: Duration::from_secs(20),
             max_depth: 3,
             max_children: 16,

@@ -11,6 +11,7 @@ pub mod scenario;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod streams;
 pub mod telemetry;
 pub mod timers;
 pub mod turns;

@@ -304,8 +304,15 @@ impl Scenario {
     /// scenario holds runs here; a `function`'s source is compiled, within a short time limit,
     /// so call this off the async threads when the scenario may hold one.
     pub fn parse(v: &Value, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
-        let spec: ScenarioSpec =
-            serde_json::from_value(v.clone()).map_err(|e| bad("", e.to_string()))?;
+        let spec: ScenarioSpec = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            // The field it failed at, as the checks below name theirs (`.stop.maxTurns`).
+            let path = match e.path().to_string() {
+                p if p == "." => String::new(),
+                p if p.starts_with('[') => p,
+                p => format!(".{p}"),
+            };
+            bad(&path, e.into_inner().to_string())
+        })?;
         Scenario::check(spec, sandbox)
     }
 
@@ -636,10 +643,29 @@ mod tests {
         );
         let e = parse(&json!({"participants": ["a"], "surprise": 1})).unwrap_err();
         assert!(e.message.contains("surprise"), "{}", e.message);
-        assert_eq!(
-            path_of(json!({"participants": ["a"], "policy": {"order": "loudest"}})),
-            "scenario"
-        );
+        // Fields the types refuse are named too, not only those the checks refuse.
+        for (bad, path) in [
+            (json!({"stop": {"maxTurns": -1}}), "scenario.stop.maxTurns"),
+            (
+                json!({"turn": {"onTimeout": "explode"}}),
+                "scenario.turn.onTimeout",
+            ),
+            (json!({"stop": {"extra": 1}}), "scenario.stop.extra"),
+            (
+                json!({"participants": [{"id": 7}]}),
+                "scenario.participants[0]",
+            ),
+            (
+                json!({"policy": {"order": "loudest"}}),
+                "scenario.policy.order",
+            ),
+        ] {
+            let mut v = json!({"participants": ["a"]});
+            v.as_object_mut()
+                .unwrap()
+                .extend(bad.as_object().unwrap().clone());
+            assert_eq!(path_of(v.clone()), path, "{v}");
+        }
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! field, `PayloadTooLarge` over the body limit), never a bare text rejection.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ use serde::Serialize;
 
 use crate::engine::auth::Identity;
 use crate::engine::service::Orchestrator;
-use crate::engine::telemetry::{self, Open};
+use crate::engine::telemetry;
 
 /// The viewer page, embedded at build time.
 const VIEWER: &str = include_str!("../../assets/viewer.html");
@@ -42,21 +41,13 @@ static OPENAPI: LazyLock<String> = LazyLock::new(|| spec::to_pretty(&spec::opena
 #[derive(Debug)]
 pub struct HttpState {
     orch: Arc<Orchestrator>,
-    /// Open SSE streams and parked long-polls.
-    streams: AtomicUsize,
-    /// The same, per agent (only agents with one open).
-    per_agent: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
 type Shared = Arc<HttpState>;
 
 /// The routes, ready to merge into the host's router.
 pub fn router(orch: Arc<Orchestrator>) -> Router {
-    let state = Arc::new(HttpState {
-        orch,
-        streams: AtomicUsize::new(0),
-        per_agent: std::sync::Mutex::default(),
-    });
+    let state = Arc::new(HttpState { orch });
     Router::new()
         .route("/", get(viewer))
         .route("/me", get(me))
@@ -76,55 +67,52 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
 
 /// A protocol error as an HTTP response.
 #[derive(Debug)]
-pub struct ApiError(pub RpcError);
+pub struct ApiError(pub RpcError, pub Option<StatusCode>);
 
 impl From<RpcError> for ApiError {
     fn from(e: RpcError) -> Self {
-        ApiError(e)
+        ApiError(e, None)
     }
 }
 
 impl From<crate::engine::error::Error> for ApiError {
     fn from(e: crate::engine::error::Error) -> Self {
-        ApiError(e.to_rpc())
+        ApiError(e.to_rpc(), None)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code = self.0.code;
-        telemetry::refused(&self.0, "http");
-        let status =
-            StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (
-            status,
-            Json(HttpError {
-                error: self.0.to_wire(),
-            }),
-        )
-            .into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        // A rate limit says when to come back, in whole seconds (RFC 9110 §10.2.3).
-        let retry_ms = self
-            .0
-            .data
-            .as_ref()
-            .and_then(|d| d["retryAfterMs"].as_u64());
-        if let Some(ms) = retry_ms.filter(|_| code == ErrorCode::RateLimited) {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
-        }
-        resp
+        let status = self.1.unwrap_or_else(|| {
+            StatusCode::from_u16(self.0.code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        });
+        error_response(status, &self.0)
     }
+}
+
+/// A protocol error as an HTTP answer with `status`: `{"error": {code, message, data}}`, with
+/// `WWW-Authenticate` on 401 and `Retry-After` on a rate refusal; counted as a refusal.
+pub fn error_response(status: StatusCode, e: &RpcError) -> Response {
+    telemetry::refused(e, "http");
+    let mut resp = (status, Json(HttpError { error: e.to_wire() })).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    // A rate limit says when to come back, in whole seconds (RFC 9110 §10.2.3).
+    let retry_ms = e.data.as_ref().and_then(|d| d["retryAfterMs"].as_u64());
+    if let Some(ms) = retry_ms.filter(|_| e.code == ErrorCode::RateLimited) {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
+    }
+    resp
 }
 
 type ApiResult<T> = Result<T, ApiError>;
 
 fn api_error(code: ErrorCode, message: impl Into<String>) -> ApiError {
-    ApiError(RpcError::new(code, message))
+    ApiError(RpcError::new(code, message), None)
 }
 
 /// The conversation id in the path, met by this node first ([`Orchestrator::meet`]).
@@ -137,7 +125,13 @@ impl FromRequestParts<Shared> for Known {
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Known, Response> {
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|e| {
+                api_error(
+                    ErrorCode::InvalidParams,
+                    format!("the conversation id in the path: {}", e.body_text()),
+                )
+                .into_response()
+            })?;
         state.orch.meet(&id).await;
         Ok(Known(id))
     }
@@ -152,7 +146,7 @@ impl FromRequestParts<Shared> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<Caller> {
         let who = state.orch.authenticate(bearer(parts)?).await?;
-        state.orch.admit(&who).await.map_err(ApiError)?;
+        state.orch.admit(&who).await.map_err(ApiError::from)?;
         Ok(Caller(who))
     }
 }
@@ -167,7 +161,7 @@ impl FromRequestParts<Shared> for StreamCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> ApiResult<StreamCaller> {
         let (who, grant) = state.orch.authenticate_held(bearer(parts)?).await?;
-        state.orch.admit(&who).await.map_err(ApiError)?;
+        state.orch.admit(&who).await.map_err(ApiError::from)?;
         Ok(StreamCaller(who, grant))
     }
 }
@@ -224,7 +218,7 @@ async fn body<T: DeserializeOwned>(
 ) -> ApiResult<T> {
     let limit = state.orch.limits().max_frame_bytes as usize;
     let too_large = || {
-        ApiError(
+        ApiError::from(
             RpcError::new(
                 ErrorCode::PayloadTooLarge,
                 format!("the body is over the limit of {limit} bytes"),
@@ -239,23 +233,25 @@ async fn body<T: DeserializeOwned>(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let over_limit =
-            std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |err| {
-                err.source()
-            })
-            .any(|err| err.is::<http_body_util::LengthLimitError>());
-        if over_limit {
-            too_large()
-        } else {
-            api_error(
-                ErrorCode::InvalidRequest,
-                format!("the body could not be read: {e}"),
-            )
-        }
-    })?;
+    let bytes = read_body(body, limit, state.orch.limits().header_timeout)
+        .await?
+        .map_err(|e| {
+            let over_limit =
+                std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |err| {
+                    err.source()
+                })
+                .any(|err| err.is::<http_body_util::LengthLimitError>());
+            if over_limit {
+                too_large()
+            } else {
+                api_error(
+                    ErrorCode::InvalidRequest,
+                    format!("the body could not be read: {e}"),
+                )
+            }
+        })?;
     serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => ApiError(
+        serde_json::error::Category::Data => ApiError::from(
             RpcError::new(ErrorCode::InvalidParams, format!("invalid body: {e}")).with_data(
                 serde_json::json!({"hint": "the body is one JSON object with camelCase fields; see /openapi.json"}),
             ),
@@ -264,75 +260,49 @@ async fn body<T: DeserializeOwned>(
     })
 }
 
-/// Counts an open stream or parked wait, in all and for its agent; refuses one over either
-/// limit.
-#[derive(Debug)]
-struct StreamSlot {
-    state: Shared,
-    agent: String,
-    _open: Open,
-}
-
-impl StreamSlot {
-    fn take(state: &Shared, who: &Identity, transport: &'static str) -> ApiResult<StreamSlot> {
-        let limits = state.orch.limits();
-        let (limit, per_agent) = (limits.max_streams, limits.max_streams_per_agent);
-        let before = state.streams.fetch_add(1, Ordering::Relaxed);
-        let mine = {
-            let mut counts = state.per_agent.lock().unwrap_or_else(|p| p.into_inner());
-            let n = counts.entry(who.agent_id.clone()).or_default();
-            *n += 1;
-            *n - 1
-        };
-        let slot = StreamSlot {
-            state: state.clone(),
-            agent: who.agent_id.clone(),
-            _open: Open::subscriber(transport),
-        };
-        let refuse = |message: String, limit: usize| {
-            Err(ApiError(
-                RpcError::new(ErrorCode::RateLimited, message)
-                    .with_data(serde_json::json!({"limit": limit})),
-            ))
-        };
-        if before >= limit {
-            return refuse(
-                format!("too many open streams and waits (limit {limit}); try again later"),
-                limit,
-            );
-        }
-        if mine >= per_agent {
-            return refuse(
-                format!(
-                    "{} has too many open streams and waits (limit {per_agent} an agent); close some first",
-                    who.agent_id
+/// Reads a body of at most `limit` bytes, refusing one that has not arrived within `timeout`
+/// (`408`, so that a missing or unfinished body does not hold a connection).
+pub async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> ApiResult<Result<axum::body::Bytes, axum::Error>> {
+    tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            ApiError(
+                RpcError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("the body did not arrive within {} s", timeout.as_secs_f64()),
                 ),
-                per_agent,
-            );
-        }
-        Ok(slot)
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        self.state.streams.fetch_sub(1, Ordering::Relaxed);
-        let mut counts = self
-            .state
-            .per_agent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&self.agent) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.agent);
-            }
-        }
-    }
+                Some(StatusCode::REQUEST_TIMEOUT),
+            )
+        })
 }
 
 fn ok<T: Serialize>(status: StatusCode, value: T) -> Response {
     (status, Json(value)).into_response()
+}
+
+/// An answer that may be long (events, a list), refused with `ResponseTooLarge` over the
+/// answer limit that every transport shares.
+fn ok_within<T: Serialize>(s: &HttpState, value: T) -> ApiResult<Response> {
+    let body =
+        serde_json::to_vec(&value).map_err(|e| api_error(ErrorCode::Internal, e.to_string()))?;
+    let max = s.orch.limits().max_response_bytes();
+    if body.len() > max {
+        return Err(ApiError::from(
+            RpcError::new(
+                ErrorCode::ResponseTooLarge,
+                format!(
+                    "the answer is {} bytes, over the limit of {max}: ask for fewer events",
+                    body.len()
+                ),
+            )
+            .with_data(serde_json::json!({"limit": max})),
+        ));
+    }
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn viewer() -> Response {
@@ -365,6 +335,38 @@ async fn openapi() -> Response {
         .into_response()
 }
 
+/// The longest request target (path and query) served; a longer one is answered `414`.
+pub const MAX_URI: usize = 8 * 1024;
+
+/// Refuses a request target over [`MAX_URI`] with the protocol's error (hyper's own limit, at
+/// 64 KiB, answers with an empty body).
+pub async fn limit_uri(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if len > MAX_URI {
+        return ApiError(
+            RpcError::new(
+                ErrorCode::InvalidRequest,
+                format!("the request target is {len} bytes, over the limit of {MAX_URI}"),
+            )
+            .with_data(serde_json::json!({"limit": MAX_URI})),
+            Some(StatusCode::URI_TOO_LONG),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// A route asked with a method it does not take: `405` with the protocol's error.
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        RpcError::new(
+            ErrorCode::MethodNotFound,
+            format!("{} does not take {method}; see /openapi.json", uri.path()),
+        ),
+        Some(StatusCode::METHOD_NOT_ALLOWED),
+    )
+}
+
 async fn no_route(method: Method, uri: Uri) -> ApiError {
     api_error(
         ErrorCode::MethodNotFound,
@@ -376,8 +378,8 @@ async fn me(State(s): State<Shared>, Caller(who): Caller) -> Response {
     ok(StatusCode::OK, s.orch.who_am_i(&who))
 }
 
-async fn list(State(s): State<Shared>, Caller(who): Caller) -> Response {
-    ok(StatusCode::OK, s.orch.list_conversations(&who).await)
+async fn list(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Response> {
+    ok_within(&s, s.orch.list_conversations(&who).await)
 }
 
 async fn create(
@@ -486,9 +488,9 @@ async fn wait(
     uri: Uri,
 ) -> ApiResult<Response> {
     let q: WaitQuery = query(&uri)?;
-    let _slot = StreamSlot::take(&s, &who, "longpoll")?;
+    let _slot = s.orch.open_stream(&who, "longpoll")?;
     let r = s.orch.wait_events(&who, &id, q).await?;
-    Ok(ok(StatusCode::OK, r))
+    ok_within(&s, r)
 }
 
 /// `GET /scenarios`: the scenario library (admins).
@@ -522,7 +524,7 @@ async fn events(
         })
         .transpose()?;
     let since = resume_after.or(q.since_seq).unwrap_or(0);
-    let slot = StreamSlot::take(&s, &who, "sse")?;
+    let slot = s.orch.open_stream(&who, "sse")?;
     let feed = s
         .orch
         .subscribe(

@@ -78,21 +78,6 @@ impl axum::serve::Listener for TlsCoalescingListener {
     }
 }
 
-/// A request's connection, as axum's `ConnectInfo`: the writer of frames into its send buffer
-/// (used once the connection is a WebSocket).
-macro_rules! frame_writer_is_connect_info {
-    ($($listener:ty),*) => {$(
-        impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, $listener>>
-            for ConnWriter
-        {
-            fn connect_info(stream: axum::serve::IncomingStream<'_, $listener>) -> Self {
-                stream.io().frame_writer()
-            }
-        }
-    )*};
-}
-frame_writer_is_connect_info!(CoalescingListener, TlsCoalescingListener);
-
 #[derive(Debug, Default)]
 struct Out {
     buf: Vec<u8>,
@@ -398,6 +383,15 @@ pub struct ConnWriter(Arc<Shared>);
 impl ConnWriter {
     /// Offers one text frame whose payload is `prefix` followed by `tail`, without waiting.
     pub fn try_frame(&self, prefix: &[u8], tail: &[u8]) -> Offered {
+        self.offer(|b| text_frame(b, prefix, tail))
+    }
+
+    /// Offers whole frames without waiting (not taken when the buffer is full or closed).
+    pub fn try_write(&self, frames: &[u8]) -> Offered {
+        self.offer(|b| b.extend_from_slice(frames))
+    }
+
+    fn offer(&self, write: impl FnOnce(&mut Vec<u8>)) -> Offered {
         let mut o = self.0.lock();
         if o.closed() {
             return Offered::Closed;
@@ -405,7 +399,7 @@ impl ConnWriter {
         if o.queued() >= HIGH_WATER {
             return Offered::Full;
         }
-        let wake = o.put(|b| text_frame(b, prefix, tail));
+        let wake = o.put(write);
         drop(o);
         if wake {
             self.0.wake_writer.notify_one();
@@ -487,9 +481,25 @@ pub fn close_frame(code: u16, reason: &str) -> Vec<u8> {
 
 /// Appends one unmasked, final text frame whose payload is `prefix` followed by `tail`.
 pub fn text_frame(out: &mut Vec<u8>, prefix: &[u8], tail: &[u8]) {
-    let len = prefix.len() + tail.len();
+    text_frame_parts(out, &[prefix, tail]);
+}
+
+/// Appends one unmasked, final text frame whose payload is `parts`, one after the other.
+pub fn text_frame_parts(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    frame(out, 0x81, parts);
+}
+
+/// An unmasked ping frame (its payload at most 125 bytes).
+pub fn ping_frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 2);
+    frame(&mut out, 0x89, &[&payload[..payload.len().min(125)]]);
+    out
+}
+
+fn frame(out: &mut Vec<u8>, first: u8, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
     out.reserve(len + 10);
-    out.push(0x81);
+    out.push(first);
     if len < 126 {
         out.push(len as u8);
     } else if len <= u16::MAX as usize {
@@ -499,8 +509,9 @@ pub fn text_frame(out: &mut Vec<u8>, prefix: &[u8], tail: &[u8]) {
         out.push(127);
         out.extend_from_slice(&(len as u64).to_be_bytes());
     }
-    out.extend_from_slice(prefix);
-    out.extend_from_slice(tail);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
 }
 
 #[cfg(test)]

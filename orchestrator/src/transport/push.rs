@@ -17,23 +17,20 @@
 //! the log by cursor until it has caught up again. A subscription across all of an agent's
 //! conversations runs its [`Feed`] in a task and writes each event the same way.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use jsonrpsee::server::middleware::rpc::{
-    Batch, MethodResponse, Notification, Request, RpcServiceT,
-};
 use proto_spec::method::names;
-use proto_spec::{ErrorCode, Event, RpcError, SubscribeParams};
+use proto_spec::{ErrorCode, Event, RegisterExecutorParams, RpcError, SubscribeParams};
 
 use crate::engine::fanout::{read_after, Feed, PAGE};
 use crate::engine::hub::live::{LiveEvent, LiveSubscriber};
 use crate::engine::hub::{ConvView, Hub};
 use crate::engine::service::Orchestrator;
 use crate::engine::store::Store;
-use crate::transport::net::{text_frame, ConnWriter, Offered};
-use crate::transport::session::{parse, session_of, wire, Session, Subscription};
+use crate::transport::jsonrpc::Call;
+use crate::transport::net::{text_frame, text_frame_parts, ConnWriter, Offered};
+use crate::transport::session::{parse, Session, Subscription};
 
 /// A live subscriber to one conversation, written to by the publisher.
 #[derive(Debug)]
@@ -74,94 +71,24 @@ fn tail(conversation_id: &str, e: &Event) -> Vec<u8> {
     t
 }
 
-fn prefix(id: u64) -> Box<[u8]> {
-    format!(
-        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"subscription":{id}"#,
-        names::EVENT
-    )
-    .into_bytes()
-    .into_boxed_slice()
+fn prefix(method: &str, id: u64) -> Box<[u8]> {
+    format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"subscription":{id}"#)
+        .into_bytes()
+        .into_boxed_slice()
 }
 
-/// The jsonrpsee middleware that answers `subscribe` itself (see the module's docs); every
-/// other call goes on to the methods.
-#[derive(Clone, Debug)]
-pub struct Subscriptions<S> {
-    service: S,
-    orch: Arc<Orchestrator>,
-}
-
-impl<S> Subscriptions<S> {
-    /// Wraps `service`.
-    pub fn new(service: S, orch: Arc<Orchestrator>) -> Self {
-        Subscriptions { service, orch }
-    }
-}
-
-/// Puts [`Subscriptions`] in front of the methods.
-#[derive(Clone, Debug)]
-pub struct SubscriptionsLayer(pub Arc<Orchestrator>);
-
-impl<S> tower::Layer<S> for SubscriptionsLayer {
-    type Service = Subscriptions<S>;
-
-    fn layer(&self, service: S) -> Subscriptions<S> {
-        Subscriptions::new(service, self.0.clone())
-    }
-}
-
-impl<S> RpcServiceT for Subscriptions<S>
-where
-    S: RpcServiceT<
-            MethodResponse = MethodResponse,
-            BatchResponse = MethodResponse,
-            NotificationResponse = MethodResponse,
-        > + Clone
-        + Send
-        + Sync
-        + 'static,
-{
-    type MethodResponse = MethodResponse;
-    type NotificationResponse = MethodResponse;
-    type BatchResponse = MethodResponse;
-
-    fn call<'a>(&self, req: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let service = self.service.clone();
-        let orch = self.orch.clone();
-        async move {
-            if req.method_name() != names::SUBSCRIBE {
-                return service.call(req).await;
-            }
-            let id = req.id().into_owned();
-            match subscribe(&orch, &req).await {
-                // The answer is already written; jsonrpsee sends nothing for a notification.
-                Ok(()) => MethodResponse::notification(),
-                Err(e) => MethodResponse::error(id, wire(e)),
-            }
-        }
-    }
-
-    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        self.service.batch(batch)
-    }
-
-    fn notification<'a>(
-        &self,
-        n: Notification<'a>,
-    ) -> impl Future<Output = MethodResponse> + Send + 'a {
-        self.service.notification(n)
-    }
-}
-
-async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), RpcError> {
-    let session = session_of(req.extensions())?;
+/// `subscribe`: answers with the subscription id (written into the connection before any
+/// event), then follows the conversation, or every conversation of the agent.
+pub async fn subscribe(
+    orch: &Arc<Orchestrator>,
+    session: &Arc<Session>,
+    call: &Call,
+) -> Result<(), RpcError> {
+    let _guard = session.enter(orch.limits().max_in_flight_per_connection)?;
     let who = session.identity()?;
     orch.admit(&who).await?;
-    let p: SubscribeParams = parse(&req.params())?;
-    let writer = session
-        .frames()
-        .cloned()
-        .ok_or_else(|| RpcError::new(ErrorCode::Internal, "subscribe needs a WebSocket"))?;
+    let p: SubscribeParams = parse(call.params())?;
+    let writer = websocket(session, names::SUBSCRIBE)?;
     let limit = orch.limits().max_subscriptions_per_connection as usize;
     if session.subscriptions().len() >= limit {
         return Err(RpcError::new(
@@ -170,20 +97,13 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
         )
         .with_data(serde_json::json!({"limit": limit})));
     }
+    let slot = orch.open_stream(&who, "ws")?;
     let feed = orch.subscribe(&who, p).await.map_err(|e| e.to_rpc())?;
-    // Random, below 2^53 so that JavaScript clients read it exactly, like jsonrpsee's own ids.
-    let sub_id = rand::random::<u64>() & ((1 << 53) - 1);
-    let answer = serde_json::to_vec(&serde_json::json!({
-        "jsonrpc": "2.0", "id": req.id(), "result": sub_id,
-    }))
-    .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
-    let mut frame = Vec::with_capacity(answer.len() + 10);
-    text_frame(&mut frame, &answer, &[]);
-    if writer.write_frames(&frame).await.is_err() {
-        // The connection is gone; there is no one to answer.
+    let sub_id = new_id();
+    if !answer(&writer, call, sub_id).await {
         return Ok(());
     }
-    let prefix = prefix(sub_id);
+    let prefix = prefix(names::EVENT, sub_id);
     let hub = orch.hub().clone();
     let store = orch.store().clone();
     let registry = session.clone();
@@ -204,8 +124,13 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
                 conv.clone(),
                 cursor,
                 p.clone(),
-                registry,
-                sub_id,
+                Ending {
+                    session: registry,
+                    id: sub_id,
+                    live: None,
+                    executor: false,
+                    _slot: Some(slot),
+                },
             ));
             Subscription {
                 task: task.abort_handle(),
@@ -213,7 +138,18 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
             }
         }
         Err(feed) => {
-            let task = tokio::spawn(follow_feed(*feed, writer, prefix, registry, sub_id));
+            let task = tokio::spawn(follow_feed(
+                *feed,
+                writer,
+                prefix,
+                Ending {
+                    session: registry,
+                    id: sub_id,
+                    live: None,
+                    executor: false,
+                    _slot: Some(slot),
+                },
+            ));
             Subscription {
                 task: task.abort_handle(),
                 live: None,
@@ -224,12 +160,129 @@ async fn subscribe(orch: &Arc<Orchestrator>, req: &Request<'_>) -> Result<(), Rp
     Ok(())
 }
 
+/// The connection's frame writer: only a WebSocket has one.
+fn websocket(session: &Session, method: &str) -> Result<ConnWriter, RpcError> {
+    session.frames().cloned().ok_or_else(|| {
+        RpcError::new(
+            ErrorCode::InvalidRequest,
+            format!("{method} needs a WebSocket connection (an HTTP request carries no session)"),
+        )
+    })
+}
+
+/// A new subscription id: random, below 2^53 so that JavaScript clients read it exactly.
+fn new_id() -> u64 {
+    rand::random::<u64>() & ((1 << 53) - 1)
+}
+
+/// Writes the answer `{"jsonrpc":"2.0","id":…,"result":sub_id}`; false when the connection is
+/// gone (there is no one to answer).
+async fn answer(writer: &ConnWriter, call: &Call, sub_id: u64) -> bool {
+    let answer = crate::transport::jsonrpc::result(call.id(), &sub_id.to_string());
+    let mut frame = Vec::with_capacity(answer.len() + 10);
+    text_frame(&mut frame, &answer, &[]);
+    writer.write_frames(&frame).await.is_ok()
+}
+
+/// `registerExecutor`: a push replica's subscription to `request_turn` offers, until it
+/// unregisters, disconnects or the server stops.
+pub async fn register_executor(
+    orch: &Arc<Orchestrator>,
+    session: &Arc<Session>,
+    call: &Call,
+) -> Result<(), RpcError> {
+    let who = session.identity()?;
+    orch.admit(&who).await?;
+    let _p: RegisterExecutorParams = parse(call.params())?;
+    let writer = websocket(session, names::REGISTER_EXECUTOR)?;
+    let sub_id = new_id();
+    if !answer(&writer, call, sub_id).await {
+        return Ok(());
+    }
+    let turns = orch.turns().clone();
+    let (id, offers) = turns.register(&who.agent_id);
+    let registered = Registered {
+        turns,
+        agent: who.agent_id,
+        id,
+    };
+    let closing = orch.hub().closing();
+    let mut executors = session.executors().lock();
+    let task = tokio::spawn(offer_turns(
+        registered,
+        offers,
+        closing,
+        writer,
+        prefix(names::REQUEST_TURN, sub_id),
+        Ending {
+            session: session.clone(),
+            id: sub_id,
+            live: None,
+            executor: true,
+            _slot: None,
+        },
+    ));
+    executors.insert(
+        sub_id,
+        Subscription {
+            task: task.abort_handle(),
+            live: None,
+        },
+    );
+    Ok(())
+}
+
+/// A replica's registration, ended however its task ends.
+struct Registered {
+    turns: Arc<crate::engine::turns::Turns>,
+    agent: String,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.turns.unregister(&self.agent, self.id);
+    }
+}
+
+/// Writes each `request_turn` offer to the replica.
+async fn offer_turns(
+    _registered: Registered,
+    mut offers: tokio::sync::mpsc::UnboundedReceiver<proto_spec::RequestTurnNotification>,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    writer: ConnWriter,
+    prefix: Box<[u8]>,
+    _ending: Ending,
+) {
+    let mut frame = Vec::new();
+    loop {
+        let offer = tokio::select! {
+            _ = writer.closed() => return,
+            _ = closing.wait_for(|c| *c) => return,
+            o = offers.recv() => o,
+        };
+        let Some(offer) = offer else { return };
+        let Ok(result) = serde_json::to_vec(&offer) else {
+            return;
+        };
+        frame.clear();
+        text_frame_parts(&mut frame, &[&prefix, br#","result":"#, &result, b"}}"]);
+        if writer.write_frames(&frame).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Removes a subscription from its connection's registry (and its pusher from the publisher's
 /// set) when its task ends, however it ends.
 struct Ending {
     session: Arc<Session>,
     id: u64,
     live: Option<(Arc<ConvView>, Arc<dyn LiveSubscriber>)>,
+    /// An executor's registration, not a subscription.
+    executor: bool,
+    /// A subscription's place among the open streams.
+    _slot: Option<crate::engine::streams::StreamSlot>,
 }
 
 impl Drop for Ending {
@@ -237,7 +290,12 @@ impl Drop for Ending {
         if let Some((conv, p)) = &self.live {
             conv.live.leave(p);
         }
-        self.session.subscriptions().lock().remove(&self.id);
+        let registry = if self.executor {
+            self.session.executors()
+        } else {
+            self.session.subscriptions()
+        };
+        registry.lock().remove(&self.id);
     }
 }
 
@@ -249,16 +307,11 @@ async fn follow_one(
     conv: Arc<ConvView>,
     mut cursor: u64,
     p: Arc<Pusher>,
-    session: Arc<Session>,
-    id: u64,
+    mut ending: Ending,
 ) {
     let sub: Arc<dyn LiveSubscriber> = p.clone();
-    let _ending = Ending {
-        session,
-        id,
-        live: Some((conv.clone(), sub.clone())),
-    };
-    let _open = crate::engine::telemetry::Open::subscriber("ws");
+    ending.live = Some((conv.clone(), sub.clone()));
+    let _ending = ending;
     let mut closing = hub.closing();
     let mut frames = Vec::new();
     loop {
@@ -301,19 +354,7 @@ async fn follow_one(
 }
 
 /// Every conversation of an agent: the feed, written event by event.
-async fn follow_feed(
-    mut feed: Feed,
-    writer: ConnWriter,
-    prefix: Box<[u8]>,
-    session: Arc<Session>,
-    id: u64,
-) {
-    let _ending = Ending {
-        session,
-        id,
-        live: None,
-    };
-    let _open = crate::engine::telemetry::Open::subscriber("ws");
+async fn follow_feed(mut feed: Feed, writer: ConnWriter, prefix: Box<[u8]>, _ending: Ending) {
     let mut frame = Vec::new();
     loop {
         let next = tokio::select! {

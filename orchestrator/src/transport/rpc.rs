@@ -1,16 +1,17 @@
-//! JSON-RPC 2.0 over WebSocket: the jsonrpsee module that maps each method onto the method core.
+//! The JSON-RPC methods: each maps onto the method core.
 //!
-//! Every connection carries a [`Session`](crate::transport::session::Session) (put into the upgrade request's extensions by the
-//! HTTP host, so every call on the connection sees it): who authenticated, and how many calls
-//! are in flight. Params are parsed strictly (unknown fields, such as a forged `author`, are
-//! refused); errors are mapped to the wire by [`proto_spec::RpcError::to_wire`] only.
+//! Every connection carries a [`Session`]: who authenticated, and how many calls are in
+//! flight. A call goes through the same steps whatever the method: counted in flight,
+//! authenticated, admitted by the rate limiter, its params parsed strictly (unknown fields,
+//! such as a forged `author`, are refused), then run; errors reach the wire through
+//! [`proto_spec::RpcError::to_wire`] only. `subscribe` and `registerExecutor` write their own
+//! answer before their first notification ([`crate::transport::push`]).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use jsonrpsee::core::SubscriptionResult;
-use jsonrpsee::types::{ErrorObjectOwned, Params};
-use jsonrpsee::RpcModule;
 use proto_spec::method::names;
 use proto_spec::*;
 use serde::de::DeserializeOwned;
@@ -19,204 +20,258 @@ use serde::Serialize;
 use crate::engine::auth::Identity;
 use crate::engine::error::Result;
 use crate::engine::service::Orchestrator;
-use crate::transport::session::{parse, session_of, wire};
+use crate::transport::jsonrpc::Call;
+use crate::transport::session::{parse, Session};
 
 type Ctx = Arc<Orchestrator>;
 
-fn add<P, R, F, Fut>(
-    m: &mut RpcModule<Ctx>,
-    name: &'static str,
-    f: F,
-) -> Result<(), jsonrpsee::core::RegisterMethodError>
-where
-    P: DeserializeOwned + Send + 'static,
-    R: Serialize + Clone + Send + 'static,
-    F: Fn(Ctx, Identity, P) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Result<R>> + Send + 'static,
-{
-    m.register_async_method(name, move |params, ctx, ext| {
-        let f = f.clone();
-        async move {
-            let session = session_of(&ext).map_err(wire)?;
-            let orch: Ctx = (*ctx).clone();
-            let _guard = session
-                .enter(orch.limits().max_in_flight_per_connection)
-                .map_err(wire)?;
-            let who = session.identity().map_err(wire)?;
-            orch.admit(&who).await.map_err(wire)?;
-            let p: P = parse(&params).map_err(wire)?;
-            // A creation names an id that is normally new: its batch finds out under the lock.
-            if name != names::CREATE_CONVERSATION {
-                if let Some(id) = conversation_named(&params) {
-                    orch.meet(&id).await;
+/// What a method gives back.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The result, as JSON, for the caller to frame.
+    Result(String),
+    /// The method wrote its answer into the connection itself.
+    Written,
+}
+
+type Answer = std::result::Result<Outcome, RpcError>;
+type Running = Pin<Box<dyn Future<Output = Answer> + Send>>;
+type Handler = Arc<dyn Fn(Ctx, Arc<Session>, Call) -> Running + Send + Sync>;
+
+/// Every method this server implements, by name.
+#[derive(Clone)]
+pub struct Methods {
+    orch: Ctx,
+    table: Arc<HashMap<&'static str, Handler>>,
+}
+
+impl std::fmt::Debug for Methods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Methods")
+            .field("names", &self.table.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Methods {
+    /// The orchestrator the methods run on.
+    pub fn orchestrator(&self) -> &Ctx {
+        &self.orch
+    }
+
+    /// Runs `call` on the connection of `session`.
+    pub async fn run(&self, session: Arc<Session>, call: Call) -> Answer {
+        let Some(handler) = self.table.get(call.method()) else {
+            return Err(RpcError::new(
+                ErrorCode::MethodNotFound,
+                format!("no method `{}`; PROTOCOL.md lists them", call.method()),
+            ));
+        };
+        handler(self.orch.clone(), session, call).await
+    }
+}
+
+fn serialized<R: Serialize>(r: &R) -> Answer {
+    serde_json::to_string(r)
+        .map(Outcome::Result)
+        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))
+}
+
+#[derive(Default)]
+struct Table(HashMap<&'static str, Handler>);
+
+impl Table {
+    fn raw<F, Fut>(&mut self, name: &'static str, f: F)
+    where
+        F: Fn(Ctx, Arc<Session>, Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Answer> + Send + 'static,
+    {
+        self.0.insert(
+            name,
+            Arc::new(move |o, s, c| Box::pin(f(o, s, c)) as Running),
+        );
+    }
+
+    /// A method of the core: counted in flight, authenticated, admitted, params parsed, the
+    /// conversation it names met, then run.
+    fn add<P, R, F, Fut>(&mut self, name: &'static str, f: F)
+    where
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        F: Fn(Ctx, Identity, P) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<R>> + Send + 'static,
+    {
+        self.raw(name, move |orch: Ctx, session: Arc<Session>, call: Call| {
+            let f = f.clone();
+            async move {
+                let _guard = session.enter(orch.limits().max_in_flight_per_connection)?;
+                let who = session.identity()?;
+                orch.admit(&who).await?;
+                let p: P = parse(call.params())?;
+                // A creation names an id that is normally new: its batch finds out under the lock.
+                if name != names::CREATE_CONVERSATION {
+                    if let Some(id) = conversation_named(call.params()) {
+                        orch.meet(&id).await;
+                    }
                 }
+                let r = f(orch, who, p).await.map_err(|e| e.to_rpc())?;
+                serialized(&r)
             }
-            f(orch, who, p).await.map_err(|e| wire(e.to_rpc()))
-        }
-    })?;
-    Ok(())
+        });
+    }
 }
 
 /// The conversation a call's params name (`conversationId`), if any.
-pub(crate) fn conversation_named(params: &Params<'_>) -> Option<String> {
+pub(crate) fn conversation_named(params: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Named {
         conversation_id: Option<String>,
     }
-    params.parse::<Named>().ok().and_then(|n| n.conversation_id)
+    serde_json::from_str::<Named>(params)
+        .ok()
+        .and_then(|n| n.conversation_id)
 }
 
-/// The subscription id `unsubscribe` names: `[id]` (as jsonrpsee clients send it), `{"subscription": id}`
-/// or the id alone; a number, or a string of digits.
-fn subscription_id(params: &Params<'_>) -> Result<u64, RpcError> {
-    let v: serde_json::Value =
-        serde_json::from_str(params.as_str().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
-    let id = match &v {
-        serde_json::Value::Array(a) if a.len() == 1 => &a[0],
-        serde_json::Value::Object(o) => o.get("subscription").unwrap_or(&serde_json::Value::Null),
-        other => other,
+/// The subscription id `unsubscribe` and `unregisterExecutor` name: `[id]` (as jsonrpsee
+/// clients send it) or `{"subscription": id}`; a number, or a string of digits.
+fn subscription_id(method: &str, params: &str) -> std::result::Result<u64, RpcError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Named {
+        subscription: serde_json::Value,
+    }
+    let id = match serde_json::from_str::<(serde_json::Value,)>(params) {
+        Ok((id,)) => Some(id),
+        Err(_) => serde_json::from_str::<Named>(params)
+            .ok()
+            .map(|n| n.subscription),
     };
-    id.as_u64()
-        .or_else(|| id.as_str().and_then(|s| s.parse().ok()))
+    id.and_then(|id| id.as_u64().or_else(|| id.as_str().and_then(|s| s.parse().ok())))
         .ok_or_else(|| {
             RpcError::new(
                 ErrorCode::InvalidParams,
-                "unsubscribe takes the subscription id: [id] or {\"subscription\": id}",
+                format!(
+                    "{method} takes the subscription id: [id] or {{\"subscription\": id}}, and nothing else"
+                ),
             )
         })
 }
 
-/// Builds the module with every method this server implements.
-pub fn module(
-    orch: Arc<Orchestrator>,
-) -> Result<RpcModule<Ctx>, jsonrpsee::core::RegisterMethodError> {
-    let mut m = RpcModule::new(orch);
-    m.register_async_method(names::AUTHENTICATE, |params, ctx, ext| async move {
-        let session = session_of(&ext).map_err(wire)?;
-        let p: AuthenticateParams = parse(&params).map_err(wire)?;
-        let (who, grant) = ctx
-            .authenticate_held(&p.token)
-            .await
-            .map_err(|e| wire(e.to_rpc()))?;
-        let result = AuthenticateResult {
-            ok: true,
-            agent_id: who.agent_id.clone(),
-        };
-        tracing::info!(agent = %who.agent_id, admin = who.admin, "authenticated");
-        session.set_identity(who, Some(grant));
-        Ok::<_, ErrorObjectOwned>(result)
-    })?;
-    add(
-        &mut m,
-        names::CREATE_CONVERSATION,
-        |o: Ctx, who, p| async move { o.create_conversation(&who, p).await },
-    )?;
-    add(
-        &mut m,
+/// Builds the table of every method this server implements.
+pub fn methods(orch: Ctx) -> Methods {
+    let mut t = Table::default();
+    t.raw(
+        names::AUTHENTICATE,
+        |ctx: Ctx, session: Arc<Session>, call: Call| async move {
+            let _guard = session.enter(ctx.limits().max_in_flight_per_connection)?;
+            let p: AuthenticateParams = parse(call.params())?;
+            let (who, grant) = ctx
+                .authenticate_held(&p.token)
+                .await
+                .map_err(|e| e.to_rpc())?;
+            let result = AuthenticateResult {
+                ok: true,
+                agent_id: who.agent_id.clone(),
+            };
+            tracing::info!(agent = %who.agent_id, admin = who.admin, "authenticated");
+            session.set_identity(who, Some(grant));
+            serialized(&result)
+        },
+    );
+    // Each of these is `Orchestrator::$method(&who, params).await`.
+    macro_rules! core {
+        ($($name:ident => $method:ident),* $(,)?) => {$(
+            t.add(names::$name, |o: Ctx, who, p| async move { o.$method(&who, p).await });
+        )*};
+    }
+    core!(
+        CREATE_CONVERSATION => create_conversation,
+        PAUSE_CONVERSATION => pause_conversation,
+        RESUME_CONVERSATION => resume_conversation,
+        FORK_CONVERSATION => fork_conversation,
+        CLAIM_TURN => claim_turn,
+        TAIL => tail,
+        WAIT_FOR_CHANGE => wait_for_change,
+        GET_UPDATES_OR_GUIDANCE => get_updates,
+        SEND_MESSAGE => send_message,
+        SEND_TRACE => send_trace,
+    );
+    t.add(
         names::LIST_SCENARIOS,
         |o: Ctx, who, _p: ListScenariosParams| async move { o.list_scenarios(&who) },
-    )?;
-    add(
-        &mut m,
-        names::GET_CONVERSATION,
-        |o: Ctx, who, p| async move { o.get_conversation(&who, p) },
-    )?;
-    add(
-        &mut m,
+    );
+    t.add(names::GET_CONVERSATION, |o: Ctx, who, p| async move {
+        o.get_conversation(&who, p)
+    });
+    t.add(
         names::LIST_CONVERSATIONS,
         |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who).await) },
-    )?;
-    add(
-        &mut m,
-        names::PAUSE_CONVERSATION,
-        |o: Ctx, who, p| async move { o.pause_conversation(&who, p).await },
-    )?;
-    add(
-        &mut m,
-        names::RESUME_CONVERSATION,
-        |o: Ctx, who, p| async move { o.resume_conversation(&who, p).await },
-    )?;
-    add(
-        &mut m,
-        names::FORK_CONVERSATION,
-        |o: Ctx, who, p| async move { o.fork_conversation(&who, p).await },
-    )?;
-    add(&mut m, names::CLAIM_TURN, |o: Ctx, who, p| async move {
-        o.claim_turn(&who, p).await
-    })?;
-    add(&mut m, names::TAIL, |o: Ctx, who, p| async move {
-        o.tail(&who, p).await
-    })?;
-    add(
-        &mut m,
-        names::WAIT_FOR_CHANGE,
-        |o: Ctx, who, p| async move { o.wait_for_change(&who, p).await },
-    )?;
-    add(
-        &mut m,
-        names::GET_UPDATES_OR_GUIDANCE,
-        |o: Ctx, who, p| async move { o.get_updates(&who, p).await },
-    )?;
-    add(&mut m, names::SEND_MESSAGE, |o: Ctx, who, p| async move {
-        o.send_message(&who, p).await
-    })?;
-    add(&mut m, names::SEND_TRACE, |o: Ctx, who, p| async move {
-        o.send_trace(&who, p).await
-    })?;
-    // `subscribe` is answered by the middleware in [`crate::transport::push`], which writes its frames
-    // straight into the connection; `unsubscribe` ends what it started.
-    m.register_method(names::UNSUBSCRIBE, |params, _ctx, ext| {
-        let session = session_of(ext).map_err(wire)?;
-        let id = subscription_id(&params).map_err(wire)?;
-        Ok::<_, ErrorObjectOwned>(session.subscriptions().cancel(id))
-    })?;
-    register_executor(&mut m)?;
-    Ok(m)
+    );
+    // These write their answer themselves, before their first notification.
+    t.raw(
+        names::SUBSCRIBE,
+        |o: Ctx, session: Arc<Session>, call: Call| async move {
+            crate::transport::push::subscribe(&o, &session, &call)
+                .await
+                .map(|()| Outcome::Written)
+        },
+    );
+    t.raw(
+        names::REGISTER_EXECUTOR,
+        |o: Ctx, session, call| async move {
+            crate::transport::push::register_executor(&o, &session, &call)
+                .await
+                .map(|()| Outcome::Written)
+        },
+    );
+    for (name, of) in [
+        (names::UNSUBSCRIBE, Registered::Subscriptions),
+        (names::UNREGISTER_EXECUTOR, Registered::Executors),
+    ] {
+        t.raw(
+            name,
+            move |_o: Ctx, session: Arc<Session>, call: Call| async move {
+                session.identity()?;
+                let id = subscription_id(name, call.params())?;
+                let registry = match of {
+                    Registered::Subscriptions => session.subscriptions(),
+                    Registered::Executors => session.executors(),
+                };
+                serialized(&registry.cancel(id))
+            },
+        );
+    }
+    Methods {
+        orch,
+        table: Arc::new(t.0),
+    }
 }
 
-/// `registerExecutor`: a push replica's subscription to `request_turn` offers, until it
-/// unsubscribes, disconnects or the server stops.
-fn register_executor(m: &mut RpcModule<Ctx>) -> Result<(), jsonrpsee::core::RegisterMethodError> {
-    m.register_subscription(
-        names::REGISTER_EXECUTOR,
-        names::REQUEST_TURN,
-        names::UNREGISTER_EXECUTOR,
-        |params, pending, ctx, ext| async move {
-            let started = async {
-                let session = session_of(&ext)?;
-                let who = session.identity()?;
-                ctx.admit(&who).await?;
-                let _p: RegisterExecutorParams = parse(&params)?;
-                Ok::<_, RpcError>((who, session.hold()))
-            }
-            .await;
-            let (who, _held) = match started {
-                Ok(started) => started,
-                Err(e) => {
-                    pending.reject(wire(e)).await;
-                    return Ok(());
-                }
-            };
-            let sink = pending.accept().await?;
-            let turns = ctx.turns().clone();
-            let (id, mut offers) = turns.register(&who.agent_id);
-            let mut closing = ctx.hub().closing();
-            loop {
-                let offer = tokio::select! {
-                    _ = sink.closed() => break,
-                    _ = closing.wait_for(|c| *c) => break,
-                    o = offers.recv() => o,
-                };
-                let Some(offer) = offer else { break };
-                let msg = serde_json::value::to_raw_value(&offer)?;
-                if sink.send(msg).await.is_err() {
-                    break;
-                }
-            }
-            turns.unregister(&who.agent_id, id);
-            SubscriptionResult::Ok(())
-        },
-    )?;
-    Ok(())
+/// Which of a connection's registries an `un…` method ends an entry of.
+#[derive(Debug, Clone, Copy)]
+enum Registered {
+    Subscriptions,
+    Executors,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subscription_id;
+
+    #[test]
+    fn a_subscription_is_named_by_an_array_or_an_object_and_nothing_else() {
+        assert_eq!(subscription_id("u", "[7]").unwrap(), 7);
+        assert_eq!(subscription_id("u", r#"["7"]"#).unwrap(), 7);
+        assert_eq!(subscription_id("u", r#"{"subscription":7}"#).unwrap(), 7);
+        for bad in [
+            "[]",
+            "[1,2]",
+            r#"{"subscription":7,"x":1}"#,
+            "{}",
+            r#"["x"]"#,
+        ] {
+            assert!(subscription_id("u", bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,10 +1,10 @@
-//! The HTTP host: axum on one port, with jsonrpsee mounted at `/rpc` as a tower service and
-//! the routes of [`crate::transport::http`] beside it.
+//! The HTTP host: axum on one port, with JSON-RPC at `/rpc` (WebSocket, [`crate::transport::ws`],
+//! or one call per HTTP `POST`) and the routes of [`crate::transport::http`] beside it.
 //!
-//! Each request to `/rpc` gets a fresh [`Session`] in its extensions before it reaches
-//! jsonrpsee; a WebSocket upgrade is one request, so the session lives as long as the
-//! connection. [`RunningServer::stop`] ends feeds and waits, closes every WebSocket session,
-//! stops accepting, and stops the writer once every queued append is committed.
+//! Each request to `/rpc` gets a fresh [`Session`]; a WebSocket upgrade is one request, so the
+//! session lives as long as the connection. [`RunningServer::stop`] ends feeds and waits,
+//! closes every WebSocket session, stops accepting, and stops the writer once every queued
+//! append is committed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,37 +12,27 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{Request, StatusCode};
+use axum::http::{Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::{Json, Router};
-use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
-use jsonrpsee::server::{
-    stop_channel, BatchRequestConfig, PingConfig, ServerConfig, ServerHandle, StopHandle,
-    TowerServiceBuilder,
-};
-use jsonrpsee::Methods;
+use proto_spec::{ErrorCode, RpcError};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tower::Service;
 
 use crate::engine::error::Result;
 use crate::engine::service::Orchestrator;
-use crate::transport::rpc;
+use crate::transport::accept;
+use crate::transport::jsonrpc::{self, Frame};
+use crate::transport::rpc::{self, Methods, Outcome};
 use crate::transport::session::Session;
+use crate::transport::ws::{self, Connections};
 
 #[derive(Clone)]
 struct AppState {
     orch: Arc<Orchestrator>,
     methods: Methods,
-    stop: StopHandle,
-    rpc: TowerServiceBuilder<
-        tower::layer::util::Stack<
-            crate::transport::push::SubscriptionsLayer,
-            tower::layer::util::Identity,
-        >,
-        tower::layer::util::Identity,
-    >,
+    connections: Arc<Connections>,
 }
 
 /// A server that is running; stop it with [`RunningServer::stop`].
@@ -50,7 +40,7 @@ struct AppState {
 pub struct RunningServer {
     addr: SocketAddr,
     orch: Arc<Orchestrator>,
-    rpc_handle: ServerHandle,
+    connections: Arc<Connections>,
     http_stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -75,9 +65,12 @@ impl RunningServer {
     /// acknowledged event is on disk when this returns.
     pub async fn stop(self) {
         self.orch.hub().close();
-        let _ = self.rpc_handle.stop();
         let _ = self.http_stop.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.rpc_handle.stopped()).await;
+        let _ = tokio::time::timeout(
+            ws::DRAIN + Duration::from_secs(1),
+            self.connections.closed(),
+        )
+        .await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
         self.orch.shutdown().await;
     }
@@ -116,46 +109,19 @@ pub async fn start_with(
     listener: TcpListener,
     tls: Option<Arc<agent_sdk::tls::ServerTls>>,
 ) -> Result<RunningServer> {
-    let limits = orch.limits().clone();
-    let module =
-        rpc::module(orch.clone()).map_err(|e| crate::engine::error::Error::Setup(e.to_string()))?;
-    let (stop, rpc_handle) = stop_channel();
-    let config = ServerConfig::builder()
-        .max_request_body_size(limits.max_frame_bytes)
-        .max_response_body_size(limits.max_frame_bytes.saturating_mul(16))
-        .max_connections(limits.max_connections)
-        .max_subscriptions_per_connection(limits.max_subscriptions_per_connection)
-        // One call per frame: a batch's library errors would collide with the protocol's codes,
-        // and calls on a connection share its session and in-flight limit anyway.
-        .set_batch_request_config(BatchRequestConfig::Disabled)
-        // Partners sit behind flaky networks: ping every connection, and close one that has
-        // answered no ping (and sent nothing) for three intervals, so its session and
-        // subscriptions are released instead of lingering on a half-open socket.
-        .enable_ws_ping(
-            PingConfig::new()
-                .ping_interval(limits.ping_interval)
-                .inactive_limit(limits.ping_interval * 3)
-                .max_failures(3),
-        )
-        .build();
-    let rpc = jsonrpsee::server::Server::builder()
-        .set_config(config)
-        .set_rpc_middleware(
-            RpcServiceBuilder::new()
-                .layer(crate::transport::push::SubscriptionsLayer(orch.clone())),
-        )
-        .to_service_builder();
+    let connections = Arc::new(Connections::default());
     let state = AppState {
         orch: orch.clone(),
-        methods: module.into(),
-        stop,
-        rpc,
+        methods: rpc::methods(orch.clone()),
+        connections: connections.clone(),
     };
     let app = Router::new()
         .route("/rpc", any(rpc_route))
         .route("/healthz", get(healthz))
         .with_state(state)
-        .merge(crate::transport::http::router(orch.clone()));
+        .merge(crate::transport::http::router(orch.clone()))
+        .method_not_allowed_fallback(crate::transport::http::method_not_allowed)
+        .layer(axum::middleware::from_fn(crate::transport::http::limit_uri));
     let addr = listener.local_addr()?;
     let (http_stop, stopped) = oneshot::channel::<()>();
     // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
@@ -166,52 +132,84 @@ pub async fn start_with(
         )),
         None => Listening::Plain(crate::transport::net::CoalescingListener(listener)),
     };
+    let sockets = crate::transport::accept::SocketLimits {
+        max_sockets: orch.limits().max_sockets,
+        header_timeout: orch.limits().header_timeout,
+    };
     let task = tokio::spawn(async move {
-        let app = app.into_make_service_with_connect_info::<crate::transport::net::ConnWriter>();
-        let stopped = async move {
-            let _ = stopped.await;
-        };
-        let served = match listening {
-            Listening::Plain(l) => axum::serve(l, app).with_graceful_shutdown(stopped).await,
-            Listening::Tls(l) => axum::serve(l, app).with_graceful_shutdown(stopped).await,
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "http server failed");
+        match listening {
+            Listening::Plain(l) => accept::serve(l, app, stopped, sockets).await,
+            Listening::Tls(l) => accept::serve(l, app, stopped, sockets).await,
         }
     });
     Ok(RunningServer {
         addr,
         orch,
-        rpc_handle,
+        connections,
         http_stop,
         task,
     })
 }
 
-async fn rpc_route(State(app): State<AppState>, mut req: Request<Body>) -> Response {
+async fn rpc_route(State(app): State<AppState>, req: Request<Body>) -> Response {
     let upgrade = req
         .headers()
         .get(http::header::UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
-    let frames = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<crate::transport::net::ConnWriter>>()
-        .map(|c| c.0.clone());
-    let session = Arc::new(Session::new(
-        upgrade.then(|| crate::engine::telemetry::Open::connection("ws")),
-        frames.filter(|_| upgrade),
-    ));
-    let limits = app.orch.limits();
-    session.watch(limits.auth_timeout, limits.idle_timeout);
-    req.extensions_mut().insert(session);
-    let mut svc = app.rpc.clone().build(app.methods.clone(), app.stop.clone());
-    match svc.call(req).await {
-        Ok(resp) => resp.map(Body::new),
-        Err(e) => {
-            tracing::warn!(error = %e, "rpc service failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
+    if upgrade {
+        let frames = accept::writer_of(&req);
+        let session = Arc::new(Session::new(
+            Some(crate::engine::telemetry::Open::connection("ws")),
+            frames,
+        ));
+        return ws::upgrade(req, app.methods, session, &app.connections);
     }
+    if req.method() != Method::POST {
+        return crate::transport::http::error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &RpcError::new(
+                ErrorCode::InvalidRequest,
+                "/rpc takes a WebSocket upgrade (GET) or one JSON-RPC call per POST",
+            ),
+        );
+    }
+    let max = app.orch.limits().max_frame_bytes as usize;
+    let read =
+        crate::transport::http::read_body(req.into_body(), max, app.orch.limits().header_timeout);
+    let body = match read.await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            return crate::transport::http::error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &RpcError::new(
+                    ErrorCode::FrameTooLarge,
+                    format!("the body is over the limit of {max} bytes"),
+                )
+                .with_data(serde_json::json!({"limit": max})),
+            )
+        }
+        Err(e) => return e.into_response(),
+    };
+    let answer = match jsonrpc::read(body.to_vec()) {
+        Frame::Notification => return StatusCode::NO_CONTENT.into_response(),
+        Frame::Refused(id, e) => jsonrpc::error(&id, &e, "http"),
+        Frame::Call(call) => {
+            let id = call.id().to_owned();
+            match app
+                .methods
+                .run(Arc::new(Session::new(None, None)), call)
+                .await
+            {
+                Ok(Outcome::Result(r)) => {
+                    jsonrpc::answer(&id, Ok(r), app.orch.limits().max_response_bytes(), "http")
+                }
+                // Only a WebSocket method writes its own answer, and it refuses HTTP.
+                Ok(Outcome::Written) => jsonrpc::result(&id, "null"),
+                Err(e) => jsonrpc::error(&id, &e, "http"),
+            }
+        }
+    };
+    ([(http::header::CONTENT_TYPE, "application/json")], answer).into_response()
 }
 
 async fn healthz(State(app): State<AppState>) -> Json<serde_json::Value> {

@@ -6,8 +6,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use jsonrpsee::types::{ErrorObjectOwned, Params};
-use jsonrpsee::Extensions;
 use proto_spec::{ErrorCode, RpcError};
 use serde::de::DeserializeOwned;
 
@@ -32,8 +30,8 @@ pub struct Session {
     frames: Option<crate::transport::net::ConnWriter>,
     /// The connection's `subscribe` subscriptions.
     subscriptions: Registry,
-    /// Other long-lived calls open on it (`registerExecutor`).
-    held: AtomicUsize,
+    /// Its `registerExecutor` registrations.
+    executors: Registry,
     /// When the last call came, in milliseconds since the process started.
     last_call_ms: AtomicU64,
 }
@@ -45,18 +43,6 @@ fn now_ms() -> u64 {
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_millis() as u64
-}
-
-/// Counts a long-lived call (`registerExecutor`) on a connection while it lives: the
-/// connection is not idle meanwhile.
-#[derive(Debug)]
-pub struct HeldGuard(Arc<Session>);
-
-impl Drop for HeldGuard {
-    fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::Relaxed);
-        self.0.last_call_ms.store(now_ms(), Ordering::Relaxed);
-    }
 }
 
 /// Counts one call in flight on a connection while it lives.
@@ -84,18 +70,12 @@ impl Session {
         }
     }
 
-    /// Counts a long-lived call on the connection until the guard drops.
-    pub fn hold(self: &Arc<Self>) -> HeldGuard {
-        self.held.fetch_add(1, Ordering::Relaxed);
-        HeldGuard(self.clone())
-    }
-
     /// Whether anything is open on the connection: a call in flight, a subscription, a
     /// registration.
     fn busy(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) > 0
-            || self.held.load(Ordering::Relaxed) > 0
             || !self.subscriptions.is_empty()
+            || !self.executors.is_empty()
     }
 
     /// Ends a WebSocket connection that has not authenticated within `auth`, or that stays
@@ -154,6 +134,16 @@ impl Session {
         &self.subscriptions
     }
 
+    /// The connection's `registerExecutor` registrations.
+    pub fn executors(&self) -> &Registry {
+        &self.executors
+    }
+
+    /// How many calls are in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// The authenticated identity, or `Unauthenticated` (also once its token was revoked or
     /// expired).
     pub fn identity(&self) -> Result<Identity, RpcError> {
@@ -199,6 +189,7 @@ impl Session {
             }
             tracing::info!(agent = %who.agent_id, "closing a connection: its token was revoked or expired");
             session.subscriptions.cancel_all();
+            session.executors.cancel_all();
             // Ended by the server, whether or not the peer answers the close.
             frames.abort(&crate::transport::net::close_frame(
                 1008,
@@ -225,21 +216,8 @@ impl Session {
     }
 }
 
-/// The one conversion of a protocol error into jsonrpsee's error object.
-pub fn wire(e: RpcError) -> ErrorObjectOwned {
-    crate::engine::telemetry::refused(&e, "rpc");
-    let w = e.to_wire();
-    ErrorObjectOwned::owned(w.code, w.message, w.data)
-}
-
-pub fn session_of(ext: &Extensions) -> Result<Arc<Session>, RpcError> {
-    ext.get::<Arc<Session>>()
-        .cloned()
-        .ok_or_else(|| RpcError::new(ErrorCode::Internal, "connection has no session"))
-}
-
-pub fn parse<P: DeserializeOwned>(params: &Params<'_>) -> Result<P, RpcError> {
-    let raw = params.as_str().unwrap_or("{}");
+/// Params, strictly: one object, by name, with no unknown field.
+pub fn parse<P: DeserializeOwned>(raw: &str) -> Result<P, RpcError> {
     if !raw.trim_start().starts_with('{') {
         return Err(RpcError::new(
             ErrorCode::InvalidParams,

@@ -130,6 +130,19 @@ impl Orchestrator {
         let Some(v) = named.as_ref().or(p.scenario.as_ref()) else {
             return Ok(None);
         };
+        if named.is_none() {
+            let size = v.to_string().len();
+            let limit = self.limits.max_scenario_bytes;
+            if size > limit {
+                return Err(Error::Rpc(
+                    RpcError::new(
+                        ErrorCode::InvalidParams,
+                        format!("scenario: {size} bytes, over the limit of {limit} (a library scenario, by scenarioName, has none)"),
+                    )
+                    .with_data(serde_json::json!({"path": "scenario", "limit": limit})),
+                ));
+            }
+        }
         if p.participants.is_some() {
             return Err(refuse(
                 ErrorCode::InvalidParams,

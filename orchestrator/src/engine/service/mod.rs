@@ -41,6 +41,8 @@ pub struct Orchestrator {
     tokens: Arc<crate::engine::auth::Tokens>,
     /// Each identity's request rate.
     rate: crate::engine::rate::RateLimiter,
+    /// Open streams, waits and subscriptions, in all and per agent.
+    streams: Arc<crate::engine::streams::Streams>,
 }
 
 impl Orchestrator {
@@ -91,6 +93,7 @@ impl Orchestrator {
             limits,
             scenarios: std::sync::RwLock::new(library),
             tokens,
+            streams: Arc::default(),
         }))
     }
 
@@ -166,6 +169,22 @@ impl Orchestrator {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Counts an open stream of `who` on `transport` (an SSE stream, a parked long-poll, a
+    /// WebSocket subscription) while the slot lives, or refuses it (`RateLimited`) over
+    /// `--max-streams` in all or `--max-streams-per-agent` for the agent.
+    pub fn open_stream(
+        &self,
+        who: &Identity,
+        transport: &'static str,
+    ) -> std::result::Result<crate::engine::streams::StreamSlot, proto_spec::RpcError> {
+        self.streams.take(
+            &who.agent_id,
+            transport,
+            self.limits.max_streams,
+            self.limits.max_streams_per_agent,
+        )
     }
 
     /// Admits one request of `who`, or refuses it with `RateLimited` when the identity is over
@@ -505,11 +524,23 @@ impl Orchestrator {
         let timeout = self.capped(q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS));
         let deadline = Instant::now() + timeout;
         let changed = self.wait_past(&conv, q.since_seq, deadline).await;
-        let events = if changed {
+        let mut events = if changed {
             read_after(&self.store, &conv, q.since_seq, self.limits.max_tail).await?
         } else {
             Vec::new()
         };
+        // Within the answer limit every transport shares: the caller asks again from the last
+        // event it got (one event always fits: payloads are far below the limit).
+        let budget = self.limits.max_response_bytes().saturating_sub(1024);
+        let mut used = 0;
+        let fits = events
+            .iter()
+            .take_while(|e| {
+                used += e.to_json().get().len() + 1;
+                used <= budget
+            })
+            .count();
+        events.truncate(fits.max(1));
         Ok(crate::engine::fanout::WaitEvents {
             latest_seq: conv.head(),
             timed_out: !changed,

@@ -1,0 +1,280 @@
+//! JSON-RPC over WebSocket at `/rpc`: the handshake, then one task that reads the connection's
+//! frames and runs each call on a task of its own.
+//!
+//! Every frame the server sends (answers, events, turn offers, pings, the close) is written
+//! whole into the connection's send buffer through its [`ConnWriter`]; the WebSocket library
+//! (soketto) only reads frames and answers the peer's pings and close. A frame over the frame
+//! limit is answered `-32007` and the connection stays open. The server pings every
+//! `ping_interval`; a connection from which nothing (not a pong, not a frame) arrived for three
+//! intervals is closed (1001). When the server stops, a connection stops reading, lets the
+//! calls in flight answer (for up to [`DRAIN`]), and is closed (1001).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use futures::io::{BufReader, BufWriter};
+use hyper_util::rt::TokioIo;
+use proto_spec::{ErrorCode, RpcError};
+use soketto::connection::{Error as WsError, Receiver};
+use soketto::Incoming;
+use tokio::sync::Notify;
+use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
+
+use crate::transport::http::error_response;
+use crate::transport::jsonrpc::{self, Frame};
+use crate::transport::net::{close_frame, ping_frame, text_frame, ConnWriter};
+use crate::transport::rpc::{Methods, Outcome};
+use crate::transport::session::Session;
+
+/// How long a stopping server lets a connection's calls in flight answer.
+pub const DRAIN: Duration = Duration::from_secs(5);
+
+/// The open WebSocket connections, for `--max-connections` and for a stop to wait on.
+#[derive(Debug, Default)]
+pub struct Connections {
+    open: AtomicUsize,
+    none_open: Notify,
+}
+
+impl Connections {
+    /// Counts a connection if fewer than `max` are open.
+    fn enter(self: &Arc<Self>, max: usize) -> Option<Counted> {
+        let mut n = self.open.load(Ordering::Relaxed);
+        loop {
+            if n >= max {
+                return None;
+            }
+            match self
+                .open
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(Counted(self.clone())),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// Resolves once no connection is open.
+    pub async fn closed(&self) {
+        loop {
+            let none = self.none_open.notified();
+            tokio::pin!(none);
+            none.as_mut().enable();
+            if self.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+}
+
+/// One open connection, counted while it lives.
+#[derive(Debug)]
+struct Counted(Arc<Connections>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_open.notify_waiters();
+        }
+    }
+}
+
+/// Answers a WebSocket upgrade at `/rpc`, and serves the connection once upgraded.
+pub fn upgrade(
+    mut req: Request<Body>,
+    methods: Methods,
+    session: Arc<Session>,
+    connections: &Arc<Connections>,
+) -> Response {
+    let limits = methods.orchestrator().limits().clone();
+    let Some(frames) = session.frames().cloned() else {
+        return error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &RpcError::new(ErrorCode::Internal, "the connection has no frame writer"),
+        );
+    };
+    let Some(counted) = connections.enter(limits.max_connections as usize) else {
+        return error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            &RpcError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "too many open connections (limit {}); retry later",
+                    limits.max_connections
+                ),
+            )
+            .with_data(serde_json::json!({"limit": limits.max_connections})),
+        );
+    };
+    let mut server = soketto::handshake::http::Server::new();
+    let response = match server.receive_request(&req) {
+        Ok(response) => response,
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &RpcError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("not a WebSocket handshake: {e}"),
+                ),
+            )
+        }
+    };
+    let upgraded = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let _counted = counted;
+        let io = match upgraded.await {
+            Ok(io) => io,
+            Err(e) => {
+                tracing::debug!(error = %e, "WebSocket upgrade failed");
+                return;
+            }
+        };
+        let stream = BufReader::new(BufWriter::new(TokioIo::new(io).compat()));
+        let mut builder = server.into_builder(stream);
+        builder.set_max_message_size(limits.max_frame_bytes as usize);
+        let (_sender, receiver) = builder.finish();
+        session.watch(limits.auth_timeout, limits.idle_timeout);
+        serve(methods, session, frames, receiver, limits.ping_interval).await;
+    });
+    response.map(|()| Body::empty())
+}
+
+type Io = BufReader<BufWriter<Compat<TokioIo<hyper::upgrade::Upgraded>>>>;
+
+/// Milliseconds since `start`.
+fn since(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+/// Reads frames until the connection ends, running each call on a task of its own.
+async fn serve(
+    methods: Methods,
+    session: Arc<Session>,
+    frames: ConnWriter,
+    mut receiver: Receiver<Io>,
+    ping_interval: Duration,
+) {
+    let start = Instant::now();
+    let heard = Arc::new(AtomicU64::new(0));
+    let keeper = tokio::spawn(keep_alive(
+        methods.clone(),
+        Arc::downgrade(&session),
+        frames.clone(),
+        heard.clone(),
+        start,
+        ping_interval,
+    ));
+    let max_response = methods.orchestrator().limits().max_response_bytes();
+    let mut buf = Vec::new();
+    loop {
+        match receiver.receive(&mut buf).await {
+            Ok(Incoming::Data(_)) => {
+                heard.store(since(start), Ordering::Relaxed);
+                let frame = std::mem::take(&mut buf);
+                match jsonrpc::read(frame) {
+                    Frame::Notification => {}
+                    Frame::Refused(id, e) => {
+                        if send(&frames, &jsonrpc::error(&id, &e, "ws")).await.is_err() {
+                            break;
+                        }
+                    }
+                    Frame::Call(call) => {
+                        let methods = methods.clone();
+                        let session = session.clone();
+                        let frames = frames.clone();
+                        tokio::spawn(async move {
+                            let id = call.id().to_owned();
+                            let outcome = tokio::select! {
+                                _ = frames.closed() => return,
+                                o = methods.run(session, call) => o,
+                            };
+                            let answer = match outcome {
+                                Ok(Outcome::Written) => return,
+                                Ok(Outcome::Result(r)) => {
+                                    jsonrpc::answer(&id, Ok(r), max_response, "ws")
+                                }
+                                Err(e) => jsonrpc::error(&id, &e, "ws"),
+                            };
+                            // A connection gone has no one to answer.
+                            let _ = send(&frames, &answer).await;
+                        });
+                    }
+                }
+            }
+            Ok(Incoming::Pong(_)) => heard.store(since(start), Ordering::Relaxed),
+            Ok(Incoming::Closed(_)) => break,
+            Err(WsError::MessageTooLarge { current, maximum }) => {
+                buf.clear();
+                heard.store(since(start), Ordering::Relaxed);
+                let e = RpcError::new(
+                    ErrorCode::FrameTooLarge,
+                    format!("the frame is {current} bytes, over the limit of {maximum}"),
+                )
+                .with_data(serde_json::json!({"limit": maximum}));
+                if send(&frames, &jsonrpc::error("null", &e, "ws"))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "WebSocket connection ended");
+                break;
+            }
+        }
+    }
+    keeper.abort();
+    session.subscriptions().cancel_all();
+    session.executors().cancel_all();
+}
+
+/// Writes one text frame whose payload is `payload`.
+async fn send(frames: &ConnWriter, payload: &[u8]) -> std::io::Result<()> {
+    let mut frame = Vec::with_capacity(payload.len() + 10);
+    text_frame(&mut frame, payload, &[]);
+    frames.write_frames(&frame).await
+}
+
+/// Pings the peer every `interval` and closes a connection that has been silent for three;
+/// when the server stops, lets the calls in flight answer, then closes the connection.
+async fn keep_alive(
+    methods: Methods,
+    session: std::sync::Weak<Session>,
+    frames: ConnWriter,
+    heard: Arc<AtomicU64>,
+    start: Instant,
+    interval: Duration,
+) {
+    let mut closing = methods.orchestrator().hub().closing();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let silent_limit = 3 * interval.as_millis() as u64;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = closing.wait_for(|c| *c) => break,
+            _ = frames.closed() => return,
+        }
+        let silent = since(start).saturating_sub(heard.load(Ordering::Relaxed));
+        if silent >= silent_limit {
+            crate::engine::telemetry::dropped_connection("ping_timeout");
+            let reason = format!("nothing received for {} s", silent / 1000);
+            frames.abort(&close_frame(1001, &reason));
+            return;
+        }
+        // A peer whose buffer is full is not reading: the ping waits for nothing.
+        let _ = frames.try_write(&ping_frame(b""));
+    }
+    let deadline = tokio::time::Instant::now() + DRAIN;
+    while session.upgrade().is_some_and(|s| s.in_flight() > 0)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    frames.abort(&close_frame(1001, "the server is stopping"));
+}
