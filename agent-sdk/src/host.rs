@@ -24,6 +24,24 @@ pub fn init_logging_with(default: &str, json: bool) {
     }
 }
 
+/// Raises this process's limit of open files to its hard limit: a server holds a socket per
+/// connection, and the usual soft limit (1,024) is below what it is configured to serve. A
+/// limit that cannot be raised is left as it is (and said at debug level).
+pub fn raise_open_files_limit() {
+    #[cfg(unix)]
+    {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let raised =
+            getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| match soft < hard {
+                true => setrlimit(Resource::RLIMIT_NOFILE, hard, hard),
+                false => Ok(()),
+            });
+        if let Err(e) = raised {
+            tracing::debug!(error = %e, "the open files limit was not raised");
+        }
+    }
+}
+
 /// Resolves on Ctrl-C, or on SIGTERM where there is one.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

@@ -17,6 +17,16 @@ mod tokens;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The runtime `serve` runs on: tokio's multi-threaded one, whose worker threads, as they go
+/// idle, give the memory freed on them back to the system (at most once a second each), so
+/// that a burst of connections does not leave its memory held once it has closed.
+fn serving_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(|| memory_release::on_idle(std::time::Duration::from_secs(1)))
+        .build()
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "orchestrator",
@@ -429,7 +439,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 Some(dir) => load_scenarios(&dir, &sandbox)?,
                 None => Vec::new(),
             };
-            let runtime = tokio::runtime::Runtime::new()?;
+            let runtime = serving_runtime()?;
             runtime.block_on(serve(listen, db, sync.into(), limits, named, tls))
         }
         Command::Run { scenario, opts } => {
@@ -622,6 +632,7 @@ async fn serve(
     scenarios: Vec<(String, serde_json::Value)>,
     tls: Option<std::sync::Arc<agent_sdk::tls::ServerTls>>,
 ) -> anyhow::Result<u8> {
+    agent_sdk::host::raise_open_files_limit();
     let store =
         store::open(&db, sync).with_context(|| format!("opening {}", store::display(&db)))?;
     // The scenario library is in place before the first turn runs: turns taken again from the

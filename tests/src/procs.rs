@@ -137,12 +137,16 @@ impl Node {
 
     /// Sends `signal` to the running process.
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        let pid = self
-            .child
+        let pid = self.pid();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
+    }
+
+    /// The running process's id.
+    pub fn pid(&self) -> u32 {
+        self.child
             .as_ref()
             .and_then(|c| c.id())
-            .expect("a running node");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
+            .expect("a running node")
     }
 
     /// SIGKILL.

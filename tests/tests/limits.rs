@@ -57,17 +57,31 @@ async fn an_identity_over_its_rate_is_refused_on_every_connection_and_others_go_
     .await;
     let mut alice = ts.raw().await;
     alice.authenticate(ts.token("alice")).await;
-    // 200 calls at once: the burst of 20 and what refills meanwhile pass, the rest are refused.
+    // 200 calls at once: the burst of 20 and what refills meanwhile pass, the rest are refused
+    // (the connection is read once per refusal's hold, so its calls wait in its socket).
+    let started = std::time::Instant::now();
     let refused = flood(&mut alice, 200, "alice").await;
-    assert!(refused >= 100, "only {refused} of 200 refused");
-    assert!(refused < 200, "the burst passes");
-    // A second connection of the same identity shares its bucket.
+    let within = |answered: usize, secs: f64| answered as f64 <= 20.0 + 50.0 * secs + 2.0;
+    assert!(refused >= 1, "none of 200 refused");
+    assert!(
+        within(200 - refused, started.elapsed().as_secs_f64()),
+        "{} answered in {:?}, over the rate",
+        200 - refused,
+        started.elapsed()
+    );
+    // A second connection of the same identity shares its bucket: the two together stay
+    // within the rate.
     let mut again = ts.raw().await;
     again.authenticate(ts.token("alice")).await;
-    let refused = flood(&mut again, 60, "alice").await;
+    let (one, two) = tokio::join!(
+        flood(&mut alice, 60, "alice"),
+        flood(&mut again, 60, "alice")
+    );
+    let answered = 120 - one - two;
     assert!(
-        refused >= 20,
-        "a new connection bought alice more: {refused} of 60 refused"
+        one >= 1 && two >= 1 && within(answered, started.elapsed().as_secs_f64()),
+        "a new connection bought alice more: {answered} of 120 answered in {:?}",
+        started.elapsed()
     );
     // Bob is not held back by alice.
     let mut bob = ts.raw().await;

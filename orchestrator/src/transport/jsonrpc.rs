@@ -20,9 +20,21 @@ pub struct Call {
     id: Range<usize>,
     method: Range<usize>,
     params: Option<Range<usize>>,
+    /// The rate limiter admitted it already (the connection's reader does, before it reads on).
+    admitted: bool,
 }
 
 impl Call {
+    /// Whether the rate limiter admitted the call already.
+    pub fn admitted(&self) -> bool {
+        self.admitted
+    }
+
+    /// Notes that the rate limiter admitted the call.
+    pub fn set_admitted(&mut self) {
+        self.admitted = true;
+    }
+
     /// The id, as it was sent (raw JSON).
     pub fn id(&self) -> &str {
         self.slice(&self.id)
@@ -234,6 +246,7 @@ pub fn read(frame: Vec<u8>) -> Frame {
         id,
         method,
         params,
+        admitted: false,
     })
 }
 

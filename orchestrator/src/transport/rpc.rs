@@ -106,7 +106,9 @@ impl Table {
             async move {
                 let _guard = session.enter(orch.limits().max_in_flight_per_connection)?;
                 let who = session.identity()?;
-                orch.admit(&who).await?;
+                if !call.admitted() {
+                    orch.admit(&who).await?;
+                }
                 let p: P = parse(call.params())?;
                 // A creation names an id that is normally new: its batch finds out under the lock.
                 if name != names::CREATE_CONVERSATION {

@@ -98,6 +98,24 @@ enum Listening {
     Tls(crate::transport::net::TlsCoalescingListener),
 }
 
+/// Every route the server answers: `/rpc`, `/healthz` and those of [`crate::transport::http`],
+/// with the JSON answers for a method a route does not take and a request target too long.
+/// WebSocket connections upgraded at `/rpc` are counted in `connections`.
+pub fn app(orch: Arc<Orchestrator>, connections: Arc<Connections>) -> Router {
+    let state = AppState {
+        orch: orch.clone(),
+        methods: rpc::methods(orch.clone()),
+        connections,
+    };
+    Router::new()
+        .route("/rpc", any(rpc_route))
+        .route("/healthz", get(healthz))
+        .with_state(state)
+        .merge(crate::transport::http::router(orch))
+        .method_not_allowed_fallback(crate::transport::http::method_not_allowed)
+        .layer(axum::middleware::from_fn(crate::transport::http::limit_uri))
+}
+
 /// Starts serving on `listener`.
 pub async fn start(orch: Arc<Orchestrator>, listener: TcpListener) -> Result<RunningServer> {
     start_with(orch, listener, None).await
@@ -110,18 +128,7 @@ pub async fn start_with(
     tls: Option<Arc<agent_sdk::tls::ServerTls>>,
 ) -> Result<RunningServer> {
     let connections = Arc::new(Connections::default());
-    let state = AppState {
-        orch: orch.clone(),
-        methods: rpc::methods(orch.clone()),
-        connections: connections.clone(),
-    };
-    let app = Router::new()
-        .route("/rpc", any(rpc_route))
-        .route("/healthz", get(healthz))
-        .with_state(state)
-        .merge(crate::transport::http::router(orch.clone()))
-        .method_not_allowed_fallback(crate::transport::http::method_not_allowed)
-        .layer(axum::middleware::from_fn(crate::transport::http::limit_uri));
+    let app = app(orch.clone(), connections.clone());
     let addr = listener.local_addr()?;
     let (http_stop, stopped) = oneshot::channel::<()>();
     // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small

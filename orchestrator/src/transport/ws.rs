@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
-use futures::io::{BufReader, BufWriter};
 use hyper_util::rt::TokioIo;
+use proto_spec::method::names;
 use proto_spec::{ErrorCode, RpcError};
 use soketto::connection::{Error as WsError, Receiver};
 use soketto::Incoming;
@@ -134,8 +134,9 @@ pub fn upgrade(
                 return;
             }
         };
-        let stream = BufReader::new(BufWriter::new(TokioIo::new(io).compat()));
-        let mut builder = server.into_builder(stream);
+        // No buffers of our own: soketto reads into its own, and what it writes (pongs, the
+        // answer to a close) lands in the connection's send buffer.
+        let mut builder = server.into_builder(TokioIo::new(io).compat());
         builder.set_max_message_size(limits.max_frame_bytes as usize);
         let (_sender, receiver) = builder.finish();
         session.watch(limits.auth_timeout, limits.idle_timeout);
@@ -144,7 +145,7 @@ pub fn upgrade(
     response.map(|()| Body::empty())
 }
 
-type Io = BufReader<BufWriter<Compat<TokioIo<hyper::upgrade::Upgraded>>>>;
+type Io = Compat<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// Milliseconds since `start`.
 fn since(start: Instant) -> u64 {
@@ -183,7 +184,22 @@ async fn serve(
                             break;
                         }
                     }
-                    Frame::Call(call) => {
+                    Frame::Call(mut call) => {
+                        // Admitted here, before the next frame is read: a connection whose
+                        // identity is over its rate is read once per refusal's hold, and what
+                        // it sends meanwhile waits in its socket.
+                        if call.method() != names::AUTHENTICATE {
+                            if let Ok(who) = session.identity() {
+                                if let Err(e) = methods.orchestrator().admit(&who).await {
+                                    let refusal = jsonrpc::error(call.id(), &e, "ws");
+                                    if send(&frames, &refusal).await.is_err() {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                                call.set_admitted();
+                            }
+                        }
                         let methods = methods.clone();
                         let session = session.clone();
                         let frames = frames.clone();
