@@ -1,0 +1,134 @@
+//! What the fuzz targets share: one server, made once per process, in process (its method
+//! table and its HTTP routes) on a SQLite database in a temporary folder, with tokens for
+//! alice, bob, carol (agents) and admin, and the conversation `c1` of alice and bob.
+//!
+//! Its limits keep one input short: long-polls wait at most 5 ms, and a function agent's
+//! scenario check is bounded as in the server.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
+use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
+use orchestrator::transport::jsonrpc::{self, Frame};
+use orchestrator::transport::rpc::{Methods, Outcome};
+use orchestrator::transport::session::Session;
+use orchestrator::transport::ws::Connections;
+use serde_json::{json, Value};
+
+/// The identities an input may speak as: none, then these.
+pub const AGENTS: [&str; 4] = ["alice", "bob", "carol", "admin"];
+
+/// The shared server.
+pub struct Harness {
+    /// Runs every call.
+    pub rt: tokio::runtime::Runtime,
+    /// The orchestrator.
+    pub orch: Arc<Orchestrator>,
+    /// Its JSON-RPC methods.
+    pub methods: Methods,
+    /// Its HTTP routes.
+    pub app: axum::Router,
+    /// A token of each of [`AGENTS`].
+    pub tokens: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// The server, made on first use.
+pub fn harness() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let store = Arc::new(
+            SqliteStore::open(dir.path().join("fuzz.db"), Synchronous::Normal).expect("a store"),
+        );
+        let tokens = AGENTS
+            .iter()
+            .map(|a| {
+                orchestrator::engine::auth::create_token(store.as_ref(), a, *a == "admin")
+                    .expect("a token")
+            })
+            .collect();
+        let limits = Limits {
+            max_wait: Duration::from_millis(5),
+            rate_per_identity: 0,
+            ..Limits::default()
+        };
+        let (orch, methods, app) = rt.block_on(async {
+            let orch = Orchestrator::open(store, limits).expect("the orchestrator");
+            let methods = orchestrator::transport::rpc::methods(orch.clone());
+            let app = orchestrator::transport::server::app(
+                orch.clone(),
+                Arc::new(Connections::default()),
+            );
+            (orch, methods, app)
+        });
+        let h = Harness {
+            rt,
+            orch,
+            methods,
+            app,
+            tokens,
+            _dir: dir,
+        };
+        let admin = h.session(4);
+        let made = h.call(
+            &admin,
+            "createConversation",
+            json!({"conversationId": "c1", "participants": ["alice", "bob"]}),
+        );
+        assert!(made.get("result").is_some(), "{made}");
+        h
+    })
+}
+
+impl Harness {
+    /// A session authenticated as `AGENTS[who - 1]`, or not at all for 0 (and beyond).
+    pub fn session(&self, who: usize) -> Arc<Session> {
+        let session = Arc::new(Session::new(None, None));
+        if let Some(token) = who.checked_sub(1).and_then(|i| self.tokens.get(i)) {
+            let r = self.call(&session, "authenticate", json!({"token": token}));
+            assert_eq!(r["result"]["ok"], true, "{r}");
+        }
+        session
+    }
+
+    /// Runs one JSON-RPC frame on `session`: its answer, or none for a notification.
+    pub fn frame(&self, session: &Arc<Session>, frame: Vec<u8>) -> Option<Value> {
+        let answer = match jsonrpc::read(frame) {
+            Frame::Notification => return None,
+            Frame::Refused(id, e) => jsonrpc::error(&id, &e, "fuzz"),
+            Frame::Call(call) => {
+                let id = call.id().to_owned();
+                match self.rt.block_on(self.methods.run(session.clone(), call)) {
+                    Ok(Outcome::Result(r)) => jsonrpc::answer(&id, Ok(r), 1 << 24, "fuzz"),
+                    Ok(Outcome::Written) => jsonrpc::result(&id, "null"),
+                    Err(e) => jsonrpc::error(&id, &e, "fuzz"),
+                }
+            }
+        };
+        let v: Value = serde_json::from_slice(&answer).expect("every answer is JSON");
+        let ok = v.get("result").is_some() != v.get("error").is_some();
+        assert!(ok, "an answer has a result or an error: {v}");
+        if let Some(code) = v["error"]["code"].as_i64() {
+            assert!(
+                proto_spec::ErrorCode::from_code(code as i32).is_some(),
+                "a code from the table: {v}"
+            );
+            assert!(v["error"]["data"]["error"].is_string(), "data.error: {v}");
+        }
+        Some(v)
+    }
+
+    /// Calls `method` with `params` on `session`: the answer.
+    pub fn call(&self, session: &Arc<Session>, method: &str, params: Value) -> Value {
+        let frame = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        self.frame(session, frame.to_string().into_bytes())
+            .expect("a call is answered")
+    }
+}
