@@ -303,45 +303,104 @@ def shape(v):
     return type(v).__name__
 
 
-def test_the_wire_has_the_shape_of_the_official_server(stack, tmp_path):
-    """The same calls against an agent built with the official a2a-sdk server and against the
-    adapter give answers of the same structure (Agent Card, task, streamed events)."""
+@pytest.fixture
+def official():
+    """The official a2a-sdk server (tests/a2a/reference_server.py) on a free port: its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ref = subprocess.Popen([sys.executable, str(ROOT / "tests" / "a2a" / "reference_server.py"), str(port)], stdout=subprocess.PIPE, text=True)
     try:
         assert "listening" in ref.stdout.readline()
-        official = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
         for _ in range(100):
             try:
-                httpx.get(official + "/.well-known/agent-card.json")
+                httpx.get(url + "/.well-known/agent-card.json")
                 break
             except httpx.HTTPError:
                 time.sleep(0.05)
-        ours = stack.a2a + "/helpdesk/"
-        card_keys = set(httpx.get(official + "/.well-known/agent-card.json").json())
-        assert card_keys <= set(httpx.get(stack.a2a + "/helpdesk/.well-known/agent-card.json").json())
-
-        def send(url, mid):
-            return rpc(url, "SendMessage", {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hello"}]}})["result"]
-
-        theirs, mine = send(official + "/", "w-1"), send(ours, "w-1")
-        assert shape(theirs) == shape(mine)
-
-        def stream(url, mid):
-            body = {"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "again"}]}}}
-            with httpx.stream("POST", url, json=body, headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}, timeout=20) as r:
-                assert r.headers["content-type"].startswith("text/event-stream")
-                lines = [l for l in r.iter_lines() if l.startswith("data:")]
-            return [json.loads(l[5:]) for l in lines]
-
-        theirs, mine = stream(official + "/", "w-2"), stream(ours, "w-2")
-        assert [list(e["result"]) for e in theirs] == [list(e["result"]) for e in mine] == [["task"], ["statusUpdate"], ["statusUpdate"]]
-        assert shape(theirs[-1]) == shape(mine[-1])
+        yield url
     finally:
         ref.send_signal(signal.SIGKILL)
         ref.wait(10)
+
+
+def test_the_wire_has_the_shape_of_the_official_server(stack, official):
+    """The same calls against an agent built with the official a2a-sdk server and against the
+    adapter give answers of the same structure (Agent Card, task, streamed events)."""
+    ours = stack.a2a + "/helpdesk/"
+    card_keys = set(httpx.get(official + "/.well-known/agent-card.json").json())
+    assert card_keys <= set(httpx.get(stack.a2a + "/helpdesk/.well-known/agent-card.json").json())
+
+    def send(url, mid):
+        return rpc(url, "SendMessage", {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hello"}]}})["result"]
+
+    theirs, mine = send(official + "/", "w-1"), send(ours, "w-1")
+    assert shape(theirs) == shape(mine)
+
+    def stream(url, mid):
+        body = {"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "again"}]}}}
+        with httpx.stream("POST", url, json=body, headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}, timeout=20) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            lines = [l for l in r.iter_lines() if l.startswith("data:")]
+        return [json.loads(l[5:]) for l in lines]
+
+    theirs, mine = stream(official + "/", "w-2"), stream(ours, "w-2")
+    assert [list(e["result"]) for e in theirs] == [list(e["result"]) for e in mine] == [["task"], ["statusUpdate"], ["statusUpdate"]]
+    assert shape(theirs[-1]) == shape(mine[-1])
+
+
+def raw(url, body, headers={"A2A-Version": "1.0"}):
+    """One JSON-RPC request with an exact body (ids of any type) and headers: the answer."""
+    r = httpx.post(url, content=json.dumps(body), headers={"content-type": "application/json", **headers})
+    return r.json()
+
+
+def test_refusals_are_those_of_the_official_server_side_by_side(stack, official):
+    """A2A 1.0.1 where the official SDK's server is the reference: the same requests, sent to
+    it and to the adapter, are refused with the same codes."""
+    ours = stack.a2a + "/expert/"
+    theirs = official + "/"
+    message = lambda mid, **more: {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hello"}], **more}}
+
+    def both(method, params, id=7, headers={"A2A-Version": "1.0"}, ids=None):
+        """The error of each side (ids: a task id per side, put in for TASK)."""
+        got = []
+        for url, task in zip([theirs, ours], ids or [None, None]):
+            p = json.loads(json.dumps(params).replace("TASK", task or "TASK"))
+            got.append(raw(url, {"jsonrpc": "2.0", "id": id, "method": method, "params": p}, headers))
+        return got
+
+    def same(case, answers, code):
+        codes = [a.get("error", {}).get("code") for a in answers]
+        assert codes == [code, code], f"{case}: {answers}"
+
+    # The A2A-Version header: another version, or none (which means 0.3).
+    same("version 0.9", both("SendMessage", message("v1"), headers={"A2A-Version": "0.9"}), -32009)
+    same("no version", both("SendMessage", message("v2"), headers={}), -32009)
+    # An id that is not a string, a number or null: -32600 with id null.
+    for bad in [True, {}, []]:
+        answers = both("GetTask", {"id": "x"}, id=bad)
+        same(f"id {bad!r}", answers, -32600)
+        assert [a["id"] for a in answers] == [None, None], answers
+    # A message without a role.
+    same("no role", both("SendMessage", {"message": {"messageId": "r1", "parts": [{"text": "x"}]}}), -32602)
+    # A task on each side.
+    t_theirs = raw(theirs, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": message("a1")})["result"]["task"]
+    t_ours = raw(ours, {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {**message("a1"), "configuration": {"returnImmediately": True}}})["result"]["task"]
+    ids = [t_theirs["id"], t_ours["id"]]
+    same("negative historyLength", both("GetTask", {"id": "TASK", "historyLength": -1}, ids=ids), -32602)
+    for method, params in [("GetTaskPushNotificationConfig", {"taskId": "TASK", "id": "c"}),
+                           ("ListTaskPushNotificationConfigs", {"taskId": "TASK"}),
+                           ("DeleteTaskPushNotificationConfig", {"taskId": "TASK", "id": "c"})]:
+        same(method, both(method, params, ids=ids), -32003)
+    same("taskId and contextId disagree", both("SendMessage", message("a2", taskId="TASK", contextId="another"), ids=ids), -32602)
+    # A task in a terminal state: the official agent completes on "bye"; the expert ends ours.
+    raw(theirs, {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {"messageId": "a3", "role": "ROLE_USER", "parts": [{"text": "bye"}], "taskId": t_theirs["id"], "contextId": t_theirs["contextId"]}}})
+    expert_says(stack, t_ours["contextId"], "Done.", finality="conversation")
+    same("a message to a terminal task", both("SendMessage", message("a4", taskId="TASK"), ids=ids), -32004)
+    # What was refused reached nothing: ours holds the first message and the expert's only.
+    assert messages_of(stack, t_ours["contextId"]) == [("peer", "hello"), ("expert", "Done.")]
 
 
 def test_tasks_survive_an_adapter_restart(stack):

@@ -9,6 +9,15 @@ fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aEr
     let m = params
         .get("message")
         .ok_or_else(|| A2aError::invalid_params("message: required"))?;
+    match m["role"].as_str() {
+        Some("ROLE_USER" | "ROLE_AGENT") => {}
+        Some(other) => {
+            return Err(A2aError::invalid_params(format!(
+                "message.role: ROLE_USER or ROLE_AGENT, not {other:?}"
+            )))
+        }
+        None => return Err(A2aError::invalid_params("message.role: required")),
+    }
     let message_id = m["messageId"]
         .as_str()
         .filter(|s| !s.is_empty() && s.len() <= 200)
@@ -48,6 +57,14 @@ pub(crate) async fn start_exchange(
         Some(t) => Some(TaskId::parse(t).ok_or_else(|| A2aError::task_not_found(t))?),
         None => None,
     };
+    if let (Some(t), Some(c)) = (&existing_task, m["contextId"].as_str()) {
+        if t.conversation != c {
+            return Err(A2aError::invalid_params(format!(
+                "message.contextId {c} is not the context of task {}",
+                t.wire()
+            )));
+        }
+    }
     let fresh = m["contextId"].as_str().is_none() && existing_task.is_none();
     let conversation = match (m["contextId"].as_str(), &existing_task) {
         (_, Some(t)) => t.conversation.clone(),
@@ -82,8 +99,8 @@ pub(crate) async fn start_exchange(
             .map_err(|e| A2aError::from_read(e, &t.wire()))?;
         if view.state.terminal() {
             return Err(A2aError::new(
-                -32600,
-                "TASK_TERMINAL",
+                -32004,
+                "UNSUPPORTED_OPERATION",
                 format!(
                     "task {} is {}; start a new task",
                     t.wire(),
@@ -173,6 +190,8 @@ pub(crate) async fn send_message(
     scenario: &str,
     params: &Value,
 ) -> Result<Value, A2aError> {
+    // Checked before anything is posted.
+    let history = history_length(&params["configuration"])?;
     let view = start_exchange(app, scenario, params).await?;
     let immediate = params["configuration"]["returnImmediately"].as_bool() == Some(true);
     let view = if immediate {
@@ -180,12 +199,17 @@ pub(crate) async fn send_message(
     } else {
         settle(app, view, Instant::now() + BLOCKING_WAIT).await?
     };
-    let history = history_length(&params["configuration"]);
     Ok(json!({"task": view.wire(&app.me, history)}))
 }
 
-fn history_length(v: &Value) -> Option<usize> {
-    v["historyLength"].as_u64().map(|n| n as usize)
+/// `historyLength`: how many of the latest messages to include (none: all); never negative.
+fn history_length(v: &Value) -> Result<Option<usize>, A2aError> {
+    match v.get("historyLength") {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => n.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
+            A2aError::invalid_params("historyLength must be a non-negative integer")
+        }),
+    }
 }
 
 /// The task that `params.id` names, read from the log.
@@ -200,8 +224,9 @@ pub(crate) async fn task_of(app: &App, params: &Value) -> Result<TaskView, A2aEr
 }
 
 pub(crate) async fn get_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let history = history_length(params)?;
     let view = task_of(app, params).await?;
-    Ok(view.wire(&app.me, history_length(params)))
+    Ok(view.wire(&app.me, history))
 }
 
 pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aError> {

@@ -31,7 +31,7 @@ use agent_sdk::{AgentClient, ClientError, WsConfig, WsJsonRpcClient};
 use anyhow::Context;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -333,18 +333,51 @@ async fn card(State(app): State<Shared>, Path(scenario): Path<String>) -> Respon
     Json(agent_card(&app, &scenario)).into_response()
 }
 
-async fn root_rpc(State(app): State<Shared>, body: Bytes) -> Response {
+async fn root_rpc(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let first = app.scenarios[0].clone();
-    dispatch(app, first, body).await
+    dispatch(app, first, &headers, body).await
 }
 
-async fn rpc(State(app): State<Shared>, Path(scenario): Path<String>, body: Bytes) -> Response {
+async fn rpc(
+    State(app): State<Shared>,
+    Path(scenario): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if !app.scenarios.contains(&scenario) {
         let e = A2aError::new(-32601, "NOT_FOUND", format!("no scenario {scenario} here"));
         return (StatusCode::NOT_FOUND, Json(e.wire(&Value::Null))).into_response();
     }
-    dispatch(app, scenario, body).await
+    dispatch(app, scenario, &headers, body).await
 }
+
+/// The A2A version a request asks for: its `A2A-Version` header, or 0.3 without one (as the
+/// specification says); this adapter speaks 1.0 (and its patch versions).
+fn version_refused(headers: &HeaderMap) -> Option<A2aError> {
+    let asked = headers
+        .get("a2a-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or("0.3");
+    let supported = asked == "1.0" || asked.starts_with("1.0.");
+    (!supported).then(|| {
+        A2aError::new(
+            -32009,
+            "VERSION_NOT_SUPPORTED",
+            format!(
+                "A2A version {asked:?} is not supported here; send the header A2A-Version: 1.0"
+            ),
+        )
+    })
+}
+
+/// The push-notification methods: this adapter sends none.
+const PUSH_METHODS: [&str; 4] = [
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+];
 
 fn reply(id: &Value, result: Result<Value, A2aError>) -> Response {
     let body = match result {
@@ -354,7 +387,7 @@ fn reply(id: &Value, result: Result<Value, A2aError>) -> Response {
     Json(body).into_response()
 }
 
-async fn dispatch(app: Shared, scenario: String, body: Bytes) -> Response {
+async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Bytes) -> Response {
     let req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -363,8 +396,20 @@ async fn dispatch(app: Shared, scenario: String, body: Bytes) -> Response {
         }
     };
     let id = req.get("id").cloned().unwrap_or(Value::Null);
+    let id_ok = id.is_string() || id.is_null() || id.is_i64() || id.is_u64();
+    if !id_ok {
+        let err = A2aError::new(
+            -32600,
+            "INVALID_REQUEST",
+            "id must be a string, an integer or null",
+        );
+        return reply(&Value::Null, Err(err));
+    }
     if req.get("jsonrpc") != Some(&json!("2.0")) || !req["method"].is_string() {
         let err = A2aError::new(-32600, "INVALID_REQUEST", "not a JSON-RPC 2.0 request");
+        return reply(&id, Err(err));
+    }
+    if let Some(err) = version_refused(headers) {
         return reply(&id, Err(err));
     }
     let params = req.get("params").cloned().unwrap_or(json!({}));
@@ -392,6 +437,14 @@ async fn dispatch(app: Shared, scenario: String, body: Bytes) -> Response {
             Ok(view) => stream(app, id, view),
             Err(e) => reply(&id, Err(e)),
         },
+        push if PUSH_METHODS.contains(&push) => reply(
+            &id,
+            Err(A2aError::new(
+                -32003,
+                "PUSH_NOTIFICATION_NOT_SUPPORTED",
+                "push notifications are not supported by this agent: stream, or poll with GetTask",
+            )),
+        ),
         other => reply(
             &id,
             Err(A2aError::new(

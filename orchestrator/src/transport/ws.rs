@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
+use futures::io::BufReader;
 use hyper_util::rt::TokioIo;
 use proto_spec::method::names;
 use proto_spec::{ErrorCode, RpcError};
@@ -134,9 +135,11 @@ pub fn upgrade(
                 return;
             }
         };
-        // No buffers of our own: soketto reads into its own, and what it writes (pongs, the
-        // answer to a close) lands in the connection's send buffer.
-        let mut builder = server.into_builder(TokioIo::new(io).compat());
+        // A small read buffer (soketto reads a frame's header in pieces: one system call for
+        // many frames instead of three a frame) and no write buffer (what soketto writes,
+        // pongs and the answer to a close, lands in the connection's send buffer).
+        let reader = BufReader::with_capacity(READ_BUFFER, TokioIo::new(io).compat());
+        let mut builder = server.into_builder(reader);
         builder.set_max_message_size(limits.max_frame_bytes as usize);
         let (_sender, receiver) = builder.finish();
         session.watch(limits.auth_timeout, limits.idle_timeout);
@@ -145,7 +148,10 @@ pub fn upgrade(
     response.map(|()| Body::empty())
 }
 
-type Io = Compat<TokioIo<hyper::upgrade::Upgraded>>;
+type Io = BufReader<Compat<TokioIo<hyper::upgrade::Upgraded>>>;
+
+/// The read buffer of a WebSocket connection.
+const READ_BUFFER: usize = 2048;
 
 /// Milliseconds since `start`.
 fn since(start: Instant) -> u64 {
@@ -203,7 +209,7 @@ async fn serve(
                         let methods = methods.clone();
                         let session = session.clone();
                         let frames = frames.clone();
-                        tokio::spawn(async move {
+                        let mut running = Box::pin(async move {
                             let id = call.id().to_owned();
                             let outcome = tokio::select! {
                                 _ = frames.closed() => return,
@@ -219,6 +225,14 @@ async fn serve(
                             // A connection gone has no one to answer.
                             let _ = send(&frames, &answer).await;
                         });
+                        // Run here until it waits: a call that needs nothing else (a read of
+                        // the state) is answered before the next frame is read, so that a busy
+                        // connection puts one task at a time in the runtime's queue, not one
+                        // per frame. One that waits (a commit, a long wait) goes on in a task
+                        // of its own, and the calls on a connection still run concurrently.
+                        if futures::poll!(running.as_mut()).is_pending() {
+                            tokio::spawn(running);
+                        }
                     }
                 }
             }
