@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from mcp import Client, StdioServerParameters
@@ -145,8 +146,8 @@ def test_mcp_over_stdio_survives_an_adapter_kill(server):
 
 
 class HttpAdapter:
-    def __init__(self, server, listen="127.0.0.1:0", http_token=None):
-        extra = ["--http-token", http_token] if http_token else []
+    def __init__(self, server, listen="127.0.0.1:0", http_token=None, extra=()):
+        extra = (["--http-token", http_token] if http_token else []) + list(extra)
         self.proc, self.url = spawn_listening(
             [MCP_BIN, "--url", server.url, "--http", listen, *extra], r"(http://\S+/mcp)", token=server.tokens["user"]
         )
@@ -292,3 +293,41 @@ def test_mcp_over_http_needs_its_bearer_token_and_beyond_loopback_one_is_require
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0, out
     assert "listens beyond loopback" in out.stderr and "--http-token" in out.stderr, out.stderr
+
+
+def test_mcp_sessions_over_http_are_capped(server):
+    """With --max-sessions 2, a third session is refused (503, RateLimited) while two are open,
+    and opens once one of them is closed."""
+    import httpx
+
+    server.tokens["user"] = server.token("user")
+    adapter = HttpAdapter(server, extra=["--max-sessions", "2"])
+    headers = {"Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    try:
+        opened = []
+        for _ in range(2):
+            r = httpx.post(adapter.url, json=init, headers=headers, timeout=10)
+            assert r.status_code == 200, r.text
+            opened.append(r.headers["mcp-session-id"])
+        r = httpx.post(adapter.url, json=init, headers=headers, timeout=10)
+        assert r.status_code == 503, r.text
+        e = r.json()["error"]
+        assert e["code"] == -32029 and e["data"] == {"error": "RateLimited", "limit": 2}, e
+        assert "too many MCP sessions" in e["message"], e
+        # A call in an open session still goes through.
+        listed = httpx.post(adapter.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            headers=dict(headers, **{"mcp-session-id": opened[0], "mcp-protocol-version": "2025-06-18"}), timeout=10)
+        assert listed.status_code in (200, 202), listed.text
+        # One closed: a new session opens.
+        r = httpx.delete(adapter.url, headers={"mcp-session-id": opened[1]}, timeout=10)
+        assert r.status_code in (200, 202, 204), r.text
+        for _ in range(50):
+            r = httpx.post(adapter.url, json=init, headers=headers, timeout=10)
+            if r.status_code == 200:
+                break
+            time.sleep(0.05)
+        assert r.status_code == 200, r.text
+    finally:
+        adapter.kill()

@@ -61,6 +61,10 @@ struct Cli {
     /// The key of --tls-cert (PEM).
     #[arg(long, env = "ORCHESTRATOR_MCP_TLS_KEY")]
     tls_key: Option<std::path::PathBuf>,
+    /// The most MCP sessions open at once on the HTTP endpoint; a new one beyond is refused
+    /// (503, RateLimited) until one is closed (DELETE /mcp) or idles out (5 minutes).
+    #[arg(long, env = "ORCHESTRATOR_MCP_MAX_SESSIONS", default_value_t = 256)]
+    max_sessions: usize,
 }
 
 #[tokio::main]
@@ -81,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
             let token = http_token(addr, cli.http_token)?;
             let tls =
                 agent_sdk::tls::server_from_flags(cli.tls_cert.as_deref(), cli.tls_key.as_deref())?;
-            serve_http(bridge, addr, token, tls).await?
+            serve_http(bridge, addr, token, tls, cli.max_sessions).await?
         }
     }
     Ok(())
@@ -138,21 +142,52 @@ async fn authorize(
         .into_response()
 }
 
+/// Refuses a request that would open a new MCP session (a `POST` without `Mcp-Session-Id`)
+/// while `max` sessions are open: 503 with a JSON-RPC error (`RateLimited`, -32029).
+async fn limit_sessions(
+    axum::extract::State((sessions, max)): axum::extract::State<(Arc<LocalSessionManager>, usize)>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let opens =
+        req.method() == axum::http::Method::POST && !req.headers().contains_key("mcp-session-id");
+    if opens && sessions.sessions.read().await.len() >= max {
+        tracing::info!(max, "an MCP session refused: too many open");
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {
+                "code": agent_sdk::proto::codes::RATE_LIMITED,
+                "message": format!("too many MCP sessions open (limit {max}); close one (DELETE /mcp) or retry later"),
+                "data": {"error": "RateLimited", "limit": max},
+            },
+        });
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            axum::Json(body),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
 async fn serve_http(
     bridge: Bridge,
     addr: SocketAddr,
     token: Option<Arc<[u8; 32]>>,
     tls: Option<Arc<agent_sdk::tls::ServerTls>>,
+    max_sessions: usize,
 ) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default();
     config.cancellation_token = stop.child_token();
-    let service = StreamableHttpService::new(
-        move || Ok(bridge.clone()),
-        LocalSessionManager::default().into(),
-        config,
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(bridge.clone()), sessions.clone(), config);
+    let mut app = axum::Router::new().nest_service("/mcp", service).layer(
+        axum::middleware::from_fn_with_state((sessions, max_sessions), limit_sessions),
     );
-    let mut app = axum::Router::new().nest_service("/mcp", service);
     match token {
         Some(t) => app = app.layer(axum::middleware::from_fn_with_state(t, authorize)),
         None => tracing::warn!(
