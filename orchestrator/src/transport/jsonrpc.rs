@@ -166,12 +166,15 @@ fn invalid(message: impl Into<String>) -> RpcError {
     RpcError::new(ErrorCode::InvalidRequest, message)
 }
 
-/// Whether `raw` is an id JSON-RPC allows: a string, a number or null.
+/// Whether `raw` is an id JSON-RPC allows: a string, null, or a number that JSON parsers can
+/// read back (one beyond a double's range, such as `934e969`, would come back as infinity, or
+/// as an error, and match nothing).
 fn valid_id(raw: &RawValue) -> bool {
-    matches!(
-        raw.get().as_bytes().first(),
-        Some(b'"' | b'-' | b'0'..=b'9' | b'n')
-    )
+    match raw.get().as_bytes().first() {
+        Some(b'"' | b'n') => true,
+        Some(b'-' | b'0'..=b'9') => raw.get().parse::<f64>().is_ok_and(f64::is_finite),
+        _ => false,
+    }
 }
 
 fn range_of(frame: &[u8], part: &str) -> Range<usize> {
@@ -350,6 +353,9 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":{},"method":"tail"}"#,
             r#"{"jsonrpc":"2.0","id":[],"method":"tail"}"#,
             r#"{"jsonrpc":"2.0","id":-1,"id":2,"method":"tail"}"#,
+            // Found by the rpc_frame fuzzer: numbers no JSON parser reads back.
+            r#"{"jsonrpc":"2.0","id":934e969,"method":"tail"}"#,
+            r#"{"jsonrpc":"2.0","id":-1e400,"method":"tail"}"#,
         ] {
             assert_eq!(refused(frame), (Value::Null, -32600), "{frame}");
         }
