@@ -1,7 +1,7 @@
 //! A sequence of requests from several identities on one new conversation (three agents taking
 //! turns round robin), through the method core and the state machine. Oracle: every invariant
 //! of the log, read back at the end: seq dense from 1; every acknowledged append is in the log
-//! at its seq, by its author; a retried idempotency key answers the original seq; nothing is
+//! at its seq, by its author; a key retried by its author answers the original seq; nothing is
 //! appended after the conversation's final message; a turn closes once.
 #![no_main]
 
@@ -67,14 +67,14 @@ fuzz_target!(|ops: Vec<Op>| {
                 if let Some(k) = key {
                     p["clientRequestId"] = json!(format!("k{k}"));
                 }
-                (*who as usize % 3, "sendMessage", p, key.map(|k| (k, "m")))
+                (*who as usize % 3, "sendMessage", p, *key)
             }
             Op::Trace { who, key } => {
                 let mut p = json!({"conversationId": id, "payload": {"text": "trace"}});
                 if let Some(k) = key {
                     p["clientRequestId"] = json!(format!("k{k}"));
                 }
-                (*who as usize % 3, "sendTrace", p, key.map(|k| (k, "t")))
+                (*who as usize % 3, "sendTrace", p, *key)
             }
             Op::Pause => (
                 usize::MAX,
@@ -100,7 +100,8 @@ fuzz_target!(|ops: Vec<Op>| {
         let Some(seq) = r["result"]["seq"].as_u64() else {
             continue;
         };
-        if let Some(key) = key {
+        // A key is the author's own (PROTOCOL.md §8: unique per conversation and author).
+        if let Some(key) = key.map(|k| (who, k)) {
             if let Some(first) = keys.get(&key) {
                 if r["result"]["duplicate"] == true {
                     assert_eq!(*first, seq, "a retried key answers its original seq: {r}");

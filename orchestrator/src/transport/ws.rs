@@ -232,6 +232,11 @@ async fn serve(
                         // of its own, and the calls on a connection still run concurrently.
                         if futures::poll!(running.as_mut()).is_pending() {
                             tokio::spawn(running);
+                        } else {
+                            // Answered here: let the other connections' tasks run before the
+                            // next frame of this one (a connection with many frames buffered
+                            // would otherwise keep a worker thread for all of them).
+                            tokio::task::yield_now().await;
                         }
                     }
                 }
