@@ -153,9 +153,10 @@ async fn a_connection_that_answers_no_ping_is_closed_after_three_intervals() {
     .await;
     // A client that answers pings (every library's reading task does) stays, silent or not.
     let polite = ts.client("alice").await;
-    // A client that never reads: it answers no ping.
-    let mut deaf = tests::DeafWs::connect(&ts.url()).await;
+    // A client that never reads: it answers no ping. (Timed from before it connects: the
+    // server counts the silence from the upgrade, which comes after.)
     let started = std::time::Instant::now();
+    let mut deaf = tests::DeafWs::connect(&ts.url()).await;
     deaf.closed().await;
     let after = started.elapsed();
     assert!(
