@@ -108,9 +108,15 @@ pub async fn subscribe(
     let prefix = prefix(names::EVENT, sub_id);
     let hub = orch.hub().clone();
     let store = orch.store().clone();
-    let registry = session.clone();
     // Spawned under the registry's lock: a task that ends at once removes its entry only
     // after the entry is in.
+    let ending = Ending {
+        session: session.clone(),
+        id: sub_id,
+        live: None,
+        executor: false,
+        _slot: Some(slot),
+    };
     let mut subs = session.subscriptions().lock();
     let open = match feed.into_one() {
         Ok((conv, cursor)) => {
@@ -126,13 +132,7 @@ pub async fn subscribe(
                 conv.clone(),
                 cursor,
                 p.clone(),
-                Ending {
-                    session: registry,
-                    id: sub_id,
-                    live: None,
-                    executor: false,
-                    _slot: Some(slot),
-                },
+                ending,
             ));
             Subscription {
                 task: task.abort_handle(),
@@ -140,18 +140,7 @@ pub async fn subscribe(
             }
         }
         Err(feed) => {
-            let task = tokio::spawn(follow_feed(
-                *feed,
-                writer,
-                prefix,
-                Ending {
-                    session: registry,
-                    id: sub_id,
-                    live: None,
-                    executor: false,
-                    _slot: Some(slot),
-                },
-            ));
+            let task = tokio::spawn(follow_feed(*feed, writer, prefix, ending));
             Subscription {
                 task: task.abort_handle(),
                 live: None,
