@@ -72,6 +72,24 @@ pub enum Error {
 pub const UNAVAILABLE: &str =
     "the database is unavailable; nothing was written: retry (on this node or another)";
 
+/// What a caller is told when the disk (SQLite's or PostgreSQL's) had no room for a commit.
+pub const DISK_FULL: &str =
+    "the disk is full: nothing of this request was written; retry once there is space";
+
+impl Error {
+    /// Whether the storage refused a write for lack of space (`SQLITE_FULL`, or PostgreSQL's
+    /// `disk_full`): the commit rolled back and nothing of it was written.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Store(rusqlite::Error::SqliteFailure(f, _)) => {
+                f.code == rusqlite::ErrorCode::DiskFull
+            }
+            Error::Postgres(e) => e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL),
+            _ => false,
+        }
+    }
+}
+
 /// The orchestrator's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

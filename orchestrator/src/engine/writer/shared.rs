@@ -41,6 +41,7 @@ pub(super) fn taken_over(conversation: &str, turn: u64) -> RpcError {
 /// something else went wrong.
 pub(super) fn failure_message(e: &Error) -> &'static str {
     match e {
+        e if e.is_disk_full() => crate::engine::error::DISK_FULL,
         Error::Unavailable(_) | Error::Postgres(_) => crate::engine::error::UNAVAILABLE,
         _ => "the append could not be made durable",
     }

@@ -1,12 +1,12 @@
 //! The WAL checkpointer: copies the WAL back into the database file on its own thread, and
 //! asks the writer to start the WAL over when it is long.
 
-use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use super::{open_conn, Synchronous};
+use super::Files;
 use crate::engine::error::Result;
 
 /// Copies the WAL back into the database file on its own thread, so that the writer's commits
@@ -23,7 +23,7 @@ use crate::engine::error::Result;
 /// file of a steady size.
 #[derive(Debug)]
 pub(super) struct Checkpointer {
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -52,48 +52,73 @@ pub(super) fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64
     })
 }
 
+/// The checkpointer's connection and what it remembers between rounds.
+#[derive(Debug)]
+pub(super) struct Passes {
+    conn: Connection,
+    asked: Option<std::time::Instant>,
+    restart_frames: i64,
+    at_most_every: std::time::Duration,
+}
+
+impl Passes {
+    pub(super) fn new(
+        files: &Files,
+        restart_frames: i64,
+        at_most_every: std::time::Duration,
+    ) -> Result<Passes> {
+        Ok(Passes {
+            conn: files.open(false)?,
+            asked: None,
+            restart_frames,
+            at_most_every,
+        })
+    }
+
+    /// One round: passes again while the last one left many new frames behind, so that what
+    /// the writer copies itself between two commits is little; asks for a restart when the WAL
+    /// is long and all but the newest few frames are copied.
+    pub(super) fn round(&mut self, restart_due: &AtomicBool) -> rusqlite::Result<()> {
+        let mut seen = 0;
+        for _ in 0..8 {
+            let (frames, copied) = checkpoint(&self.conn, "PASSIVE")?;
+            if frames < self.restart_frames
+                || copied < frames
+                || self.asked.is_some_and(|t| t.elapsed() < self.at_most_every)
+            {
+                break;
+            }
+            if frames - seen <= WRITER_COPIES {
+                restart_due.store(true, Ordering::Relaxed);
+                self.asked = Some(std::time::Instant::now());
+                break;
+            }
+            seen = frames;
+        }
+        Ok(())
+    }
+
+    /// The last pass, when the store closes: copies everything and empties the WAL.
+    fn last(&self) {
+        let _ = checkpoint(&self.conn, "TRUNCATE");
+    }
+}
+
 impl Checkpointer {
-    pub(super) fn start(
-        path: &Path,
-        sync: Synchronous,
-        restart_due: Arc<std::sync::atomic::AtomicBool>,
-    ) -> Result<Checkpointer> {
-        let conn = open_conn(path, sync, false)?;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    pub(super) fn start(files: &Files, restart_due: Arc<AtomicBool>) -> Result<Checkpointer> {
+        let mut passes = Passes::new(files, RESTART_FRAMES, RESTART_AT_MOST_EVERY)?;
+        let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("wal-checkpoint".into())
             .spawn(move || {
-                let mut asked: Option<std::time::Instant> = None;
-                while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(CHECKPOINT_EVERY);
-                    // Passes again while the last one left many new frames behind, so that
-                    // what the writer copies itself between two commits is little.
-                    let mut seen = 0;
-                    for _ in 0..8 {
-                        match checkpoint(&conn, "PASSIVE") {
-                            Ok((frames, copied)) => {
-                                if frames < RESTART_FRAMES
-                                    || copied < frames
-                                    || asked.is_some_and(|t| t.elapsed() < RESTART_AT_MOST_EVERY)
-                                {
-                                    break;
-                                }
-                                if frames - seen <= WRITER_COPIES {
-                                    restart_due.store(true, std::sync::atomic::Ordering::Relaxed);
-                                    asked = Some(std::time::Instant::now());
-                                    break;
-                                }
-                                seen = frames;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
-                                break;
-                            }
-                        }
+                    if let Err(e) = passes.round(&restart_due) {
+                        tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
                     }
                 }
-                let _ = checkpoint(&conn, "TRUNCATE");
+                passes.last();
             })?;
         Ok(Checkpointer {
             stop,
@@ -104,7 +129,7 @@ impl Checkpointer {
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -66,11 +66,75 @@ impl Synchronous {
     }
 }
 
+/// The file layer a [`SqliteStore`] runs on when it is not the operating system's own: a
+/// SQLite VFS registered under [`FileLayer::vfs`], and how a file of it is synced from outside
+/// SQLite (the store syncs its WAL from a handle of its own). Tests run the store over a
+/// simulated disk this way (`fault-disk`); the server never does.
+pub trait FileLayer: Send + Sync + std::fmt::Debug {
+    /// The VFS's name.
+    fn vfs(&self) -> &str;
+    /// Syncs the data of the file at `path` (as `fdatasync` of another handle on it would).
+    fn sync_data(&self, path: &Path) -> std::io::Result<()>;
+}
+
+/// How a [`SqliteStore`] checkpoints its WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Checkpoints {
+    /// On a thread of its own, every 100 ms (the server's way).
+    #[default]
+    Background,
+    /// Only when [`SqliteStore::checkpoint_pass`] is called, asking the writer to start the WAL
+    /// over once it holds `restart_frames` frames, with no clock involved: a simulation that
+    /// calls it between its own steps runs the same way every time.
+    Manual {
+        /// The WAL's length, in frames, past which it is started over.
+        restart_frames: i64,
+    },
+}
+
+/// How a [`SqliteStore`] is opened.
+#[derive(Debug, Clone, Default)]
+pub struct SqliteOptions {
+    /// How hard a commit is synced.
+    pub sync: Synchronous,
+    /// The file layer (`None`: the operating system's).
+    pub files: Option<Arc<dyn FileLayer>>,
+    /// How the WAL is checkpointed.
+    pub checkpoints: Checkpoints,
+}
+
+/// Where a store's connections come from: its path, its sync mode and its file layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Files {
+    path: PathBuf,
+    sync: Synchronous,
+    layer: Option<Arc<dyn FileLayer>>,
+}
+
+impl Files {
+    fn open(&self, read_only: bool) -> Result<Connection> {
+        open_conn(self, read_only)
+    }
+
+    /// Syncs the data of the file at `path` through the file layer.
+    fn sync_data(&self, file: &std::fs::File, path: &Path) -> std::io::Result<()> {
+        match &self.layer {
+            Some(layer) => layer.sync_data(path),
+            None => file.sync_data(),
+        }
+    }
+}
+
 /// The SQLite store: a path, the sync mode, a pool of read connections and the seq index.
 #[derive(Debug)]
 pub struct SqliteStore {
-    path: PathBuf,
-    sync: Synchronous,
+    files: Files,
+    checkpoints: Checkpoints,
+    /// Set when the WAL is long and all but its newest frames are copied: the writer then
+    /// copies the rest and its next transaction starts the WAL over.
+    restart_due: Arc<AtomicBool>,
+    /// The connection [`SqliteStore::checkpoint_pass`] checkpoints with.
+    manual: Mutex<Option<checkpoint::Passes>>,
     readers: Mutex<Vec<Connection>>,
     index: Arc<SeqIndex>,
 }
@@ -80,7 +144,8 @@ const READERS_KEPT: usize = 8;
 /// The page size of a new database.
 pub const PAGE_SIZE: i64 = 16_384;
 
-fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connection> {
+fn open_conn(files: &Files, read_only: bool) -> Result<Connection> {
+    let (path, sync) = (&files.path, files.sync);
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
@@ -88,7 +153,10 @@ fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connecti
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
-    let conn = Connection::open_with_flags(path, flags)?;
+    let conn = match &files.layer {
+        Some(layer) => Connection::open_with_flags_and_vfs(path, flags, layer.vfs())?,
+        None => Connection::open_with_flags(path, flags)?,
+    };
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     if !read_only {
         // Only takes effect when the file is new (before WAL mode writes its header): 16 KiB
@@ -105,15 +173,57 @@ fn open_conn(path: &Path, sync: Synchronous, read_only: bool) -> Result<Connecti
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and migrates it to the latest schema.
     pub fn open(path: impl AsRef<Path>, sync: Synchronous) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let mut conn = open_conn(&path, sync, false)?;
+        SqliteStore::open_with(
+            path,
+            SqliteOptions {
+                sync,
+                ..SqliteOptions::default()
+            },
+        )
+    }
+
+    /// [`SqliteStore::open`] with every option.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        let files = Files {
+            path: path.as_ref().to_path_buf(),
+            sync: options.sync,
+            layer: options.files,
+        };
+        let mut conn = files.open(false)?;
         migrate(&mut conn)?;
         Ok(SqliteStore {
-            path,
-            sync,
+            files,
+            checkpoints: options.checkpoints,
+            restart_due: Arc::default(),
+            manual: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             index: Arc::default(),
         })
+    }
+
+    /// One checkpoint round, for a store opened with [`Checkpoints::Manual`]: copies the WAL
+    /// into the database file (syncing both at the store's sync mode) and, when the WAL is long
+    /// and copied, asks the writer to start it over (its next commit copies the newest frames
+    /// and starts the WAL over). Does nothing for a store that checkpoints on its own.
+    pub fn checkpoint_pass(&self) -> Result<()> {
+        let Checkpoints::Manual { restart_frames } = self.checkpoints else {
+            return Ok(());
+        };
+        let mut manual = self
+            .manual
+            .lock()
+            .map_err(|_| Error::Poisoned("the checkpoint connection"))?;
+        if manual.is_none() {
+            *manual = Some(checkpoint::Passes::new(
+                &self.files,
+                restart_frames,
+                std::time::Duration::ZERO,
+            )?);
+        }
+        if let Some(passes) = manual.as_mut() {
+            passes.round(&self.restart_due)?;
+        }
+        Ok(())
     }
 
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
@@ -124,7 +234,7 @@ impl SqliteStore {
             .pop();
         let conn = match conn {
             Some(c) => c,
-            None => open_conn(&self.path, self.sync, true)?,
+            None => self.files.open(true)?,
         };
         let out = f(&conn);
         if let Ok(mut pool) = self.readers.lock() {
@@ -230,7 +340,7 @@ pub struct SqliteWriter {
     conn: Connection,
     sync: Synchronous,
     /// The WAL file, at `synchronous=FULL`: what [`WalSync`] syncs.
-    wal: Option<std::fs::File>,
+    wal: Option<WalFile>,
     index: Arc<SeqIndex>,
     next_pos: i64,
     /// The number the next new conversation gets.
@@ -319,11 +429,7 @@ impl LogWriter for SqliteWriter {
 
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
         Ok(Box::new(WalSync {
-            wal: self
-                .wal
-                .as_ref()
-                .map(std::fs::File::try_clone)
-                .transpose()?,
+            wal: self.wal.as_ref().map(WalFile::try_clone).transpose()?,
             written: self.written.clone(),
             index: self.index.clone(),
         }))
@@ -401,7 +507,7 @@ impl Drop for SqliteWriter {
 #[derive(Debug)]
 struct WalSync {
     /// `None` at `synchronous=NORMAL` (commits are not synced, as SQLite does at NORMAL).
-    wal: Option<std::fs::File>,
+    wal: Option<WalFile>,
     written: Arc<AtomicI64>,
     index: Arc<SeqIndex>,
 }
@@ -411,11 +517,48 @@ impl Durability for WalSync {
         // Read before the sync starts: everything committed up to here is covered by it.
         let upto = self.written.load(Ordering::Acquire);
         if let Some(wal) = &self.wal {
-            wal.sync_data()?;
+            wal.sync()?;
         }
         self.index.index_noted();
         self.index.durable.fetch_max(upto, Ordering::AcqRel);
         Ok(())
+    }
+}
+
+/// A handle on the WAL file, to sync it from outside SQLite.
+#[derive(Debug)]
+struct WalFile {
+    file: std::fs::File,
+    path: PathBuf,
+    files: Files,
+}
+
+impl WalFile {
+    fn open(files: &Files) -> Result<WalFile> {
+        let path = wal_path(&files.path);
+        let file = std::fs::File::open(&path).map_err(|e| {
+            Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("opening {} to sync it: {e}", path.display()),
+            ))
+        })?;
+        Ok(WalFile {
+            file,
+            path,
+            files: files.clone(),
+        })
+    }
+
+    fn try_clone(&self) -> std::io::Result<WalFile> {
+        Ok(WalFile {
+            file: self.file.try_clone()?,
+            path: self.path.clone(),
+            files: self.files.clone(),
+        })
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.files.sync_data(&self.file, &self.path)
     }
 }
 
@@ -427,8 +570,8 @@ fn wal_path(db: &Path) -> PathBuf {
 
 impl Store for SqliteStore {
     fn writer(&self) -> Result<Box<dyn LogWriter>> {
-        let lock = writer_lock(&self.path)?;
-        let conn = open_conn(&self.path, self.sync, false)?;
+        let lock = writer_lock(&self.files.path)?;
+        let conn = self.files.open(false)?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         let next_pos: i64 =
             conn.query_row("SELECT COALESCE(MAX(pos), 0) + 1 FROM events", [], |r| {
@@ -442,35 +585,31 @@ impl Store for SqliteStore {
         // Everything in the log at start is durable (a WAL found at open is synced, below).
         self.index.durable.store(next_pos - 1, Ordering::Release);
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
-        let wal = match self.sync {
+        let wal = match self.files.sync {
             Synchronous::Full => {
                 // The WAL file exists once the connection has read the database in WAL mode
                 // (above); an fdatasync of any handle on it syncs what the writer's connection
                 // writes. What a crash left in it may never have been synced: that is synced
                 // before anything in it is served, then the writer's commits go unsynced (see
                 // [`WalSync`]).
-                let path = wal_path(&self.path);
-                let wal = std::fs::File::open(&path).map_err(|e| {
-                    Error::Io(std::io::Error::new(
-                        e.kind(),
-                        format!("opening {} to sync it: {e}", path.display()),
-                    ))
-                })?;
-                wal.sync_data()?;
+                let wal = WalFile::open(&self.files)?;
+                wal.sync()?;
                 conn.pragma_update(None, "synchronous", Synchronous::Full.writer_pragma())?;
                 Some(wal)
             }
             Synchronous::Normal => None,
         };
-        let restart_due = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let checkpointer = Some(Checkpointer::start(
-            &self.path,
-            self.sync,
-            restart_due.clone(),
-        )?);
+        self.restart_due.store(false, Ordering::Relaxed);
+        let checkpointer = match self.checkpoints {
+            Checkpoints::Background => {
+                Some(Checkpointer::start(&self.files, self.restart_due.clone())?)
+            }
+            Checkpoints::Manual { .. } => None,
+        };
+        let restart_due = self.restart_due.clone();
         Ok(Box::new(SqliteWriter {
             conn,
-            sync: self.sync,
+            sync: self.files.sync,
             wal,
             index: self.index.clone(),
             next_pos,
@@ -624,7 +763,7 @@ impl Store for SqliteStore {
     }
 
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
-        let mut conn = open_conn(&self.path, self.sync, false)?;
+        let mut conn = self.files.open(false)?;
         // The check and the insert in one write transaction: a conversation declaring the id
         // commits either before (and the token is refused) or after (and it is refused).
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -700,7 +839,7 @@ impl Store for SqliteStore {
     }
 
     fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
-        let conn = open_conn(&self.path, self.sync, false)?;
+        let conn = self.files.open(false)?;
         Ok(match which {
             TokenSelector::Id(id) => conn.execute(
                 "DELETE FROM tokens WHERE substr(hash, 1, length(?1)) = ?1",
@@ -716,7 +855,7 @@ impl Store for SqliteStore {
         if used.is_empty() {
             return Ok(());
         }
-        let mut conn = open_conn(&self.path, self.sync, false)?;
+        let mut conn = self.files.open(false)?;
         let tx = conn.transaction()?;
         {
             let mut st =
