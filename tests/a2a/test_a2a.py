@@ -403,6 +403,58 @@ def test_refusals_are_those_of_the_official_server_side_by_side(stack, official)
     assert messages_of(stack, t_ours["contextId"]) == [("peer", "hello"), ("expert", "Done.")]
 
 
+def test_list_tasks_pages_through_the_callers_tasks(stack, official):
+    """ListTasks with the official client: every task the caller opened (a follow-up in a task
+    opens none), newest first, a page at a time by token; a context filter; and the same
+    refusals as the official server for a page size out of range, a negative historyLength and
+    a token it did not give."""
+    async def open_three():
+        client = await client_for(stack.a2a + "/expert/", streaming=False)
+        opened = []
+        for i in range(3):
+            [ev] = await send(client, user_message(f"Question {i}", f"lt-{i}"), immediately=True)
+            opened.append(ev.task)
+        await client.close()
+        return opened
+
+    async def follow_up_and_list(first):
+        client = await client_for(stack.a2a + "/expert/", streaming=False)
+        await send(client, user_message("And a follow-up", "lt-f", context_id=first.context_id, task_id=first.id), immediately=True)
+        pages, token = [], ""
+        while True:
+            page = await client.list_tasks(pb.ListTasksRequest(page_size=2, page_token=token))
+            pages.append(page)
+            token = page.next_page_token
+            if not token:
+                break
+        alone = await client.list_tasks(pb.ListTasksRequest(context_id=first.context_id, history_length=1))
+        await client.close()
+        return pages, alone
+
+    opened = asyncio.run(open_three())
+    expert_says(stack, opened[0].context_id, "A first answer.")
+    pages, alone = asyncio.run(follow_up_and_list(opened[0]))
+    assert [len(p.tasks) for p in pages] == [2, 1], pages
+    assert all(p.total_size == 3 and p.page_size == 2 for p in pages)
+    listed = [t for p in pages for t in p.tasks]
+    assert sorted(t.id for t in listed) == sorted(t.id for t in opened)
+    # Newest status first: the task with the follow-up moved last.
+    assert listed[0].id == opened[0].id
+    stamps = [t.status.timestamp.ToMilliseconds() for t in listed]
+    assert stamps == sorted(stamps, reverse=True), stamps
+    assert [t.id for t in alone.tasks] == [opened[0].id]
+    assert len(alone.tasks[0].history) == 1
+
+    def both(params):
+        return [raw(url, {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": params}).get("error", {}).get("code")
+                for url in [official + "/", stack.a2a + "/expert/"]]
+
+    for case in [{"pageSize": 0}, {"pageSize": 101}, {"historyLength": -1}, {"pageToken": "zz-not-a-token"}]:
+        assert both(case) == [-32602, -32602], case
+    ok = raw(stack.a2a + "/expert/", {"jsonrpc": "2.0", "id": 4, "method": "ListTasks", "params": {"status": "TASK_STATE_COMPLETED"}})
+    assert ok["result"]["tasks"] == [] and ok["result"]["totalSize"] == 0, ok
+
+
 def test_tasks_survive_an_adapter_restart(stack):
     """The adapter keeps nothing: after a SIGKILL and a restart, a task reads the same from
     the log, and the context goes on."""

@@ -15,8 +15,52 @@ use std::time::Duration;
 pub struct TestPostgres {
     url: String,
     child: Option<Child>,
+    /// How the server was started, to start it again after [`TestPostgres::crash`].
+    launch: Option<Launch>,
     /// The data directory and the server's log; removed when dropped.
     dir: Option<tempfile::TempDir>,
+}
+
+/// What starting the server again takes.
+#[derive(Debug, Clone)]
+struct Launch {
+    bin: PathBuf,
+    user: Option<(u32, u32)>,
+    dir: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    port: u16,
+}
+
+impl Launch {
+    fn spawn(&self) -> Result<Child, String> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| e.to_string())?;
+        if let Some((uid, gid)) = self.user {
+            std::os::unix::fs::chown(&self.log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
+        }
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        as_server_user(
+            Command::new(self.bin.join("postgres")).current_dir(&self.dir),
+            self.user,
+        )
+        .arg("-D")
+        .arg(&self.data)
+        .args(["-p", &self.port.to_string()])
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .arg("-c")
+        .arg(format!("unix_socket_directories={}", self.dir.display()))
+        .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+        .args(["-c", "max_connections=200"])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", self.bin.join("postgres").display()))
+    }
 }
 
 /// The directory holding `initdb` and `postgres`: on the `PATH`, else the newest
@@ -81,11 +125,18 @@ impl TestPostgres {
             let pg = TestPostgres {
                 url,
                 child: None,
+                launch: None,
                 dir: None,
             };
             pg.wait_ready(Duration::from_secs(10)).await?;
             return Ok(pg);
         }
+        TestPostgres::start_own().await
+    }
+
+    /// A server of this test's own even when `ORCHESTRATOR_TEST_PG` names one (a test that
+    /// crashes the server needs one it may crash).
+    pub async fn start_own() -> Result<TestPostgres, String> {
         let bin = binaries()?;
         let user = server_user()?;
         let dir = tempfile::Builder::new()
@@ -118,38 +169,56 @@ impl TestPostgres {
                 String::from_utf8_lossy(&init.stderr)
             ));
         }
-        let port = free_port()?;
-        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        if let Some((uid, gid)) = user {
-            std::os::unix::fs::chown(&log, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
-        }
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = as_server_user(
-            Command::new(bin.join("postgres")).current_dir(dir.path()),
+        let launch = Launch {
+            bin: bin.clone(),
             user,
-        )
-        .arg("-D")
-        .arg(&data)
-        .args(["-p", &port.to_string()])
-        .args(["-c", "listen_addresses=127.0.0.1"])
-        .arg("-c")
-        .arg(format!("unix_socket_directories={}", dir.path().display()))
-        .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
-        .args(["-c", "max_connections=200"])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", bin.join("postgres").display()))?;
+            dir: dir.path().to_path_buf(),
+            data,
+            log: log.clone(),
+            port: free_port()?,
+        };
+        let child = launch.spawn()?;
+        let port = launch.port;
         let pg = TestPostgres {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             child: Some(child),
+            launch: Some(launch),
             dir: Some(dir),
         };
         if let Err(e) = pg.wait_ready(Duration::from_secs(30)).await {
             return Err(format!("{e}; the server's log:\n{}", log_tail(&log)));
         }
         Ok(pg)
+    }
+
+    /// Crashes the server as a power loss of its process would: SIGQUIT, the immediate
+    /// shutdown (no checkpoint; the next start recovers from the WAL), and waits until it is
+    /// gone.
+    pub fn crash(&mut self) -> Result<(), String> {
+        let child = self
+            .child
+            .as_mut()
+            .ok_or("not a server this test started")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGQUIT,
+        )
+        .map_err(|e| e.to_string())?;
+        child.wait().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Starts the server again after [`TestPostgres::crash`], on the same data and port, and
+    /// waits until it answers.
+    pub async fn restart(&mut self) -> Result<(), String> {
+        let launch = self
+            .launch
+            .clone()
+            .ok_or("not a server this test started")?;
+        self.child = Some(launch.spawn()?);
+        self.wait_ready(Duration::from_secs(30))
+            .await
+            .map_err(|e| format!("{e}; the server's log:\n{}", log_tail(&launch.log)))
     }
 
     /// A new, empty database on this server; its URL.

@@ -116,6 +116,9 @@ pub(crate) async fn start_exchange(
     let mut payload = MessagePayload::text(text);
     payload.data = data;
     payload.mode = mode;
+    if let Some(t) = &existing_task {
+        payload.tags = vec![tasks::follow_up_tag(t)];
+    }
     let posted = app
         .client
         .send_message(SendMessageParams {
@@ -345,4 +348,135 @@ where
             st.view = next;
         }
     })
+}
+
+/// The most tasks one `ListTasks` page holds, and how many when the caller does not say.
+const MAX_PAGE_SIZE: u64 = 100;
+const DEFAULT_PAGE_SIZE: u64 = 50;
+
+/// A task's place in the listing (newest status first, then by id, both descending), which a
+/// page token carries: the place of the last task of the page before.
+type Place = (i64, String);
+
+fn place_of(view: &TaskView) -> Place {
+    let ms = chrono::DateTime::parse_from_rfc3339(&view.ts).map_or(0, |t| t.timestamp_millis());
+    (ms, view.id.wire())
+}
+
+fn encode_token(place: &Place) -> String {
+    hex::encode(json!({"ts": place.0, "id": place.1}).to_string())
+}
+
+fn decode_token(token: &str) -> Result<Place, A2aError> {
+    let bad = || {
+        A2aError::invalid_params(format!(
+            "pageToken: {token:?} is not a token this server gave"
+        ))
+    };
+    let bytes = hex::decode(token).map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    match (v["ts"].as_i64(), v["id"].as_str()) {
+        (Some(ts), Some(id)) => Ok((ts, id.to_string())),
+        _ => Err(bad()),
+    }
+}
+
+/// `ListTasks`: the caller's tasks (every message of the adapter's identity that opened one,
+/// in every conversation it takes part in, or in `contextId`), newest status first, a page at a
+/// time (`pageSize` 1–100, default 50; `nextPageToken` names where the next page starts), with
+/// the filters `status` and `statusTimestampAfter` and `historyLength` applied to each task.
+pub(crate) async fn list_tasks(app: &App, params: &Value) -> Result<Value, A2aError> {
+    let history = history_length(params)?;
+    let page_size = match params.get("pageSize") {
+        None | Some(Value::Null) => DEFAULT_PAGE_SIZE,
+        Some(n) => match n.as_i64() {
+            Some(n) if n < 1 => return Err(A2aError::invalid_params("minimum page size is 1")),
+            Some(n) if n as u64 > MAX_PAGE_SIZE => {
+                return Err(A2aError::invalid_params(format!(
+                    "maximum page size is {MAX_PAGE_SIZE}"
+                )))
+            }
+            Some(n) => n as u64,
+            None => return Err(A2aError::invalid_params("pageSize must be an integer")),
+        },
+    };
+    let status = match params.get("status") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() || s == "TASK_STATE_UNSPECIFIED" => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(A2aError::invalid_params("status must be a task state")),
+    };
+    let after_ms = match params.get("statusTimestampAfter") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| t.timestamp_millis())
+                .ok_or_else(|| {
+                    A2aError::invalid_params("statusTimestampAfter must be an RFC 3339 time")
+                })?,
+        ),
+    };
+    let after = match params["pageToken"].as_str() {
+        None | Some("") => None,
+        Some(t) => Some(decode_token(t)?),
+    };
+    let contexts: Vec<Snapshot> = match params["contextId"].as_str() {
+        Some(c) if !c.is_empty() => match app.client.get_conversation(c).await {
+            Ok(s) => vec![s],
+            Err(e) if e.code() == Some(ErrorCode::ConversationNotFound) => Vec::new(),
+            Err(e) => return Err(A2aError::upstream(e)),
+        },
+        _ => app
+            .client
+            .list_conversations()
+            .await
+            .map_err(A2aError::upstream)?
+            .conversations
+            .into_iter()
+            .filter(|s| s.participants.iter().any(|p| p == &app.me))
+            .collect(),
+    };
+    let mut views = Vec::new();
+    for snapshot in &contexts {
+        let events = tasks::events_after(&app.client, &snapshot.conversation_id, 0)
+            .await
+            .map_err(|e| A2aError::from_read(e, &snapshot.conversation_id))?;
+        for (i, e) in events.iter().enumerate() {
+            if !tasks::opens_task(&app.me, e) {
+                continue;
+            }
+            let id = TaskId {
+                conversation: snapshot.conversation_id.clone(),
+                start: e.seq,
+            };
+            if let Some(view) = tasks::view(snapshot, &events[i..], &app.me, &id) {
+                views.push(view);
+            }
+        }
+    }
+    views.retain(|v| status.as_deref().is_none_or(|s| v.state.wire() == s));
+    views.retain(|v| after_ms.is_none_or(|t| place_of(v).0 >= t));
+    let mut placed: Vec<(Place, TaskView)> = views.into_iter().map(|v| (place_of(&v), v)).collect();
+    placed.sort_by(|a, b| b.0.cmp(&a.0));
+    let total = placed.len();
+    let start = after.map_or(0, |p| {
+        placed.iter().position(|(q, _)| *q < p).unwrap_or(total)
+    });
+    let end = (start + page_size as usize).min(total);
+    let next = if end < total {
+        encode_token(&placed[end - 1].0)
+    } else {
+        String::new()
+    };
+    let tasks: Vec<Value> = placed[start..end]
+        .iter()
+        .map(|(_, v)| v.wire(&app.me, history))
+        .collect();
+    Ok(json!({
+        "tasks": tasks,
+        "nextPageToken": next,
+        "pageSize": page_size,
+        "totalSize": total,
+    }))
 }

@@ -39,7 +39,9 @@ use axum::{Json, Router};
 use clap::Parser;
 use serde_json::{json, Value};
 
-use crate::exchange::{cancel_task, get_task, send_message, start_exchange, stream, task_of};
+use crate::exchange::{
+    cancel_task, get_task, list_tasks, send_message, start_exchange, stream, task_of,
+};
 use crate::tasks::{ReadError, State as TaskState, TaskId, TaskView, CANCEL_TRACE, KEY_PREFIX};
 
 #[derive(Parser, Debug)]
@@ -420,6 +422,7 @@ async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Byte
             Err(e) => reply(&id, Err(e)),
         },
         "GetTask" => reply(&id, get_task(&app, &params).await),
+        "ListTasks" => reply(&id, list_tasks(&app, &params).await),
         "CancelTask" => reply(&id, cancel_task(&app, &params).await),
         "SubscribeToTask" => match task_of(&app, &params).await {
             Ok(view) if view.state.terminal() => reply(

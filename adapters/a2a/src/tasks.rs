@@ -203,23 +203,18 @@ impl TaskView {
     }
 }
 
-/// Reads a task back from the log. `NotFound` when the conversation does not exist (or is
-/// not the caller's) or its seq is not one of the caller's messages.
-pub async fn read(
+/// Every event of `conversation` after seq `after`, in seq order.
+pub async fn events_after(
     client: &Arc<WsJsonRpcClient>,
-    me: &str,
-    id: &TaskId,
-) -> Result<TaskView, ReadError> {
-    let snapshot = client
-        .get_conversation(&id.conversation)
-        .await
-        .map_err(ReadError::from_client)?;
-    let mut events = Vec::new();
-    let mut cursor = id.start.saturating_sub(1);
+    conversation: &str,
+    after: u64,
+) -> Result<Vec<Event>, ReadError> {
+    let mut events: Vec<Event> = Vec::new();
+    let mut cursor = after;
     loop {
         let page = client
             .tail(TailParams {
-                conversation_id: id.conversation.clone(),
+                conversation_id: conversation.to_string(),
                 since_seq: cursor,
                 limit: None,
             })
@@ -234,11 +229,49 @@ pub async fn read(
             break;
         }
     }
+    Ok(events)
+}
+
+/// The tag on a message that continues a task (a message of the caller without one opens a
+/// task).
+pub fn follow_up_tag(task: &TaskId) -> String {
+    format!("a2a-task:{}", task.wire())
+}
+
+/// Whether `e` is a message of `me` that opened a task.
+pub fn opens_task(me: &str, e: &Event) -> bool {
+    e.kind == EventKind::Message
+        && e.author == me
+        && !e.payload_value()["tags"].as_array().is_some_and(|tags| {
+            tags.iter()
+                .any(|t| t.as_str().is_some_and(|t| t.starts_with("a2a-task:")))
+        })
+}
+
+/// Reads a task back from the log. `NotFound` when the conversation does not exist (or is
+/// not the caller's) or its seq is not one of the caller's messages.
+pub async fn read(
+    client: &Arc<WsJsonRpcClient>,
+    me: &str,
+    id: &TaskId,
+) -> Result<TaskView, ReadError> {
+    let snapshot = client
+        .get_conversation(&id.conversation)
+        .await
+        .map_err(ReadError::from_client)?;
+    let events = events_after(client, &id.conversation, id.start.saturating_sub(1)).await?;
+    view(&snapshot, &events, me, id).ok_or(ReadError::NotFound)
+}
+
+/// A task as `events` (its conversation's, from the task's first message on) and the
+/// conversation's `snapshot` show it; `None` when the first event is not a message of `me`.
+pub fn view(snapshot: &Snapshot, events: &[Event], me: &str, id: &TaskId) -> Option<TaskView> {
+    let cursor = events.last().map_or(0, |e| e.seq);
     let opened = events
         .first()
         .is_some_and(|e| e.seq == id.start && e.author == me && e.kind == EventKind::Message);
     if !opened {
-        return Err(ReadError::NotFound);
+        return None;
     }
     let canceled = events.iter().any(|e| {
         e.kind == EventKind::Trace
@@ -284,7 +317,7 @@ pub async fn read(
         State::Submitted
     };
     let ts = events.last().map(|e| e.ts.clone()).unwrap_or_default();
-    Ok(TaskView {
+    Some(TaskView {
         id: id.clone(),
         state,
         messages,
