@@ -5,6 +5,8 @@
 //! Its limits keep one input short: long-polls wait at most 5 ms, and a function agent's
 //! scenario check is bounded as in the server.
 
+pub mod a2a;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -35,6 +37,13 @@ pub struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// A SQLite store in a new temporary folder (removed when the folder is dropped).
+pub fn scratch_store() -> (tempfile::TempDir, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let store = SqliteStore::open(dir.path().join("fuzz.db"), Synchronous::Normal);
+    (dir, Arc::new(store.expect("a store")))
+}
+
 /// The server, made on first use.
 pub fn harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
@@ -43,10 +52,7 @@ pub fn harness() -> &'static Harness {
             .enable_all()
             .build()
             .expect("a runtime");
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let store = Arc::new(
-            SqliteStore::open(dir.path().join("fuzz.db"), Synchronous::Normal).expect("a store"),
-        );
+        let (dir, store) = scratch_store();
         let tokens = AGENTS
             .iter()
             .map(|a| {

@@ -455,6 +455,19 @@ def test_list_tasks_pages_through_the_callers_tasks(stack, official):
     assert ok["result"]["tasks"] == [] and ok["result"]["totalSize"] == 0, ok
 
 
+def test_a_retried_first_message_answers_at_once(stack):
+    """A first message (no contextId) sent again with its messageId after the turn went to the
+    others: the same task comes back at once, and nothing is appended (found by the fuzzer:
+    the retry waited up to 30 s for a turn that was the expert's)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "first-retry", "role": "ROLE_USER", "parts": [{"text": "Hello"}]},
+        "configuration": {"returnImmediately": True}}}
+    first = raw(stack.a2a + "/expert/", body)["result"]["task"]
+    again = httpx.post(stack.a2a + "/expert/", json=body, headers={"A2A-Version": "1.0"}, timeout=10).json()
+    assert again["result"]["task"]["id"] == first["id"], again
+    assert messages_of(stack, first["contextId"]) == [("peer", "Hello")]
+
+
 def test_tasks_survive_an_adapter_restart(stack):
     """The adapter keeps nothing: after a SIGKILL and a restart, a task reads the same from
     the log, and the context goes on."""

@@ -65,7 +65,7 @@ pub(crate) async fn start_exchange(
             )));
         }
     }
-    let fresh = m["contextId"].as_str().is_none() && existing_task.is_none();
+    let mut fresh = m["contextId"].as_str().is_none() && existing_task.is_none();
     let conversation = match (m["contextId"].as_str(), &existing_task) {
         (_, Some(t)) => t.conversation.clone(),
         (Some(c), None) => c.to_string(),
@@ -87,7 +87,12 @@ pub(crate) async fn start_exchange(
                 .await;
             match created {
                 Ok(r) => r.conversation_id,
-                Err(e) if e.code() == Some(ErrorCode::ConversationExists) => id,
+                Err(e) if e.code() == Some(ErrorCode::ConversationExists) => {
+                    // A retried first message: it is in the log already (its key answers it),
+                    // so waiting for a turn that is now the others' would hold the retry.
+                    fresh = false;
+                    id
+                }
                 Err(e) => return Err(A2aError::upstream(e)),
             }
         }
@@ -200,7 +205,7 @@ pub(crate) async fn send_message(
     let view = if immediate {
         view
     } else {
-        settle(app, view, Instant::now() + BLOCKING_WAIT).await?
+        settle(app, view, Instant::now() + app.blocking_wait).await?
     };
     Ok(json!({"task": view.wire(&app.me, history)}))
 }

@@ -1,0 +1,104 @@
+//! An A2A JSON-RPC request to the adapter: a method from the protocol's (or any string), any
+//! id, params built from the input as JSON (or the bytes as they are), with or without the
+//! `A2A-Version` header, on the scenario's endpoint or the root. Oracle: no panic, no hang;
+//! every answer is a JSON-RPC response with a result or an error (a code of A2A's table), or
+//! an SSE stream for the streaming methods.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use http_body_util::BodyExt;
+use libfuzzer_sys::fuzz_target;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+#[derive(Debug, Arbitrary)]
+struct Req {
+    method: u8,
+    other_method: String,
+    id: u8,
+    version: u8,
+    root: bool,
+    raw: bool,
+    params: Vec<u8>,
+}
+
+const METHODS: [&str; 10] = [
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+];
+
+/// Codes an A2A JSON-RPC answer may carry.
+const CODES: [i64; 14] = [
+    -32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003, -32004, -32005, -32006, -32007,
+    -32008, -32009,
+];
+
+fuzz_target!(|r: Req| {
+    let h = orchestrator_fuzz::a2a::a2a();
+    let method = METHODS
+        .get(r.method as usize)
+        .map_or(r.other_method.clone(), |m| m.to_string());
+    let id = match r.id % 5 {
+        0 => json!(r.id),
+        1 => json!(format!("id-{}", r.id)),
+        2 => Value::Null,
+        3 => json!(true),
+        _ => json!([r.id]),
+    };
+    let body = if r.raw {
+        r.params.clone()
+    } else {
+        let params: Value = serde_json::from_slice(&r.params).unwrap_or_else(|_| {
+            // Bytes that are not JSON become a message of that text.
+            json!({"message": {"messageId": format!("m{}", r.params.len()), "role": "ROLE_USER",
+                   "parts": [{"text": String::from_utf8_lossy(&r.params)}]},
+                   "configuration": {"returnImmediately": r.params.len() % 2 == 0}})
+        });
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            .to_string()
+            .into_bytes()
+    };
+    let mut req = axum::http::Request::post(if r.root { "/" } else { "/expert/" })
+        .header("content-type", "application/json");
+    match r.version % 3 {
+        0 => req = req.header("A2A-Version", "1.0"),
+        1 => req = req.header("A2A-Version", "0.3"),
+        _ => {}
+    }
+    let req = req.body(axum::body::Body::from(body)).expect("a request");
+    h.rt.block_on(async {
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            h.app.clone().oneshot(req),
+        )
+        .await
+        .expect("an answer within 5 s")
+        .expect("infallible");
+        let sse = answer
+            .headers()
+            .get("content-type")
+            .is_some_and(|c| c.as_bytes().starts_with(b"text/event-stream"));
+        if sse {
+            return;
+        }
+        let bytes = answer
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).expect("every answer is JSON");
+        assert!(v.get("result").is_some() != v.get("error").is_some(), "{v}");
+        if let Some(code) = v["error"]["code"].as_i64() {
+            assert!(CODES.contains(&code), "a code of A2A's table: {v}");
+        }
+    });
+});
