@@ -67,12 +67,6 @@ struct Ledger {
     errors: Vec<String>,
 }
 
-impl Ledger {
-    fn acked_events(&self) -> usize {
-        self.acked.len()
-    }
-}
-
 fn store_options(disk: &Disk, restart_frames: i64) -> SqliteOptions {
     SqliteOptions {
         sync: Synchronous::Full,
@@ -177,7 +171,7 @@ struct Outcome {
 /// Checks the log a restarted server serves against what the clients were told.
 async fn check(seed: u64, orch: &Orchestrator, ledger: &Ledger) -> Outcome {
     let mut out = Outcome {
-        acked: ledger.acked_events(),
+        acked: ledger.acked.len(),
         ..Outcome::default()
     };
     for conv in &ledger.tried_convs {
@@ -391,9 +385,6 @@ fn deterministic_power_losses() {
                 // The same seed, the same run.
                 let again = one_seed(&disk, seed, base.path()).await;
                 assert_eq!(out, again, "seed {seed} ran two ways");
-            }
-            if std::env::var("VERBOSE").is_ok() {
-                println!("seed {seed}: {out:?}");
             }
             acked += out.acked;
             extra += out.extra;

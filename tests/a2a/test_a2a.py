@@ -454,6 +454,18 @@ def test_list_tasks_pages_through_the_callers_tasks(stack, official):
     ok = raw(stack.a2a + "/expert/", {"jsonrpc": "2.0", "id": 4, "method": "ListTasks", "params": {"status": "TASK_STATE_COMPLETED"}})
     assert ok["result"]["tasks"] == [] and ok["result"]["totalSize"] == 0, ok
 
+    # A conversation the adapter's identity is not in lists nothing, though that identity is
+    # an admin and could read it.
+    async def elsewhere():
+        c = await Client.connect(stack.url, stack.tokens["admin"])
+        await c.call("createConversation", {"conversationId": "not-the-peers", "participants": ["expert"]})
+        await c.close()
+
+    asyncio.run(elsewhere())
+    expert_says(stack, "not-the-peers", "Private.")
+    other = raw(stack.a2a + "/expert/", {"jsonrpc": "2.0", "id": 5, "method": "ListTasks", "params": {"contextId": "not-the-peers"}})
+    assert other["result"]["tasks"] == [] and other["result"]["totalSize"] == 0, other
+
 
 def test_a_retried_first_message_answers_at_once(stack):
     """A first message (no contextId) sent again with its messageId after the turn went to the

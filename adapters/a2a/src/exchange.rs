@@ -432,18 +432,20 @@ pub(crate) async fn list_tasks(app: &App, params: &Value) -> Result<Value, A2aEr
             Err(e) if e.code() == Some(ErrorCode::ConversationNotFound) => Vec::new(),
             Err(e) => return Err(A2aError::upstream(e)),
         },
-        _ => app
-            .client
-            .list_conversations()
-            .await
-            .map_err(A2aError::upstream)?
-            .conversations
-            .into_iter()
-            .filter(|s| s.participants.iter().any(|p| p == &app.me))
-            .collect(),
+        _ => {
+            app.client
+                .list_conversations()
+                .await
+                .map_err(A2aError::upstream)?
+                .conversations
+        }
     };
-    let mut views = Vec::new();
-    for snapshot in &contexts {
+    // Only conversations the adapter's identity takes part in (it is an admin, and reads more).
+    let mine = contexts
+        .iter()
+        .filter(|s| s.participants.iter().any(|p| p == &app.me));
+    let mut placed: Vec<(Place, TaskView)> = Vec::new();
+    for snapshot in mine {
         let events = tasks::events_after(&app.client, &snapshot.conversation_id, 0)
             .await
             .map_err(|e| A2aError::from_read(e, &snapshot.conversation_id))?;
@@ -455,14 +457,17 @@ pub(crate) async fn list_tasks(app: &App, params: &Value) -> Result<Value, A2aEr
                 conversation: snapshot.conversation_id.clone(),
                 start: e.seq,
             };
-            if let Some(view) = tasks::view(snapshot, &events[i..], &app.me, &id) {
-                views.push(view);
+            let Some(view) = tasks::view(snapshot, &events[i..], &app.me, &id) else {
+                continue;
+            };
+            let place = place_of(&view);
+            let wanted = status.as_deref().is_none_or(|s| view.state.wire() == s)
+                && after_ms.is_none_or(|t| place.0 >= t);
+            if wanted {
+                placed.push((place, view));
             }
         }
     }
-    views.retain(|v| status.as_deref().is_none_or(|s| v.state.wire() == s));
-    views.retain(|v| after_ms.is_none_or(|t| place_of(v).0 >= t));
-    let mut placed: Vec<(Place, TaskView)> = views.into_iter().map(|v| (place_of(&v), v)).collect();
     placed.sort_by(|a, b| b.0.cmp(&a.0));
     let total = placed.len();
     let start = after.map_or(0, |p| {

@@ -13,19 +13,22 @@
 //! is never started over on top of frames that are not in a synced database file.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proto_spec::Event;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 mod checkpoint;
+mod files;
 mod seq_index;
 
 use checkpoint::{checkpoint, Checkpointer, WAL_SIZE_LIMIT};
+pub use files::{Checkpoints, FileLayer, SqliteOptions};
+use files::{Files, WalFile};
 use seq_index::Run;
 pub use seq_index::SeqIndex;
 
@@ -66,65 +69,6 @@ impl Synchronous {
     }
 }
 
-/// The file layer a [`SqliteStore`] runs on when it is not the operating system's own: a
-/// SQLite VFS registered under [`FileLayer::vfs`], and how a file of it is synced from outside
-/// SQLite (the store syncs its WAL from a handle of its own). Tests run the store over a
-/// simulated disk this way (`fault-disk`); the server never does.
-pub trait FileLayer: Send + Sync + std::fmt::Debug {
-    /// The VFS's name.
-    fn vfs(&self) -> &str;
-    /// Syncs the data of the file at `path` (as `fdatasync` of another handle on it would).
-    fn sync_data(&self, path: &Path) -> std::io::Result<()>;
-}
-
-/// How a [`SqliteStore`] checkpoints its WAL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Checkpoints {
-    /// On a thread of its own, every 100 ms (the server's way).
-    #[default]
-    Background,
-    /// Only when [`SqliteStore::checkpoint_pass`] is called, asking the writer to start the WAL
-    /// over once it holds `restart_frames` frames, with no clock involved: a simulation that
-    /// calls it between its own steps runs the same way every time.
-    Manual {
-        /// The WAL's length, in frames, past which it is started over.
-        restart_frames: i64,
-    },
-}
-
-/// How a [`SqliteStore`] is opened.
-#[derive(Debug, Clone, Default)]
-pub struct SqliteOptions {
-    /// How hard a commit is synced.
-    pub sync: Synchronous,
-    /// The file layer (`None`: the operating system's).
-    pub files: Option<Arc<dyn FileLayer>>,
-    /// How the WAL is checkpointed.
-    pub checkpoints: Checkpoints,
-}
-
-/// Where a store's connections come from: its path, its sync mode and its file layer.
-#[derive(Debug, Clone)]
-pub(crate) struct Files {
-    path: PathBuf,
-    sync: Synchronous,
-    layer: Option<Arc<dyn FileLayer>>,
-}
-
-impl Files {
-    fn open(&self, read_only: bool) -> Result<Connection> {
-        open_conn(self, read_only)
-    }
-
-    /// Syncs the data of the file at `path` through the file layer.
-    fn sync_data(&self, file: &std::fs::File, path: &Path) -> std::io::Result<()> {
-        match &self.layer {
-            Some(layer) => layer.sync_data(path),
-            None => file.sync_data(),
-        }
-    }
-}
-
 /// The SQLite store: a path, the sync mode, a pool of read connections and the seq index.
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -143,32 +87,6 @@ const READERS_KEPT: usize = 8;
 
 /// The page size of a new database.
 pub const PAGE_SIZE: i64 = 16_384;
-
-fn open_conn(files: &Files, read_only: bool) -> Result<Connection> {
-    let (path, sync) = (&files.path, files.sync);
-    let flags = if read_only {
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
-    } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-    };
-    let conn = match &files.layer {
-        Some(layer) => Connection::open_with_flags_and_vfs(path, flags, layer.vfs())?,
-        None => Connection::open_with_flags(path, flags)?,
-    };
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    if !read_only {
-        // Only takes effect when the file is new (before WAL mode writes its header): 16 KiB
-        // pages make appends ~20% cheaper than the default 4 KiB (BENCHMARKS.md).
-        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-    }
-    conn.pragma_update(None, "synchronous", sync.pragma())?;
-    conn.pragma_update(None, "cache_size", -16_384)?;
-    conn.set_prepared_statement_cache_capacity(32);
-    Ok(conn)
-}
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and migrates it to the latest schema.
@@ -523,49 +441,6 @@ impl Durability for WalSync {
         self.index.durable.fetch_max(upto, Ordering::AcqRel);
         Ok(())
     }
-}
-
-/// A handle on the WAL file, to sync it from outside SQLite.
-#[derive(Debug)]
-struct WalFile {
-    file: std::fs::File,
-    path: PathBuf,
-    files: Files,
-}
-
-impl WalFile {
-    fn open(files: &Files) -> Result<WalFile> {
-        let path = wal_path(&files.path);
-        let file = std::fs::File::open(&path).map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("opening {} to sync it: {e}", path.display()),
-            ))
-        })?;
-        Ok(WalFile {
-            file,
-            path,
-            files: files.clone(),
-        })
-    }
-
-    fn try_clone(&self) -> std::io::Result<WalFile> {
-        Ok(WalFile {
-            file: self.file.try_clone()?,
-            path: self.path.clone(),
-            files: self.files.clone(),
-        })
-    }
-
-    fn sync(&self) -> std::io::Result<()> {
-        self.files.sync_data(&self.file, &self.path)
-    }
-}
-
-fn wal_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
 }
 
 impl Store for SqliteStore {
