@@ -415,12 +415,13 @@ async fn bad_kind_settings_are_refused_with_the_field() {
     }
 }
 
-/// A `function` participant in a conversation of its own, answering `asker`'s one message.
-fn function_scenario(source: &str) -> Value {
+/// A `function` participant in a conversation of its own, answering `asker`'s one message
+/// within `timeout`.
+fn function_scenario(source: &str, timeout: &str) -> Value {
     json!({
         "participants": [
             {"id": "asker", "kind": "scripted", "replies": ["3 and 4"]},
-            {"id": "fn", "kind": "function", "source": source, "timeout": "200ms", "memoryMb": 8}
+            {"id": "fn", "kind": "function", "source": source, "timeout": timeout, "memoryMb": 8}
         ],
         "policy": {"order": "round_robin", "first": "asker"},
         "stop": {"maxTurns": 2},
@@ -432,22 +433,26 @@ fn function_scenario(source: &str) -> Value {
 async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go_on() {
     let server = TestServer::start().await;
     let admin = server.sdk("admin", None).await;
+    // The memory hog has time enough to reach its limit on a loaded machine: a time limit
+    // reached first would be reported as the loop's is.
     let bad = [
-        ("loops", "function handler() { for (;;) {} }", "ran past its time limit"),
+        ("loops", "function handler() { for (;;) {} }", "200ms", "ran past its time limit"),
         (
             "hogs",
-            "function handler() { const keep = []; for (;;) { keep.push('x'.repeat(1024) + keep.length); } }",
+            "function handler() { const keep = []; for (;;) { keep.push('x'.repeat(65536) + keep.length); } }",
+            "3s",
             "ran out of its 8 MiB of memory",
         ),
-        ("throws", "function handler() { throw new Error('boom'); }", "threw: Error: boom"),
+        ("throws", "function handler() { throw new Error('boom'); }", "200ms", "threw: Error: boom"),
         (
             "reads",
             "function handler() { return std.loadFile('/etc/passwd'); }",
+            "200ms",
             "ReferenceError: std is not defined",
         ),
     ];
-    for (id, source, _) in &bad {
-        create_scenario(&admin, id, function_scenario(source)).await;
+    for (id, source, timeout, _) in &bad {
+        create_scenario(&admin, id, function_scenario(source, timeout)).await;
     }
     // A well-behaved function runs beside them, unaffected.
     create_scenario(
@@ -456,6 +461,7 @@ async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go
         function_scenario(
             "function handler(input, ctx) { const [a, b] = input.tail[0].text.split(' and ').map(Number); \
              return { text: 'sum ' + (a + b), data: { sum: a + b, turn: ctx.turn } }; }",
+            "2s",
         ),
     )
     .await;
@@ -473,7 +479,7 @@ async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go
     assert_eq!(answer["text"], "sum 7");
     assert_eq!(answer["data"], json!({"sum": 7, "turn": 2}));
 
-    for (id, _, error) in &bad {
+    for (id, _, _, error) in &bad {
         let until = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
         let errors = loop {
             let log = full_log(&admin, id).await;
