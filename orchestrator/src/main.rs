@@ -111,6 +111,14 @@ enum Command {
         /// How many sub-conversations one conversation may have open at once.
         #[arg(long, env = "ORCHESTRATOR_MAX_CHILDREN", default_value_t = Limits::default().max_children)]
         max_children: u32,
+        /// How many sub-conversations one tree (under one top-level conversation, at every
+        /// depth) may have open at once; 0: no cap.
+        #[arg(long, env = "ORCHESTRATOR_MAX_TREE", default_value_t = Limits::default().max_tree)]
+        max_tree: u32,
+        /// How many open conversations one agent may have created (an admin's top-level ones,
+        /// any agent's sub-conversations and forks); 0: no cap.
+        #[arg(long, env = "ORCHESTRATOR_MAX_OPEN_PER_AGENT", default_value_t = Limits::default().max_open_per_agent)]
+        max_open_per_agent: u32,
         /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
         #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
         scenarios: Option<PathBuf>,
@@ -405,6 +413,8 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             max_scenario_bytes,
             max_depth,
             max_children,
+            max_tree,
+            max_open_per_agent,
             scenarios,
             token_recheck_ms,
             tls_cert,
@@ -431,6 +441,8 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 max_scenario_bytes,
                 max_depth,
                 max_children,
+                max_tree,
+                max_open_per_agent,
                 sandbox: sandbox.clone(),
                 token_recheck: std::time::Duration::from_millis(token_recheck_ms.max(1)),
                 ..Limits::default()

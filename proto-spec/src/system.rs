@@ -121,6 +121,9 @@ pub struct ParentLink {
     pub conversation_id: String,
     /// How deep it is (1 for a child of a top-level conversation).
     pub depth: u32,
+    /// The top-level conversation of its tree (logs written before it was recorded lack it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
 }
 
 /// `next_speaker`: who speaks in turn `turn`.

@@ -792,3 +792,59 @@ async fn document_versions_and_modes_hold_across_nodes() {
     let s = bob_on_a.get_conversation("modes").await.unwrap();
     assert_eq!(s.guidance.mode, Some(proto_spec::Mode::Plan));
 }
+
+/// The caps on open conversations hold across nodes for what each node has seen: children a
+/// node opened count on the other, and one closed on a node makes room on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caps_on_open_conversations_count_what_other_nodes_opened() {
+    use agent_sdk::proto::{
+        ConversationStatus, CreateConversationParams, ErrorCode, Finality, MessagePayload,
+        SendMessageParams,
+    };
+    use agent_sdk::AgentClient;
+    let limits = orchestrator::engine::config::Limits {
+        max_tree: 2,
+        ..test_limits()
+    };
+    let a = TestServer::on_postgres(limits, HashMap::new()).await;
+    let b = a.another_node().await;
+    a.create("root", &["alice", "bob"]).await;
+    let open = |id: &'static str| CreateConversationParams {
+        conversation_id: Some(id.into()),
+        participants: Some(vec!["alice".into(), "bob".into()]),
+        parent_conversation_id: Some("root".into()),
+        ..Default::default()
+    };
+    let alice_a = a.sdk("alice", None).await;
+    let alice_b = b.sdk("alice", None).await;
+    alice_a.create_conversation(open("one")).await.expect("one");
+    alice_a.create_conversation(open("two")).await.expect("two");
+    // B holds both (named, so met at once; otherwise from A's notification).
+    let admin_b = b.sdk("admin", None).await;
+    admin_b.get_conversation("two").await.expect("two on B");
+    let e = alice_b
+        .create_conversation(open("three"))
+        .await
+        .expect_err("the tree is full on B too");
+    assert_eq!(e.code(), Some(ErrorCode::SubconversationLimit));
+    // Closed on A: room on B once B has seen it.
+    a.sdk("bob", None)
+        .await
+        .send_message(SendMessageParams {
+            conversation_id: "one".into(),
+            payload: MessagePayload::text("done"),
+            finality: Finality::Conversation,
+            turn_hint: None,
+            client_request_id: None,
+        })
+        .await
+        .expect("closed on A");
+    tests::wait_for(&admin_b, "one", "B sees it closed", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    alice_b
+        .create_conversation(open("three"))
+        .await
+        .expect("room on B");
+}

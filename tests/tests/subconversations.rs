@@ -278,15 +278,7 @@ async fn depth_and_fan_out_limits_refuse_runaway_trees_with_their_own_error() {
     assert_eq!(e.code, ErrorCode::SubconversationLimit);
     assert_eq!(e.data.as_ref().unwrap()["limit"], "fanOut");
     let bob = server.sdk("bob", None).await;
-    bob.send_message(SendMessageParams {
-        conversation_id: "f2".into(),
-        payload: MessagePayload::text("done here"),
-        finality: Finality::Conversation,
-        turn_hint: None,
-        client_request_id: None,
-    })
-    .await
-    .unwrap();
+    close_by_bob(&bob, "f2", "done here").await;
     open_child(&alice, "root", "f3").await.expect("room again");
 
     // The parent's log tells the story: started ×3 (d1, f2, f3), finished ×1 (f2, completed).
@@ -307,6 +299,104 @@ async fn depth_and_fan_out_limits_refuse_runaway_trees_with_their_own_error() {
         system_of(&full_log(&admin, "root").await, "subconversation_started").len(),
         3
     );
+}
+
+/// The code and `data.limit` of a refusal.
+fn refused(r: Result<CreateConversationResult, ClientError>) -> (ErrorCode, Value) {
+    match r {
+        Err(ClientError::Rpc(e)) => (e.code, e.data.unwrap_or(Value::Null)["limit"].clone()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// Closes conversation `id` with a final message from bob.
+async fn close_by_bob(bob: &dyn AgentClient, id: &str, text: &str) {
+    bob.send_message(SendMessageParams {
+        conversation_id: id.into(),
+        payload: MessagePayload::text(text),
+        finality: Finality::Conversation,
+        turn_hint: None,
+        client_request_id: None,
+    })
+    .await
+    .unwrap();
+}
+
+/// The caps on open conversations: sub-conversations open in one tree, at every depth, and
+/// conversations one agent created and has not closed. Each refusal has its own `data.limit`,
+/// closing one makes room, and the counts are the log's: a restart finds them as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_and_per_agent_caps_count_open_conversations_across_depths_and_restarts() {
+    let mut limits = tests::test_limits();
+    (limits.max_tree, limits.max_open_per_agent) = (3, 5);
+    let mut server = TestServer::with_limits(limits).await;
+    let admin = server.sdk("admin", None).await;
+    let alice = server.sdk("alice", None).await;
+    let bob = server.sdk("bob", None).await;
+    server.create("t1", &["alice", "bob"]).await;
+    server.create("t2", &["alice", "bob"]).await;
+
+    // Three open in t1's tree, at depths 1, 2 and 3: a fourth anywhere in it is refused (the
+    // tree's cap is checked before the depth).
+    open_child(&alice, "t1", "a").await.expect("a");
+    open_child(&alice, "a", "b").await.expect("b");
+    open_child(&alice, "b", "c").await.expect("c");
+    let log = full_log(&admin, "c").await;
+    assert_eq!(
+        log[0].payload_value()["parent"],
+        json!({"conversationId": "b", "depth": 3, "root": "t1"}),
+        "a child records its tree"
+    );
+    for (parent, id) in [("a", "d"), ("t1", "e"), ("c", "f")] {
+        let r = open_child(&bob, parent, id).await;
+        let (code, limit) = refused(r);
+        assert_eq!(code, ErrorCode::SubconversationLimit, "{id}");
+        assert_eq!(code.code(), -32031);
+        assert_eq!(limit, "tree", "{id}");
+        assert!(admin.get_conversation(id).await.is_err(), "nothing created");
+    }
+    let e = open_child(&bob, "a", "d").await.unwrap_err();
+    let ClientError::Rpc(e) = e else {
+        panic!("{e}")
+    };
+    assert_eq!(e.data.as_ref().unwrap()["root"], "t1");
+    assert_eq!(e.data.as_ref().unwrap()["open"], 3);
+    assert!(e.message.contains("at most 3"), "{}", e.message);
+    // Another tree is not held by t1's.
+    open_child(&alice, "t2", "x").await.expect("x");
+    open_child(&alice, "t2", "y").await.expect("y");
+
+    // alice has five open (a, b, c, x, y): her sixth is refused with RateLimited, bob's is not.
+    let (code, limit) = refused(open_child(&alice, "t2", "z").await);
+    assert_eq!(code, ErrorCode::RateLimited);
+    assert_eq!(limit, "openConversations");
+    open_child(&bob, "t2", "z").await.expect("bob's first");
+
+    // Closing one makes room in its tree and for its creator.
+    close_by_bob(&bob, "c", "done").await;
+    open_child(&alice, "a", "d")
+        .await
+        .expect("room in t1 and for alice");
+    let (code, _) = refused(open_child(&alice, "t2", "w").await);
+    assert_eq!(code, ErrorCode::RateLimited);
+
+    // After a restart the counts are what the log says: t1's tree is full again (a, b, d) and
+    // alice has five open (a, b, d, x, y).
+    server.restart().await;
+    let alice = server.sdk("alice", None).await;
+    let bob = server.sdk("bob", None).await;
+    let (code, limit) = refused(open_child(&bob, "t1", "g").await);
+    assert_eq!(
+        (code, limit),
+        (ErrorCode::SubconversationLimit, json!("tree"))
+    );
+    let (code, limit) = refused(open_child(&alice, "t2", "w").await);
+    assert_eq!(
+        (code, limit),
+        (ErrorCode::RateLimited, json!("openConversations"))
+    );
+    close_by_bob(&bob, "x", "done").await;
+    open_child(&alice, "t2", "w").await.expect("room for alice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

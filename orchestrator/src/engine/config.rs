@@ -50,6 +50,12 @@ pub struct Limits {
     /// How many sub-conversations one conversation may have open at once
     /// (`SubconversationLimit`, -32031).
     pub max_children: u32,
+    /// How many sub-conversations one tree (a top-level conversation's, at every depth) may
+    /// have open at once (`SubconversationLimit`, -32031; 0: no cap).
+    pub max_tree: u32,
+    /// How many open conversations one agent may have created (`RateLimited`, -32029; 0: no
+    /// cap).
+    pub max_open_per_agent: u32,
     /// What the agents the server runs for scenarios may reach: environment variables,
     /// addresses, how processes and functions run (`serve --agent-env`, `--agent-net`, …).
     pub sandbox: agent_kinds::Sandbox,
@@ -60,6 +66,14 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The caps on open conversations the writer holds each creation to.
+    pub fn open_caps(&self) -> crate::engine::writer::OpenCaps {
+        crate::engine::writer::OpenCaps {
+            per_agent: self.max_open_per_agent,
+            per_tree: self.max_tree,
+        }
+    }
+
     /// The largest answer, on every transport (`ResponseTooLarge`, -32008): sixteen frames.
     pub fn max_response_bytes(&self) -> usize {
         (self.max_frame_bytes as usize).saturating_mul(16)
@@ -89,6 +103,8 @@ impl Default for Limits {
             ping_interval: Duration::from_secs(20),
             max_depth: 3,
             max_children: 16,
+            max_tree: 128,
+            max_open_per_agent: 100_000,
             sandbox: agent_kinds::Sandbox::default(),
             token_recheck: Duration::from_secs(5),
         }

@@ -68,7 +68,7 @@ impl Orchestrator {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         crate::engine::telemetry::install();
         let hub = Arc::new(Hub::default());
-        let writer = WriterHandle::start(store.as_ref(), hub.clone())?;
+        let writer = WriterHandle::start(store.as_ref(), hub.clone(), limits.open_caps())?;
         let turns = Turns::new(hub.clone(), turn_config, runtime);
         if store.shared() {
             turns.join_cluster(store.clone());

@@ -64,6 +64,9 @@ fn append_one(
     if was_closed || !slot.state.core.closed {
         return result;
     }
+    convs.settle(at);
+    let slot = &convs.slots[at];
+    let drafts = &touched[i].drafts;
     let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) else {
         return result;
     };
@@ -406,6 +409,7 @@ impl Writer {
                 if contended {
                     slot.read_until_ms = read_until;
                 }
+                self.convs.settle(t.slot);
             }
         }
         self.convs.truncate(slots_before);
@@ -429,12 +433,22 @@ impl Writer {
                 format!("conversation {id} exists already"),
             ));
         }
+        // The tree a sub-conversation joins: its parent's, or the parent's own when that is a
+        // top-level conversation (an unknown parent is refused by `start_child`).
+        let root = child_of.as_ref().and_then(|c| {
+            let parent = self.convs.get(&c.parent)?;
+            Some(parent.tree().unwrap_or(&c.parent).to_string())
+        });
+        self.convs
+            .open
+            .admit(self.caps, &created_by, root.as_deref())?;
         // A sub-conversation: checked against its parent, which logs its start in this
         // transaction (or the creation is refused and nothing is written).
         let link = match &child_of {
             Some(c) => Some(ParentLink {
                 conversation_id: c.parent.clone(),
                 depth: self.start_child(&id, &created_by, c, &mut work.touched)?,
+                root,
             }),
             None => None,
         };
@@ -468,23 +482,16 @@ impl Writer {
             id: id.clone(),
             num,
             participants,
-            created_by,
+            created_by: created_by.clone(),
             metadata,
             declared,
         });
         let empty = ConvMachine::new(id.clone(), Vec::new()).core;
         let shared = Hub::make(&id, state.participants().to_vec(), empty);
         share_links(&state, &shared);
-        let slot = self.convs.insert(
-            &id,
-            Slot {
-                num,
-                state,
-                shared,
-                mark: work.touched.len() + 1,
-                read_until_ms: 0,
-            },
-        );
+        let mut slot = Slot::new(num, state, shared, created_by);
+        slot.mark = work.touched.len() + 1;
+        let slot = self.convs.insert(&id, slot);
         work.touched.push(Touched {
             slot,
             drafts,

@@ -38,11 +38,13 @@ mod appending;
 mod batch;
 mod pipeline;
 mod shared;
+mod tally;
 pub use appending::Appending;
 use pipeline::{
     answer, fail_all, publish, publish_loop, sync, sync_loop, Committed, CommittedConv, Reply,
     SyncQueue, LOG_STOPPED,
 };
+pub use tally::OpenCaps;
 
 /// The most jobs one transaction takes.
 pub const MAX_BATCH: usize = 4096;
@@ -187,6 +189,33 @@ struct Slot {
     /// On a shared store: until when (ms since the epoch) batches read this conversation's head
     /// from the log before deciding, because another node wrote it lately (see `shared`).
     read_until_ms: i64,
+    /// Who created it (what it counts against while open).
+    creator: String,
+    /// Whether it is counted among the open conversations ([`Convs::settle`]).
+    counted: bool,
+}
+
+impl Slot {
+    /// A slot for `state`, not yet counted.
+    fn new(num: i64, state: ConvMachine, shared: Arc<ConvView>, creator: String) -> Slot {
+        Slot {
+            num,
+            state,
+            shared,
+            mark: 0,
+            read_until_ms: 0,
+            creator,
+            counted: false,
+        }
+    }
+
+    /// The tree it counts in: for a sub-conversation, its top-level conversation (its parent,
+    /// in a log written before the root was recorded).
+    fn tree(&self) -> Option<&str> {
+        self.state
+            .parent()
+            .map(|p| p.root.as_deref().unwrap_or(&p.conversation_id))
+    }
 }
 
 /// The writer's conversations: their states side by side, found by id once per append (and
@@ -196,6 +225,8 @@ struct Convs {
     slots: Vec<Slot>,
     by_id: HashMap<ShortKey, usize>,
     by_num: HashMap<i64, usize>,
+    /// The open ones, per creator and per tree (for the caps).
+    open: tally::OpenCounts,
 }
 
 impl Convs {
@@ -211,12 +242,32 @@ impl Convs {
         self.by_num.insert(slot.num, self.slots.len());
         self.slots.push(slot);
         self.by_id.insert(ShortKey::new(id), self.slots.len() - 1);
+        self.settle(self.slots.len() - 1);
         self.slots.len() - 1
+    }
+
+    /// Counts the conversation in `at` among the open ones, or out, as its state now is: open
+    /// from its `created` event until it closes. Called whenever its state may have changed.
+    fn settle(&mut self, at: usize) {
+        let slot = &mut self.slots[at];
+        let open = slot.state.core.head > 0 && !slot.state.core.closed;
+        if open != slot.counted {
+            slot.counted = open;
+            self.open.count(&slot.creator, slot.tree(), open);
+        }
+    }
+
+    /// Counts a conversation that leaves the writer out.
+    fn uncount(open: &mut tally::OpenCounts, slot: &Slot) {
+        if slot.counted {
+            open.count(&slot.creator, slot.tree(), false);
+        }
     }
 
     /// Forgets the conversation in `at` (the last one takes its place).
     fn remove(&mut self, at: usize) {
         let slot = self.slots.swap_remove(at);
+        Self::uncount(&mut self.open, &slot);
         self.by_id.remove(slot.state.id.as_str());
         self.by_num.remove(&slot.num);
         if let Some(moved) = self.slots.get(at) {
@@ -228,6 +279,7 @@ impl Convs {
     /// Forgets the conversations added since there were `len` (a batch that failed).
     fn truncate(&mut self, len: usize) {
         for slot in self.slots.drain(len.min(self.slots.len())..) {
+            Self::uncount(&mut self.open, &slot);
             self.by_id.remove(slot.state.id.as_str());
             self.by_num.remove(&slot.num);
         }
@@ -257,6 +309,8 @@ struct Writer {
     verified: Vec<i64>,
     stats: Arc<WriterStats>,
     metrics: crate::engine::telemetry::CommitMetrics,
+    /// The caps on open conversations each creation is checked against.
+    caps: OpenCaps,
 }
 
 /// Gives a conversation's view what its state knows once, from its `created` event: the policy
@@ -299,19 +353,13 @@ fn slot_from(
         .map_or(created_ms, |e| e.ts_ms);
     shared.set_clock(created_ms, active_ms);
     share_links(&state, &shared);
-    Slot {
-        num: record.num,
-        state,
-        shared,
-        mark: 0,
-        read_until_ms: 0,
-    }
+    Slot::new(record.num, state, shared, record.created_by)
 }
 
 impl WriterHandle {
     /// Rebuilds every conversation's state from the log, registers it in the hub, and starts
-    /// the writer thread.
-    pub fn start(store: &dyn Store, hub: Arc<Hub>) -> Result<WriterHandle> {
+    /// the writer thread, which holds every creation to `caps`.
+    pub fn start(store: &dyn Store, hub: Arc<Hub>, caps: OpenCaps) -> Result<WriterHandle> {
         let mut log = store.writer()?;
         let mut convs = Convs::default();
         store.recover(&mut |record, events| {
@@ -372,6 +420,7 @@ impl WriterHandle {
             verified: Vec::new(),
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
+            caps,
         };
         let thread = std::thread::Builder::new()
             .name("log-writer".into())

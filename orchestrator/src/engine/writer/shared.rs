@@ -162,13 +162,7 @@ impl Writer {
         );
         let at = self.convs.insert(
             &record.id,
-            Slot {
-                num: record.num,
-                state,
-                shared,
-                mark: 0,
-                read_until_ms: 0,
-            },
+            Slot::new(record.num, state, shared, record.created_by),
         );
         self.take_in(at, events, true)?;
         Ok(at)
@@ -248,6 +242,7 @@ impl Writer {
             // first commit names a speaker.
             share_links(&slot.state, &slot.shared);
         }
+        self.convs.settle(at);
         for g in groups {
             self.hand_on_committed(g, 0);
         }
