@@ -3,7 +3,7 @@
 //! process, connected to it as the peer (an admin). A blocking `SendMessage` waits 5 ms.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::{WsConfig, WsJsonRpcClient};
@@ -16,14 +16,28 @@ pub struct A2aHarness {
     pub rt: tokio::runtime::Runtime,
     /// The adapter's routes.
     pub app: axum::Router,
-    _server: orchestrator::transport::server::RunningServer,
+    server: orchestrator::transport::server::RunningServer,
     _dir: tempfile::TempDir,
 }
 
-/// The adapter, made on first use.
-pub fn a2a() -> &'static A2aHarness {
-    static H: OnceLock<A2aHarness> = OnceLock::new();
-    H.get_or_init(|| {
+/// The adapter: the same one for [`crate::RENEW_EVERY`] inputs.
+pub fn a2a() -> Arc<A2aHarness> {
+    static H: crate::Renewed<A2aHarness> = crate::Renewed::new();
+    H.get(A2aHarness::make, |old| {
+        let A2aHarness {
+            rt,
+            app,
+            server,
+            _dir,
+        } = old;
+        // The adapter's connection first, so that the server has none to wait for.
+        drop(app);
+        rt.block_on(server.stop());
+    })
+}
+
+impl A2aHarness {
+    fn make() -> A2aHarness {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -72,8 +86,8 @@ pub fn a2a() -> &'static A2aHarness {
         A2aHarness {
             rt,
             app,
-            _server: server,
+            server,
             _dir: dir,
         }
-    })
+    }
 }

@@ -1,13 +1,15 @@
-//! What the fuzz targets share: one server, made once per process, in process (its method
-//! table and its HTTP routes) on a SQLite database in a temporary folder, with tokens for
-//! alice, bob, carol (agents) and admin, and the conversation `c1` of alice and bob.
+//! What the fuzz targets share: one server in process (its method table and its HTTP routes) on
+//! a SQLite database in a temporary folder, with tokens for alice, bob, carol (agents) and
+//! admin, and the conversation `c1` of alice and bob. It is made again every [`RENEW_EVERY`]
+//! inputs (the old one stopped and its folder removed), so that what inputs create does not
+//! pile up: a run of millions of inputs goes as fast at its end as at its start.
 //!
 //! Its limits keep one input short: long-polls wait at most 5 ms, and a function agent's
 //! scenario check is bounded as in the server.
 
 pub mod a2a;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use orchestrator::engine::config::Limits;
@@ -44,10 +46,60 @@ pub fn scratch_store() -> (tempfile::TempDir, Arc<SqliteStore>) {
     (dir, Arc::new(store.expect("a store")))
 }
 
-/// The server, made on first use.
-pub fn harness() -> &'static Harness {
-    static H: OnceLock<Harness> = OnceLock::new();
-    H.get_or_init(|| {
+/// How many inputs one server (or adapter) takes before it is made again.
+pub const RENEW_EVERY: u64 = 2_000;
+
+/// A value made again every [`RENEW_EVERY`] uses; the one it replaces is retired first.
+pub struct Renewed<T> {
+    current: Mutex<Option<(Arc<T>, u64)>>,
+}
+
+impl<T> Renewed<T> {
+    /// None made yet.
+    pub const fn new() -> Self {
+        Renewed {
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The current value, made (after `retire` has the old one, when no input holds it any
+    /// more) on first use and every [`RENEW_EVERY`] uses.
+    pub fn get(&self, make: impl FnOnce() -> T, retire: impl FnOnce(T)) -> Arc<T> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((value, uses)) = current.as_mut() {
+            if *uses < RENEW_EVERY {
+                *uses += 1;
+                return value.clone();
+            }
+        }
+        if let Some((old, _)) = current.take() {
+            if let Ok(old) = Arc::try_unwrap(old) {
+                retire(old);
+            }
+        }
+        let value = Arc::new(make());
+        *current = Some((value.clone(), 1));
+        value
+    }
+}
+
+impl<T> Default for Renewed<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The server: the same one for [`RENEW_EVERY`] inputs.
+pub fn harness() -> Arc<Harness> {
+    static H: Renewed<Harness> = Renewed::new();
+    H.get(Harness::make, |old| {
+        old.rt.block_on(old.orch.shutdown());
+    })
+}
+
+impl Harness {
+    /// A new server with its tokens and `c1`.
+    fn make() -> Harness {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -90,7 +142,7 @@ pub fn harness() -> &'static Harness {
         );
         assert!(made.get("result").is_some(), "{made}");
         h
-    })
+    }
 }
 
 impl Harness {

@@ -13,6 +13,12 @@
 //! refuses most of them); and while `hoard` holds `BENCH_HOARD` authenticated idle connections
 //! (opened before the phase). The server runs with its default limits (but room for the
 //! hoarder's connections); clients and server share the machine's two cores.
+//!
+//! The flood comes from a process of its own (this binary again, with `FAIRNESS_FLOOD` set), as
+//! a flooding client would: in the server's process its tasks would queue in the same runtime
+//! as the server's and the calm client's, and the bench would measure the clients' scheduling
+//! as much as the server's. `BENCH_FLOOD_IN_PROCESS=1` runs it in process instead (as figures
+//! before 2026-11-25 were measured).
 
 mod common;
 use common::{env, median};
@@ -106,7 +112,117 @@ async fn flood(
     }
 }
 
+/// A flood running while the calm client measures: in a process of its own, or in this one.
+enum Flood {
+    Process(std::process::Child),
+    InProcess {
+        stop: Arc<AtomicBool>,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+        counts: (Arc<AtomicU64>, Arc<AtomicU64>),
+    },
+}
+
+impl Flood {
+    /// Starts `conns` flooding connections as `token`; returns once they are all connected.
+    async fn start(addr: &str, token: &str, conns: u64, in_process: bool) -> anyhow::Result<Flood> {
+        if in_process {
+            let stop = Arc::new(AtomicBool::new(false));
+            let counts = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+            let mut tasks = Vec::new();
+            for _ in 0..conns {
+                let c = RawWs::connect(addr, token).await;
+                tasks.push(tokio::spawn(flood(
+                    c,
+                    stop.clone(),
+                    counts.0.clone(),
+                    counts.1.clone(),
+                )));
+            }
+            return Ok(Flood::InProcess {
+                stop,
+                tasks,
+                counts,
+            });
+        }
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .env("FAIRNESS_FLOOD", format!("{addr} {token} {conns}"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let out = child.stdout.as_mut().expect("piped");
+        let mut line = String::new();
+        // Blocking this worker only: the server goes on on the other.
+        tokio::task::block_in_place(|| std::io::BufReader::new(out).read_line(&mut line))?;
+        anyhow::ensure!(line.trim() == "ready", "the flood process said {line:?}");
+        Ok(Flood::Process(child))
+    }
+
+    /// Stops the flood: how many of its calls were answered and refused.
+    async fn stop(self) -> anyhow::Result<(u64, u64)> {
+        match self {
+            Flood::InProcess {
+                stop,
+                tasks,
+                counts,
+            } => {
+                stop.store(true, Ordering::Relaxed);
+                for t in tasks {
+                    t.abort();
+                }
+                Ok((
+                    counts.0.load(Ordering::Relaxed),
+                    counts.1.load(Ordering::Relaxed),
+                ))
+            }
+            Flood::Process(mut child) => {
+                // Its stdin closing is the signal to stop and report.
+                drop(child.stdin.take());
+                let out = tokio::task::block_in_place(|| child.wait_with_output())?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let mut n = text.split_whitespace().map(|w| w.parse::<u64>());
+                match (n.next(), n.next()) {
+                    (Some(Ok(a)), Some(Ok(r))) => Ok((a, r)),
+                    _ => anyhow::bail!("the flood process reported {text:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// The flood process: `FAIRNESS_FLOOD` is `ADDR TOKEN CONNECTIONS`. Says `ready` once every
+/// connection is made, floods until its stdin closes, then says how many calls were answered
+/// and refused.
+fn flood_process(spec: &str) -> anyhow::Result<()> {
+    let mut parts = spec.split_whitespace();
+    let (Some(addr), Some(token), Some(conns)) = (parts.next(), parts.next(), parts.next()) else {
+        anyhow::bail!("FAIRNESS_FLOOD: ADDR TOKEN CONNECTIONS, not {spec:?}");
+    };
+    let conns: u64 = conns.parse()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let flood = Flood::start(addr, token, conns, true).await?;
+        println!("ready");
+        // Until the parent closes our stdin.
+        tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        })
+        .await?;
+        let (a, r) = flood.stop().await?;
+        println!("{a} {r}");
+        anyhow::Ok(())
+    })
+}
+
 fn main() -> anyhow::Result<()> {
+    if let Ok(spec) = std::env::var("FAIRNESS_FLOOD") {
+        return flood_process(&spec);
+    }
+    let in_process = std::env::var_os("BENCH_FLOOD_IN_PROCESS").is_some();
     let rounds = env("BENCH_ROUNDS", 3);
     let calls = env("BENCH_CALLS", 3000);
     let flood_conns = env("BENCH_FLOOD_CONNS", 8);
@@ -128,7 +244,8 @@ fn main() -> anyhow::Result<()> {
             ..Limits::default()
         };
         println!(
-            "fairness: {calls} calls by one client per phase; flood: {flood_conns} connections × 32 in flight; hoard: {hoard} idle connections; rate limit {} a second, bursts of {}",
+            "fairness: {calls} calls by one client per phase; flood: {flood_conns} connections × 32 in flight ({}); hoard: {hoard} idle connections; rate limit {} a second, bursts of {}",
+            if in_process { "in this process" } else { "in a process of its own" },
             limits.rate_per_identity, limits.rate_burst
         );
         let orch = Orchestrator::open(store, limits)?;
@@ -144,22 +261,12 @@ fn main() -> anyhow::Result<()> {
             let alone = calm(&mut ws, calls, ids).await;
             ids += calls;
             // Beside a flood.
-            let stop = Arc::new(AtomicBool::new(false));
-            let (answered, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-            let mut flooders = Vec::new();
-            for _ in 0..flood_conns {
-                let c = RawWs::connect(&addr, &tokens[1]).await;
-                flooders.push(tokio::spawn(flood(c, stop.clone(), answered.clone(), refused.clone())));
-            }
+            let flooding = Flood::start(&addr, &tokens[1], flood_conns, in_process).await?;
             let started = Instant::now();
             let flooded = calm(&mut ws, calls, ids).await;
             ids += calls;
             let secs = started.elapsed().as_secs_f64();
-            stop.store(true, Ordering::Relaxed);
-            for f in flooders {
-                f.abort();
-            }
-            let (a, r) = (answered.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+            let (a, r) = flooding.stop().await?;
             // Beside a hoard of idle connections.
             let mut held = Vec::with_capacity(hoard as usize);
             for _ in 0..hoard {
