@@ -9,7 +9,6 @@ use arbitrary::Arbitrary;
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 #[derive(Debug, Arbitrary)]
 struct Req {
@@ -43,16 +42,8 @@ const CODES: [i64; 14] = [
 
 fuzz_target!(|r: Req| {
     let h = orchestrator_fuzz::a2a::a2a();
-    let method = METHODS
-        .get(r.method as usize)
-        .map_or(r.other_method.clone(), |m| m.to_string());
-    let id = match r.id % 5 {
-        0 => json!(r.id),
-        1 => json!(format!("id-{}", r.id)),
-        2 => Value::Null,
-        3 => json!(true),
-        _ => json!([r.id]),
-    };
+    let method = orchestrator_fuzz::pick(&METHODS, r.method, &r.other_method);
+    let id = orchestrator_fuzz::any_id(r.id, 5);
     let body = if r.raw {
         r.params.clone()
     } else {
@@ -74,14 +65,8 @@ fuzz_target!(|r: Req| {
         _ => {}
     }
     let req = req.body(axum::body::Body::from(body)).expect("a request");
-    h.rt.block_on(async {
-        let answer = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            h.app.clone().oneshot(req),
-        )
-        .await
-        .expect("an answer within 5 s")
-        .expect("infallible");
+    h.served.rt.block_on(async {
+        let answer = orchestrator_fuzz::answer_in_time(&h.app, req).await;
         let sse = answer
             .headers()
             .get("content-type")

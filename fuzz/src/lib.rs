@@ -8,6 +8,7 @@
 //! scenario check is bounded as in the server.
 
 pub mod a2a;
+pub mod mcp;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -87,6 +88,101 @@ impl<T> Default for Renewed<T> {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// An orchestrator serving WebSocket on 127.0.0.1, in a runtime of its own with one worker,
+/// for an adapter whose routes run in process (on the same runtime); long-polls wait at most
+/// 5 ms.
+pub struct Served {
+    /// Runs the server, and every request to the adapter (`block_on`).
+    pub rt: tokio::runtime::Runtime,
+    /// A token of the agent the adapter speaks as.
+    pub token: String,
+    server: orchestrator::transport::server::RunningServer,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// A server on a new database with a token for `agent` (an admin if `admin`), the named
+    /// `scenarios`, and the conversations `made` creates on it before it serves.
+    pub fn start<F>(agent: &str, admin: bool, scenarios: Vec<(String, Value)>, made: F) -> Served
+    where
+        F: AsyncFnOnce(&Orchestrator),
+    {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (dir, store) = scratch_store();
+        let token = orchestrator::engine::auth::create_token(store.as_ref(), agent, admin)
+            .expect("a token");
+        let server = rt.block_on(async {
+            let options = orchestrator::host::Options {
+                limits: Limits {
+                    max_wait: Duration::from_millis(5),
+                    rate_per_identity: 0,
+                    ..Limits::default()
+                },
+                scenarios,
+                ..Default::default()
+            };
+            let orch = options.start(store).expect("the orchestrator");
+            made(orch.as_ref()).await;
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("a port");
+            orchestrator::transport::server::start(orch, listener)
+                .await
+                .expect("serving")
+        });
+        Served {
+            rt,
+            token,
+            server,
+            _dir: dir,
+        }
+    }
+
+    /// The server's WebSocket URL.
+    pub fn url(&self) -> String {
+        self.server.rpc_url()
+    }
+
+    /// Stops the server; drop the adapter first, so that no connection of its is left for the
+    /// server to wait for.
+    pub fn stop(self) {
+        self.rt.block_on(self.server.stop());
+    }
+}
+
+/// `list[i]`, or `other` when `i` is past its end: a known name most of the time, any string
+/// otherwise.
+pub fn pick(list: &[&str], i: u8, other: &str) -> String {
+    list.get(i as usize).map_or(other, |m| m).to_string()
+}
+
+/// A JSON-RPC id of one of the kinds a client may send, or of one it may not (an array).
+pub fn any_id(n: u8, kinds: u8) -> Value {
+    match n % kinds {
+        0 => json!(n),
+        1 => json!(format!("id-{n}")),
+        2 => Value::Null,
+        3 if kinds > 4 => json!(true),
+        _ => json!([n]),
+    }
+}
+
+/// `app`'s answer to `req`; a hang (no answer within 5 s) fails the input.
+pub async fn answer_in_time(
+    app: &axum::Router,
+    req: axum::http::Request<axum::body::Body>,
+) -> axum::response::Response {
+    use tower::ServiceExt;
+    tokio::time::timeout(Duration::from_secs(5), app.clone().oneshot(req))
+        .await
+        .expect("an answer within 5 s")
+        .expect("infallible")
 }
 
 /// The server: the same one for [`RENEW_EVERY`] inputs.

@@ -24,6 +24,10 @@ fn serving_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(|| memory_release::on_idle(std::time::Duration::from_secs(1)))
+        // A blocking-pool thread (token lookups, reads of the store) gives back what was freed
+        // on it when it exits: after a second idle rather than tokio's ten, so that a burst's
+        // memory comes back within seconds however many such threads it took.
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .build()
 }
 

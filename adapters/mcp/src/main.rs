@@ -16,19 +16,15 @@
 //! bearer token of its own (`--http-token`): a request without it is answered 401. Listening
 //! beyond loopback without one is refused at start.
 
-mod bridge;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_sdk::WsConfig;
 use anyhow::Context;
 use clap::Parser;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use orchestrator_mcp::bridge::Bridge;
+use orchestrator_mcp::{http_token, router};
 use rmcp::ServiceExt;
-
-use crate::bridge::Bridge;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -91,88 +87,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The HTTP endpoint's token: required beyond loopback (every caller would speak as the
-/// adapter's agent), and not empty when given.
-fn http_token(addr: SocketAddr, token: Option<String>) -> anyhow::Result<Option<Arc<[u8; 32]>>> {
-    match token {
-        Some(t) if t.trim().is_empty() => {
-            anyhow::bail!("--http-token (ORCHESTRATOR_MCP_HTTP_TOKEN) is empty")
-        }
-        Some(t) => Ok(Some(Arc::new(digest(t.as_bytes())))),
-        None if addr.ip().is_loopback() => Ok(None),
-        None => anyhow::bail!(
-            "--http {addr} listens beyond loopback, where anyone who reaches it would speak as this adapter's agent; \
-             give --http-token (or ORCHESTRATOR_MCP_HTTP_TOKEN) so that callers must send `Authorization: Bearer …`, \
-             or listen on 127.0.0.1"
-        ),
-    }
-}
-
-fn digest(b: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&sha2::Sha256::digest(b));
-    out
-}
-
-/// Answers 401 unless the request carries the endpoint's bearer token (compared as digests, so
-/// the time taken says nothing about the token).
-async fn authorize(
-    axum::extract::State(token): axum::extract::State<Arc<[u8; 32]>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let given = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| digest(t.trim().as_bytes()));
-    if given.as_ref() == Some(&*token) {
-        return next.run(req).await;
-    }
-    (
-        axum::http::StatusCode::UNAUTHORIZED,
-        [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-        axum::Json(serde_json::json!({"error": "this MCP endpoint needs `Authorization: Bearer <token>` (the adapter's --http-token)"})),
-    )
-        .into_response()
-}
-
-/// Refuses a request that would open a new MCP session (a `POST` without `Mcp-Session-Id`)
-/// while `max` sessions are open: 503 with a JSON-RPC error (`RateLimited`, -32029).
-async fn limit_sessions(
-    axum::extract::State((sessions, max)): axum::extract::State<(Arc<LocalSessionManager>, usize)>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let opens =
-        req.method() == axum::http::Method::POST && !req.headers().contains_key("mcp-session-id");
-    if opens && sessions.sessions.read().await.len() >= max {
-        tracing::info!(max, "an MCP session refused: too many open");
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {
-                "code": agent_sdk::proto::codes::RATE_LIMITED,
-                "message": format!("too many MCP sessions open (limit {max}); close one (DELETE /mcp) or retry later"),
-                "data": {"error": "RateLimited", "limit": max},
-            },
-        });
-        return (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            [(axum::http::header::RETRY_AFTER, "1")],
-            axum::Json(body),
-        )
-            .into_response();
-    }
-    next.run(req).await
-}
-
 async fn serve_http(
     bridge: Bridge,
     addr: SocketAddr,
@@ -181,20 +95,13 @@ async fn serve_http(
     max_sessions: usize,
 ) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
-    let mut config = StreamableHttpServerConfig::default();
-    config.cancellation_token = stop.child_token();
-    let sessions = Arc::new(LocalSessionManager::default());
-    let service = StreamableHttpService::new(move || Ok(bridge.clone()), sessions.clone(), config);
-    let mut app = axum::Router::new().nest_service("/mcp", service).layer(
-        axum::middleware::from_fn_with_state((sessions, max_sessions), limit_sessions),
-    );
-    match token {
-        Some(t) => app = app.layer(axum::middleware::from_fn_with_state(t, authorize)),
-        None => tracing::warn!(
+    if token.is_none() {
+        tracing::warn!(
             %addr,
             "the HTTP endpoint takes no token: any process on this machine may call it (give --http-token to require one)"
-        ),
+        );
     }
+    let app = router(bridge, token, max_sessions, &stop);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("listening on {addr}"))?;
