@@ -1,0 +1,469 @@
+"""`Client`: every method of the orchestrator's protocol over one WebSocket, kept alive.
+
+One task owns the connection. When it drops, that task reconnects with exponential backoff and
+jitter, authenticates again, subscribes again from the cursor of each subscription (the last
+seq it delivered, per conversation) and registers its push executors again, then sends again
+every call that had no answer yet. A write sent again is safe: `send_message` and `send_trace`
+always carry an idempotency key (one is made when the caller gives none), so the server
+answers a write it already took with the original result (`duplicate: true`), and a
+subscription skips what it delivered before the drop. Callers see none of it but the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import ssl as ssl_module
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import websockets
+
+from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
+
+Json = dict[str, Any]
+
+
+@dataclass
+class _Call:
+    method: str
+    params: Json
+    future: asyncio.Future[Any]
+    #: Run by the reader as the answer arrives, before it reads on: a subscription's id is
+    #: known before its first event is routed.
+    on_result: Callable[[Any], None] | None = None
+
+
+@dataclass
+class Subscription:
+    """Events of one conversation, or of every conversation the caller takes part in, in seq
+    order per conversation with no gap and no duplicate across reconnects. Iterate it (`async
+    for item in sub`): each item is `{"conversationId", "event"}`."""
+
+    conversation_id: str | None
+    #: The last seq delivered (or to resume after), per conversation.
+    cursors: dict[str, int]
+    #: For every conversation: where a conversation with no cursor replays from.
+    since_all: int = 0
+    queue: asyncio.Queue[Json] = field(default_factory=asyncio.Queue)
+    server_id: int | None = None
+    closed: bool = False
+
+    def __aiter__(self) -> AsyncIterator[Json]:
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[Json]:
+        while not self.closed or not self.queue.empty():
+            yield await self.queue.get()
+
+    async def next(self, timeout: float | None = None) -> Json:
+        """The next item, waiting at most `timeout` seconds (`asyncio.TimeoutError` after)."""
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+    def _opened(self, server_id: Any) -> None:
+        self.server_id = server_id
+
+    def _take(self, result: Json) -> None:
+        conv, event = result["conversationId"], result["event"]
+        if event["seq"] <= self.cursors.get(conv, 0):
+            return  # delivered before a reconnect
+        self.cursors[conv] = event["seq"]
+        self.queue.put_nowait(result)
+
+
+@dataclass
+class Offers:
+    """The `request_turn` offers made to this connection as a push replica of its agent
+    (`Client.register_executor`); claim one with `Client.claim_turn`."""
+
+    queue: asyncio.Queue[Json] = field(default_factory=asyncio.Queue)
+    server_id: int | None = None
+
+    async def next(self, timeout: float | None = None) -> Json:
+        """The next offer: `{conversationId, agentId, claimId, turn, deadlineMs, sinceSeq, mode}`."""
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+    def _opened(self, server_id: Any) -> None:
+        self.server_id = server_id
+
+
+class Client:
+    """A connection to the orchestrator as the agent of `token`. Make one with
+    `await Client.connect(url, token)`; close it with `await client.close()`."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        ssl: ssl_module.SSLContext | None = None,
+        min_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.url = url
+        self._token = token
+        self._ssl = ssl
+        self._min_backoff = min_backoff
+        self._max_backoff = max_backoff
+        self._ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+        self._subs: list[Subscription] = []
+        self._offers: list[Offers] = []
+        self._ws: Any = None
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._fatal: BaseException | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._send_lock = asyncio.Lock()
+        #: The agent the token speaks as, once authenticated.
+        self.agent_id: str | None = None
+        #: How many times the connection was made again after a drop.
+        self.reconnects = 0
+
+    @classmethod
+    async def connect(cls, url: str, token: str, **options: Any) -> "Client":
+        """Connects and authenticates (raising `AuthenticationFailed` for a refused token);
+        from then on the client keeps itself connected."""
+        client = cls(url, token, **options)
+        client._owner = asyncio.create_task(client._own())
+        await client._wait_ready()
+        return client
+
+    async def close(self) -> None:
+        """Closes the connection for good: calls still waiting raise `ConnectionClosed`."""
+        self._closing = True
+        if self._ws is not None:
+            await self._ws.close()
+        if self._owner is not None:
+            self._owner.cancel()
+            try:
+                await self._owner
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._fail_all(ConnectionClosed("the client was closed"))
+        for s in self._subs:
+            s.closed = True
+
+    # -- the protocol's methods -------------------------------------------------------------
+
+    async def create_conversation(self, **params: Any) -> Json:
+        """`createConversation` (`conversationId`, `participants`, `metadata`, `scenario`,
+        `scenarioName`, `parentConversationId`, `input`: as the protocol names them)."""
+        return await self.call("createConversation", params)
+
+    async def get_conversation(self, conversation_id: str) -> Json:
+        """`getConversation`: the snapshot with the caller's guidance."""
+        return await self.call("getConversation", {"conversationId": conversation_id})
+
+    async def list_conversations(self) -> Json:
+        """`listConversations`: `{conversations: [snapshot]}`."""
+        return await self.call("listConversations", {})
+
+    async def list_scenarios(self) -> Json:
+        """`listScenarios` (admins): the server's scenario library."""
+        return await self.call("listScenarios", {})
+
+    async def tail(self, conversation_id: str, since_seq: int = 0, limit: int | None = None) -> Json:
+        """`tail`: `{events, latestSeq}` after `since_seq` (at most `limit`, capped at 1,000)."""
+        return await self.call(
+            "tail", _some({"conversationId": conversation_id, "sinceSeq": since_seq, "limit": limit})
+        )
+
+    async def wait_for_change(self, conversation_id: str, since_seq: int, timeout_ms: int) -> Json:
+        """`waitForChange`: `{latestSeq, timedOut}` once the log is past `since_seq`."""
+        return await self.call(
+            "waitForChange",
+            {"conversationId": conversation_id, "sinceSeq": since_seq, "timeoutMs": timeout_ms},
+        )
+
+    async def get_updates(
+        self,
+        conversation_id: str,
+        since_seq: int | None = None,
+        limit: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> Json:
+        """`getUpdatesOrGuidance`: the messages after `since_seq` with guidance."""
+        return await self.call(
+            "getUpdatesOrGuidance",
+            _some(
+                {
+                    "conversationId": conversation_id,
+                    "sinceSeq": since_seq,
+                    "limit": limit,
+                    "timeoutMs": timeout_ms,
+                }
+            ),
+        )
+
+    async def send_message(
+        self,
+        conversation_id: str,
+        payload: Json | str,
+        finality: str = "turn",
+        *,
+        turn_hint: int | None = None,
+        client_request_id: str | None = None,
+    ) -> Json:
+        """`sendMessage` (`payload`: a message payload, or its text): `{seq, turn, duplicate}`.
+        It always carries an idempotency key (a new one when none is given), so a retry after
+        a lost answer appends nothing twice."""
+        if isinstance(payload, str):
+            payload = {"text": payload}
+        params: Json = {
+            "conversationId": conversation_id,
+            "payload": payload,
+            "finality": finality,
+            "clientRequestId": client_request_id or _key(),
+        }
+        if turn_hint is not None:
+            params["turnHint"] = {"turn": turn_hint}
+        return await self.call("sendMessage", params)
+
+    async def send_trace(
+        self,
+        conversation_id: str,
+        payload: Json,
+        *,
+        turn: int | None = None,
+        client_request_id: str | None = None,
+    ) -> Json:
+        """`sendTrace`: `{seq, turn, duplicate}`, with an idempotency key as `send_message`."""
+        params = _some(
+            {
+                "conversationId": conversation_id,
+                "payload": payload,
+                "turn": turn,
+                "clientRequestId": client_request_id or _key(),
+            }
+        )
+        return await self.call("sendTrace", params)
+
+    async def pause_conversation(self, conversation_id: str) -> Json:
+        """`pauseConversation` (admins)."""
+        return await self.call("pauseConversation", {"conversationId": conversation_id})
+
+    async def resume_conversation(self, conversation_id: str) -> Json:
+        """`resumeConversation` (admins)."""
+        return await self.call("resumeConversation", {"conversationId": conversation_id})
+
+    async def fork_conversation(
+        self, conversation_id: str, at_seq: int, new_conversation_id: str | None = None
+    ) -> Json:
+        """`forkConversation` (admins): `{conversationId}` of the copy."""
+        return await self.call(
+            "forkConversation",
+            _some(
+                {
+                    "conversationId": conversation_id,
+                    "atSeq": at_seq,
+                    "newConversationId": new_conversation_id,
+                }
+            ),
+        )
+
+    async def subscribe(self, conversation_id: str | None = None, since_seq: int | None = None) -> Subscription:
+        """`subscribe`: the events after `since_seq` of one conversation, or of every
+        conversation the caller takes part in (with `since_seq`, each replays after it; without,
+        only what commits from now on). Kept across reconnects from its cursors."""
+        if conversation_id is not None:
+            # "From now on", made exact: the head now is the cursor to resume from.
+            if since_seq is None:
+                since_seq = (await self.get_conversation(conversation_id))["latestSeq"]
+            sub = Subscription(conversation_id, {conversation_id: since_seq})
+        elif since_seq is None:
+            # The same for every conversation; those created later replay from their start.
+            listed = await self.list_conversations()
+            sub = Subscription(None, {c["conversationId"]: c["latestSeq"] for c in listed["conversations"]})
+        else:
+            sub = Subscription(None, {}, since_all=since_seq)
+        self._subs.append(sub)
+        await self.call("subscribe", _subscribe_params(sub), on_result=sub._opened)
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> bool:
+        """`unsubscribe`: ends `sub` (its iteration stops after what it holds)."""
+        sub.closed = True
+        if sub in self._subs:
+            self._subs.remove(sub)
+        if sub.server_id is None:
+            return False
+        return bool(await self.call("unsubscribe", {"subscription": sub.server_id}))
+
+    async def register_executor(self) -> Offers:
+        """`registerExecutor {mode: "push"}`: this connection becomes a push replica of its
+        agent; the turns offered to it come through the returned `Offers`."""
+        offers = Offers()
+        self._offers.append(offers)
+        await self.call("registerExecutor", {"mode": "push"}, on_result=offers._opened)
+        return offers
+
+    async def unregister_executor(self, offers: Offers) -> bool:
+        """`unregisterExecutor`: no more offers come to `offers`."""
+        if offers in self._offers:
+            self._offers.remove(offers)
+        if offers.server_id is None:
+            return False
+        return bool(await self.call("unregisterExecutor", {"subscription": offers.server_id}))
+
+    async def claim_turn(self, claim_id: str) -> Json:
+        """`claimTurn`: `{granted, conversationId, turn, deadline}`, or `RpcError` with
+        `ErrorCode.CLAIM_NOT_FOUND` when another replica has it or the turn is over."""
+        return await self.call("claimTurn", {"claimId": claim_id})
+
+    async def call(
+        self, method: str, params: Json, *, on_result: Callable[[Any], None] | None = None
+    ) -> Any:
+        """Any method by name: its result, or `RpcError`. Sent again after a reconnect until
+        it is answered or the client is closed."""
+        if self._closing:
+            raise ConnectionClosed("the client was closed")
+        if self._fatal is not None:
+            raise self._fatal
+        loop = asyncio.get_running_loop()
+        i = next(self._ids)
+        call = _Call(method, params, loop.create_future(), on_result)
+        self._calls[i] = call
+        await self._send(i, call)
+        try:
+            return await call.future
+        finally:
+            self._calls.pop(i, None)
+
+    # -- the connection ---------------------------------------------------------------------
+
+    async def _wait_ready(self) -> None:
+        ready = asyncio.create_task(self._ready.wait())
+        assert self._owner is not None
+        done, _ = await asyncio.wait({ready, self._owner}, return_when=asyncio.FIRST_COMPLETED)
+        if self._owner in done:
+            ready.cancel()
+            exc = self._owner.exception()
+            raise exc if exc is not None else ConnectionClosed("the connection ended")
+
+    async def _send(self, i: int, call: _Call) -> None:
+        ws = self._ws
+        if ws is None or not self._ready.is_set():
+            return  # sent when the connection is made again
+        frame = json.dumps({"jsonrpc": "2.0", "id": i, "method": call.method, "params": call.params})
+        try:
+            async with self._send_lock:
+                await ws.send(frame)
+        except websockets.ConnectionClosed:
+            pass  # the owner reconnects and sends it again
+
+    async def _own(self) -> None:
+        """The connection's owner: connect, take part, and on a drop start again."""
+        failures = 0
+        while not self._closing:
+            try:
+                async with websockets.connect(self.url, max_size=None, ssl=self._ssl) as ws:
+                    await self._authenticate(ws)
+                    self._ws = ws
+                    reading = asyncio.create_task(self._read(ws))
+                    await self._resume()
+                    failures = 0
+                    await reading
+            except AuthenticationFailed as e:
+                self._fatal = e
+                self._fail_all(e)
+                raise
+            except (OSError, websockets.WebSocketException, asyncio.TimeoutError):
+                pass
+            finally:
+                self._ws = None
+                self._ready.clear()
+            if self._closing:
+                return
+            failures += 1
+            self.reconnects += 1
+            backoff = min(self._max_backoff, self._min_backoff * 2 ** min(failures, 16))
+            await asyncio.sleep(backoff * (0.5 + random.random() / 2))
+
+    async def _authenticate(self, ws: Any) -> None:
+        await ws.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "authenticate", "params": {"token": self._token}}))
+        while True:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if msg.get("id") != 0:
+                continue
+            if "error" in msg:
+                e = RpcError.from_wire(msg["error"])
+                if e.code == ErrorCode.UNAUTHENTICATED:
+                    raise AuthenticationFailed(str(e))
+                raise OSError(str(e))
+            self.agent_id = msg["result"].get("agentId")
+            return
+
+    async def _resume(self) -> None:
+        """After (re)authenticating: subscriptions and registrations again, then every call
+        still unanswered, in the order they were made."""
+        again = sorted(self._calls.items())
+        self._ready.set()
+        for sub in list(self._subs):
+            if sub.server_id is not None:
+                asyncio.create_task(self._resubscribe(sub))
+        for offers in list(self._offers):
+            if offers.server_id is not None:
+                asyncio.create_task(self._reregister(offers))
+        for i, call in again:
+            await self._send(i, call)
+
+    async def _resubscribe(self, sub: Subscription) -> None:
+        try:
+            await self.call("subscribe", _subscribe_params(sub), on_result=sub._opened)
+        except Exception:  # noqa: BLE001 — the next reconnect tries again
+            pass
+
+    async def _reregister(self, offers: Offers) -> None:
+        try:
+            await self.call("registerExecutor", {"mode": "push"}, on_result=offers._opened)
+        except Exception:  # noqa: BLE001
+            pass
+
+    async def _read(self, ws: Any) -> None:
+        async for raw in ws:
+            msg = json.loads(raw)
+            if "id" in msg and msg.get("method") is None:
+                call = self._calls.get(msg["id"])
+                if call is None or call.future.done():
+                    continue
+                if "error" in msg:
+                    call.future.set_exception(RpcError.from_wire(msg["error"]))
+                else:
+                    if call.on_result is not None:
+                        call.on_result(msg.get("result"))
+                    call.future.set_result(msg.get("result"))
+            elif msg.get("method") == "event":
+                self._route_event(msg["params"])
+            elif msg.get("method") == "request_turn":
+                for offers in self._offers:
+                    if offers.server_id == msg["params"]["subscription"]:
+                        offers.queue.put_nowait(msg["params"]["result"])
+
+    def _route_event(self, params: Json) -> None:
+        for sub in self._subs:
+            if sub.server_id == params["subscription"]:
+                sub._take(params["result"])
+
+    def _fail_all(self, error: BaseException) -> None:
+        for call in self._calls.values():
+            if not call.future.done():
+                call.future.set_exception(error)
+
+
+def _subscribe_params(sub: Subscription) -> Json:
+    """`subscribe`'s params for `sub` from its cursors: what it has not delivered yet."""
+    if sub.conversation_id is not None:
+        return {"conversationId": sub.conversation_id, "sinceSeq": sub.cursors.get(sub.conversation_id, 0)}
+    return {"sinceSeq": sub.since_all, "cursors": dict(sub.cursors)}
+
+
+def _some(params: Json) -> Json:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _key() -> str:
+    return f"py-{uuid.uuid4().hex}"
