@@ -98,3 +98,30 @@ async fn resident_memory_comes_back_after_a_burst_of_connections() {
     );
     node.kill().await;
 }
+
+/// An orchestrator stopped and dropped leaves nothing behind: its hub and turn dispatcher are
+/// freed with it (they once held each other, keeping the runtime's driver — an epoll and an
+/// eventfd — and every conversation's view alive: a fuzzer making a server every 2,000 inputs
+/// grew by two descriptors and ~130 KB each time).
+#[test]
+fn a_stopped_orchestrator_is_freed_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("f.db").display().to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hub = rt.block_on(async {
+        let orch = orchestrator::engine::service::Orchestrator::open(
+            tests::open_store(&db),
+            tests::test_limits(),
+        )
+        .expect("open");
+        let hub = std::sync::Arc::downgrade(orch.hub());
+        orch.shutdown().await;
+        hub
+    });
+    drop(rt);
+    assert!(hub.upgrade().is_none(), "the hub outlived its orchestrator");
+}

@@ -176,9 +176,13 @@ impl Turns {
     /// each commit that may change a speaker (no hop through another task), and every
     /// conversation is looked at once now.
     pub fn attach(self: &Arc<Self>, hub: &Hub) {
-        let me = self.clone();
+        // Weak: the dispatcher holds the hub, so a strong handle here would keep both (and
+        // the runtime's driver the dispatcher holds) alive after the orchestrator is dropped.
+        let me = Arc::downgrade(self);
         hub.set_turn_sink(crate::engine::hub::TurnSink(Box::new(move |conv| {
-            me.consider(conv)
+            if let Some(me) = me.upgrade() {
+                me.consider(conv)
+            }
         })));
         self.scan();
     }
