@@ -75,6 +75,9 @@ def test_every_method_and_typed_errors(server):
         seen = [(await sub.next(10))["event"]["seq"] for _ in range(tail["latestSeq"] - 1)]
         assert seen == list(range(2, tail["latestSeq"] + 1))
         assert await bob.unsubscribe(sub) is True
+        # Iteration ends once the subscription has, after what it held (the pause and resume).
+        rest = [item["event"]["seq"] async for item in sub]
+        assert rest == list(range(seen[-1] + 1, seen[-1] + 1 + len(rest))) and len(rest) <= 2
 
         with pytest.raises(AuthenticationFailed):
             await Client.connect(server.url, "oct_not-a-token")

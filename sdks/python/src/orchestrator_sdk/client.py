@@ -26,6 +26,9 @@ from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
 
 Json = dict[str, Any]
 
+#: What ends a subscription's queue.
+_END: Any = object()
+
 
 @dataclass
 class _Call:
@@ -56,12 +59,25 @@ class Subscription:
         return self._items()
 
     async def _items(self) -> AsyncIterator[Json]:
-        while not self.closed or not self.queue.empty():
-            yield await self.queue.get()
+        while True:
+            item = await self.queue.get()
+            if item is _END:
+                return
+            yield item
 
     async def next(self, timeout: float | None = None) -> Json:
-        """The next item, waiting at most `timeout` seconds (`asyncio.TimeoutError` after)."""
-        return await asyncio.wait_for(self.queue.get(), timeout)
+        """The next item, waiting at most `timeout` seconds (`asyncio.TimeoutError` after);
+        `ConnectionClosed` once the subscription has ended and what it held was taken."""
+        item = await asyncio.wait_for(self.queue.get(), timeout)
+        if item is _END:
+            self.queue.put_nowait(_END)
+            raise ConnectionClosed("the subscription has ended")
+        return item
+
+    def _end(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(_END)
 
     def _opened(self, server_id: Any) -> None:
         self.server_id = server_id
@@ -145,7 +161,7 @@ class Client:
                 pass
         self._fail_all(ConnectionClosed("the client was closed"))
         for s in self._subs:
-            s.closed = True
+            s._end()
 
     # -- the protocol's methods -------------------------------------------------------------
 
@@ -286,7 +302,7 @@ class Client:
 
     async def unsubscribe(self, sub: Subscription) -> bool:
         """`unsubscribe`: ends `sub` (its iteration stops after what it holds)."""
-        sub.closed = True
+        sub._end()
         if sub in self._subs:
             self._subs.remove(sub)
         if sub.server_id is None:

@@ -1,0 +1,175 @@
+//! Conversation trees on a cluster: sub-conversations and forks opened on one node and read
+//! on another, and the caps on open conversations counting what other nodes opened.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+use tests::{test_limits, TestServer};
+
+fn system_of(log: &[agent_sdk::proto::Event], kind: &str) -> Vec<Value> {
+    log.iter()
+        .filter(|e| e.kind == agent_sdk::proto::EventKind::System)
+        .map(|e| e.payload_value())
+        .filter(|p| p["type"] == kind)
+        .collect()
+}
+
+/// Sub-conversations and forks across nodes: an `orchestrate` agent's children, opened on
+/// whichever node runs its turn (the node it was created on stops gracefully once the first
+/// child started), are each started and finished once, their logs and results are read on the
+/// other node, and a fork made on one node of a conversation another node wrote is read on the
+/// first with the events up to its seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subconversations_and_forks_work_across_nodes() {
+    use agent_sdk::proto::{ConversationStatus, ForkConversationParams};
+    use agent_sdk::AgentClient;
+    let mut a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    let researcher = |reply: &str| {
+        json!({
+            "participants": [{"id": "researcher", "kind": "scripted", "replies": [reply]}],
+            "policy": {"order": "round_robin", "first": "researcher"},
+            "stop": {"maxTurns": 1}
+        })
+    };
+    let scenario = json!({
+        "participants": [
+            {"id": "asker", "kind": "scripted", "replies": ["tea"]},
+            {"id": "planner", "kind": "orchestrate", "steps": [
+                {"scenario": researcher("tea came from China"), "as": "origin", "input": "Where did {{$.input.text}} come from?"},
+                {"scenario": researcher("it went west by sea"), "as": "route", "input": "Given: {{$.steps.origin.text}}. How did it travel?"},
+            ]},
+        ],
+        "policy": {"order": "round_robin", "first": "asker"},
+        "stop": {"maxTurns": 2},
+        "turn": {"timeout": "30s"}
+    });
+    let on_a = a.sdk("admin", None).await;
+    tests::create_scenario(&on_a, "tree", scenario).await;
+    let on_b = b.sdk("admin", None).await;
+    let until = tokio::time::Instant::now() + tests::WAIT;
+    while system_of(
+        &tests::full_log(&on_b, "tree").await,
+        "subconversation_started",
+    )
+    .is_empty()
+    {
+        assert!(tokio::time::Instant::now() < until, "no child started");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    a.stop().await;
+    tests::wait_for(&on_b, "tree", "the end", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    let log = tests::full_log(&on_b, "tree").await;
+    let started = system_of(&log, "subconversation_started");
+    let finished = system_of(&log, "subconversation_finished");
+    assert_eq!(started.len(), 2, "each child started once: {started:?}");
+    assert_eq!(finished.len(), 2, "each child finished once: {finished:?}");
+    assert_eq!(finished[0]["result"]["text"], "tea came from China");
+    assert_eq!(finished[1]["result"]["text"], "it went west by sea");
+    let answers: Vec<_> = log
+        .iter()
+        .filter(|e| e.author == "planner" && e.kind == agent_sdk::proto::EventKind::Message)
+        .collect();
+    assert_eq!(answers.len(), 1, "one answer from the planner");
+    assert_eq!(answers[0].payload_value()["text"], "it went west by sea");
+    for child in &started {
+        let id = child["child"].as_str().expect("the child's id");
+        let child_log = tests::full_log(&on_b, id).await;
+        let seqs: Vec<u64> = child_log.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+        assert!(child_log.iter().any(|e| e.author == "researcher"));
+    }
+
+    // A fork made on one node of a conversation written through another.
+    let c = b.another_node().await;
+    let on_c = c.sdk("admin", None).await;
+    let at = log.len() as u64 - 1;
+    on_c.fork_conversation(ForkConversationParams {
+        conversation_id: "tree".into(),
+        at_seq: at,
+        new_conversation_id: Some("tree-fork".into()),
+    })
+    .await
+    .expect("fork on another node");
+    let forked = tests::full_log(&on_b, "tree-fork").await;
+    let copied: Vec<_> = forked
+        .iter()
+        .take(at as usize)
+        .map(|e| (e.seq, e.payload_value()))
+        .collect();
+    let original: Vec<_> = log
+        .iter()
+        .take(at as usize)
+        .map(|e| (e.seq, e.payload_value()))
+        .collect();
+    assert_eq!(copied.len(), at as usize);
+    assert_eq!(
+        copied, original,
+        "the fork starts with the events up to its seq"
+    );
+    assert!(
+        forked
+            .iter()
+            .any(|e| e.payload_value()["type"] == "forked_from"),
+        "{forked:?}"
+    );
+}
+
+/// The caps on open conversations hold across nodes for what each node has seen: children a
+/// node opened count on the other, and one closed on a node makes room on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caps_on_open_conversations_count_what_other_nodes_opened() {
+    use agent_sdk::proto::{
+        ConversationStatus, CreateConversationParams, ErrorCode, Finality, MessagePayload,
+        SendMessageParams,
+    };
+    use agent_sdk::AgentClient;
+    let limits = orchestrator::engine::config::Limits {
+        max_tree: 2,
+        ..test_limits()
+    };
+    let a = TestServer::on_postgres(limits, HashMap::new()).await;
+    let b = a.another_node().await;
+    a.create("root", &["alice", "bob"]).await;
+    let open = |id: &'static str| CreateConversationParams {
+        conversation_id: Some(id.into()),
+        participants: Some(vec!["alice".into(), "bob".into()]),
+        parent_conversation_id: Some("root".into()),
+        ..Default::default()
+    };
+    let alice_a = a.sdk("alice", None).await;
+    let alice_b = b.sdk("alice", None).await;
+    alice_a.create_conversation(open("one")).await.expect("one");
+    alice_a.create_conversation(open("two")).await.expect("two");
+    // B holds both (named, so met at once; otherwise from A's notification).
+    let admin_b = b.sdk("admin", None).await;
+    admin_b.get_conversation("two").await.expect("two on B");
+    let e = alice_b
+        .create_conversation(open("three"))
+        .await
+        .expect_err("the tree is full on B too");
+    assert_eq!(e.code(), Some(ErrorCode::SubconversationLimit));
+    // Closed on A: room on B once B has seen it.
+    a.sdk("bob", None)
+        .await
+        .send_message(SendMessageParams {
+            conversation_id: "one".into(),
+            payload: MessagePayload::text("done"),
+            finality: Finality::Conversation,
+            turn_hint: None,
+            client_request_id: None,
+        })
+        .await
+        .expect("closed on A");
+    tests::wait_for(&admin_b, "one", "B sees it closed", |s| {
+        s.status == ConversationStatus::Closed
+    })
+    .await;
+    alice_b
+        .create_conversation(open("three"))
+        .await
+        .expect("room on B");
+}
