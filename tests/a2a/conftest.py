@@ -10,6 +10,7 @@ blackbox = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(blackbox)
 
 ROOT = blackbox.ROOT
+BIN = blackbox.BIN
 Server = blackbox.Server
 Client = blackbox.Client
 RpcError = blackbox.RpcError

@@ -5,6 +5,7 @@ receives the rest from the log, cancellation, a retried message, and bad input."
 import asyncio
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -16,9 +17,9 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types import a2a_pb2 as pb
 
-from conftest import ROOT, Client, Server, make_certs, run, spawn_listening
+from conftest import BIN, ROOT, Client, Server, make_certs, run, spawn_listening
 
-A2A_BIN = os.environ.get("ORCHESTRATOR_A2A_BIN", str(ROOT / "target" / "release" / "orchestrator-a2a"))
+A2A_BIN = os.environ.get("ORCHESTRATOR_A2A_BIN", str(pathlib.Path(BIN).with_name("orchestrator-a2a")))
 
 HELPDESK = """
 name: helpdesk

@@ -1,4 +1,5 @@
-"""Black-box harness: runs the release `orchestrator` binary and speaks raw JSON-RPC to it."""
+"""Black-box harness: runs the `orchestrator` binary (`ORCHESTRATOR_BIN`, else the debug build
+in target/debug) and speaks raw JSON-RPC to it."""
 
 import asyncio
 import itertools
@@ -14,7 +15,7 @@ import pytest
 import websockets
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BIN = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target" / "release" / "orchestrator"))
+BIN = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target" / "debug" / "orchestrator"))
 
 
 def spawn_listening(args, pattern, token=None, env=None):

@@ -7,6 +7,7 @@ cursor lives with it, not in the adapter."""
 
 import asyncio
 import os
+import pathlib
 import signal
 import subprocess
 import time
@@ -14,9 +15,9 @@ import time
 import pytest
 from mcp import Client, StdioServerParameters
 
-from conftest import ROOT, Client as RpcClient, run, spawn_listening
+from conftest import BIN, Client as RpcClient, run, spawn_listening
 
-MCP_BIN = os.environ.get("ORCHESTRATOR_MCP_BIN", str(ROOT / "target" / "release" / "orchestrator-mcp"))
+MCP_BIN = os.environ.get("ORCHESTRATOR_MCP_BIN", str(pathlib.Path(BIN).with_name("orchestrator-mcp")))
 
 SCENARIO = {
     "participants": [

@@ -6,6 +6,8 @@ import asyncio
 import json
 import pathlib
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -210,5 +212,21 @@ def test_resume_and_retried_writes_through_a_proxy_that_cuts(server):
     run(main())
 
 
-def test_the_package_is_typed():
-    assert (pathlib.Path(ROOT) / "sdks" / "python" / "src" / "orchestrator_sdk" / "py.typed").exists()
+def test_the_package_is_typed_and_checks_strictly():
+    """`py.typed` ships, and mypy --strict finds nothing in the package."""
+    package = pathlib.Path(ROOT) / "sdks" / "python" / "src" / "orchestrator_sdk"
+    assert (package / "py.typed").exists()
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(package)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_wire_types_are_the_schemas():
+    """wire.py (and the TypeScript SDK's wire.ts) are what scripts/gen-sdk-types makes of
+    proto-spec/schemas now: a change to the protocol's types that is not regenerated fails."""
+    checked = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen-sdk-types"), "--check"], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr

@@ -18,11 +18,24 @@ import random
 import ssl as ssl_module
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, cast
 
 import websockets
 
 from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
+from .wire import (
+    AppendResult,
+    ClaimTurnResult,
+    CreateConversationResult,
+    EventNotification,
+    GetUpdatesResult,
+    ListConversationsResult,
+    ListScenariosResult,
+    RequestTurnNotification,
+    Snapshot,
+    TailResult,
+    WaitForChangeResult,
+)
 
 Json = dict[str, Any]
 
@@ -51,28 +64,17 @@ class Subscription:
     cursors: dict[str, int]
     #: For every conversation: where a conversation with no cursor replays from.
     since_all: int = 0
-    queue: asyncio.Queue[Json] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     server_id: int | None = None
     closed: bool = False
 
-    def __aiter__(self) -> AsyncIterator[Json]:
-        return self._items()
+    def __aiter__(self) -> AsyncIterator[EventNotification]:
+        return _items(self.queue)
 
-    async def _items(self) -> AsyncIterator[Json]:
-        while True:
-            item = await self.queue.get()
-            if item is _END:
-                return
-            yield item
-
-    async def next(self, timeout: float | None = None) -> Json:
+    async def next(self, timeout: float | None = None) -> EventNotification:
         """The next item, waiting at most `timeout` seconds (`asyncio.TimeoutError` after);
         `ConnectionClosed` once the subscription has ended and what it held was taken."""
-        item = await asyncio.wait_for(self.queue.get(), timeout)
-        if item is _END:
-            self.queue.put_nowait(_END)
-            raise ConnectionClosed("the subscription has ended")
-        return item
+        return cast(EventNotification, await _next(self.queue, timeout, "the subscription has ended"))
 
     def _end(self) -> None:
         if not self.closed:
@@ -95,15 +97,43 @@ class Offers:
     """The `request_turn` offers made to this connection as a push replica of its agent
     (`Client.register_executor`); claim one with `Client.claim_turn`."""
 
-    queue: asyncio.Queue[Json] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     server_id: int | None = None
+    closed: bool = False
 
-    async def next(self, timeout: float | None = None) -> Json:
-        """The next offer: `{conversationId, agentId, claimId, turn, deadlineMs, sinceSeq, mode}`."""
-        return await asyncio.wait_for(self.queue.get(), timeout)
+    def __aiter__(self) -> AsyncIterator[RequestTurnNotification]:
+        return _items(self.queue)
+
+    async def next(self, timeout: float | None = None) -> RequestTurnNotification:
+        """The next offer: `{conversationId, agentId, claimId, turn, deadlineMs, sinceSeq, mode}`;
+        `ConnectionClosed` once the registration has ended and what it held was taken."""
+        return cast(RequestTurnNotification, await _next(self.queue, timeout, "the registration has ended"))
+
+    def _end(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(_END)
 
     def _opened(self, server_id: Any) -> None:
         self.server_id = server_id
+
+
+async def _items(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+    """A queue's items until its end."""
+    while True:
+        item = await queue.get()
+        if item is _END:
+            queue.put_nowait(_END)
+            return
+        yield item
+
+
+async def _next(queue: asyncio.Queue[Any], timeout: float | None, ended: str) -> Any:
+    item = await asyncio.wait_for(queue.get(), timeout)
+    if item is _END:
+        queue.put_nowait(_END)
+        raise ConnectionClosed(ended)
+    return item
 
 
 class Client:
@@ -160,40 +190,38 @@ class Client:
             except (asyncio.CancelledError, Exception):
                 pass
         self._fail_all(ConnectionClosed("the client was closed"))
-        for s in self._subs:
-            s._end()
 
     # -- the protocol's methods -------------------------------------------------------------
 
-    async def create_conversation(self, **params: Any) -> Json:
+    async def create_conversation(self, **params: Any) -> CreateConversationResult:
         """`createConversation` (`conversationId`, `participants`, `metadata`, `scenario`,
         `scenarioName`, `parentConversationId`, `input`: as the protocol names them)."""
-        return await self.call("createConversation", params)
+        return cast(CreateConversationResult, await self.call("createConversation", params))
 
-    async def get_conversation(self, conversation_id: str) -> Json:
+    async def get_conversation(self, conversation_id: str) -> Snapshot:
         """`getConversation`: the snapshot with the caller's guidance."""
-        return await self.call("getConversation", {"conversationId": conversation_id})
+        return cast(Snapshot, await self.call("getConversation", {"conversationId": conversation_id}))
 
-    async def list_conversations(self) -> Json:
+    async def list_conversations(self) -> ListConversationsResult:
         """`listConversations`: `{conversations: [snapshot]}`."""
-        return await self.call("listConversations", {})
+        return cast(ListConversationsResult, await self.call("listConversations", {}))
 
-    async def list_scenarios(self) -> Json:
+    async def list_scenarios(self) -> ListScenariosResult:
         """`listScenarios` (admins): the server's scenario library."""
-        return await self.call("listScenarios", {})
+        return cast(ListScenariosResult, await self.call("listScenarios", {}))
 
-    async def tail(self, conversation_id: str, since_seq: int = 0, limit: int | None = None) -> Json:
+    async def tail(self, conversation_id: str, since_seq: int = 0, limit: int | None = None) -> TailResult:
         """`tail`: `{events, latestSeq}` after `since_seq` (at most `limit`, capped at 1,000)."""
-        return await self.call(
+        return cast(TailResult, await self.call(
             "tail", _some({"conversationId": conversation_id, "sinceSeq": since_seq, "limit": limit})
-        )
+        ))
 
-    async def wait_for_change(self, conversation_id: str, since_seq: int, timeout_ms: int) -> Json:
+    async def wait_for_change(self, conversation_id: str, since_seq: int, timeout_ms: int) -> WaitForChangeResult:
         """`waitForChange`: `{latestSeq, timedOut}` once the log is past `since_seq`."""
-        return await self.call(
+        return cast(WaitForChangeResult, await self.call(
             "waitForChange",
             {"conversationId": conversation_id, "sinceSeq": since_seq, "timeoutMs": timeout_ms},
-        )
+        ))
 
     async def get_updates(
         self,
@@ -201,9 +229,9 @@ class Client:
         since_seq: int | None = None,
         limit: int | None = None,
         timeout_ms: int | None = None,
-    ) -> Json:
+    ) -> GetUpdatesResult:
         """`getUpdatesOrGuidance`: the messages after `since_seq` with guidance."""
-        return await self.call(
+        return cast(GetUpdatesResult, await self.call(
             "getUpdatesOrGuidance",
             _some(
                 {
@@ -213,7 +241,7 @@ class Client:
                     "timeoutMs": timeout_ms,
                 }
             ),
-        )
+        ))
 
     async def send_message(
         self,
@@ -223,7 +251,7 @@ class Client:
         *,
         turn_hint: int | None = None,
         client_request_id: str | None = None,
-    ) -> Json:
+    ) -> AppendResult:
         """`sendMessage` (`payload`: a message payload, or its text): `{seq, turn, duplicate}`.
         It always carries an idempotency key (a new one when none is given), so a retry after
         a lost answer appends nothing twice."""
@@ -237,7 +265,7 @@ class Client:
         }
         if turn_hint is not None:
             params["turnHint"] = {"turn": turn_hint}
-        return await self.call("sendMessage", params)
+        return cast(AppendResult, await self.call("sendMessage", params))
 
     async def send_trace(
         self,
@@ -246,7 +274,7 @@ class Client:
         *,
         turn: int | None = None,
         client_request_id: str | None = None,
-    ) -> Json:
+    ) -> AppendResult:
         """`sendTrace`: `{seq, turn, duplicate}`, with an idempotency key as `send_message`."""
         params = _some(
             {
@@ -256,21 +284,21 @@ class Client:
                 "clientRequestId": client_request_id or _key(),
             }
         )
-        return await self.call("sendTrace", params)
+        return cast(AppendResult, await self.call("sendTrace", params))
 
-    async def pause_conversation(self, conversation_id: str) -> Json:
+    async def pause_conversation(self, conversation_id: str) -> Any:
         """`pauseConversation` (admins)."""
         return await self.call("pauseConversation", {"conversationId": conversation_id})
 
-    async def resume_conversation(self, conversation_id: str) -> Json:
+    async def resume_conversation(self, conversation_id: str) -> Any:
         """`resumeConversation` (admins)."""
         return await self.call("resumeConversation", {"conversationId": conversation_id})
 
     async def fork_conversation(
         self, conversation_id: str, at_seq: int, new_conversation_id: str | None = None
-    ) -> Json:
+    ) -> CreateConversationResult:
         """`forkConversation` (admins): `{conversationId}` of the copy."""
-        return await self.call(
+        return cast(CreateConversationResult, await self.call(
             "forkConversation",
             _some(
                 {
@@ -279,7 +307,7 @@ class Client:
                     "newConversationId": new_conversation_id,
                 }
             ),
-        )
+        ))
 
     async def subscribe(self, conversation_id: str | None = None, since_seq: int | None = None) -> Subscription:
         """`subscribe`: the events after `since_seq` of one conversation, or of every
@@ -319,16 +347,17 @@ class Client:
 
     async def unregister_executor(self, offers: Offers) -> bool:
         """`unregisterExecutor`: no more offers come to `offers`."""
+        offers._end()
         if offers in self._offers:
             self._offers.remove(offers)
         if offers.server_id is None:
             return False
         return bool(await self.call("unregisterExecutor", {"subscription": offers.server_id}))
 
-    async def claim_turn(self, claim_id: str) -> Json:
+    async def claim_turn(self, claim_id: str) -> ClaimTurnResult:
         """`claimTurn`: `{granted, conversationId, turn, deadline}`, or `RpcError` with
         `ErrorCode.CLAIM_NOT_FOUND` when another replica has it or the turn is over."""
-        return await self.call("claimTurn", {"claimId": claim_id})
+        return cast(ClaimTurnResult, await self.call("claimTurn", {"claimId": claim_id}))
 
     async def call(
         self, method: str, params: Json, *, on_result: Callable[[Any], None] | None = None
@@ -465,9 +494,14 @@ class Client:
                 sub._take(params["result"])
 
     def _fail_all(self, error: BaseException) -> None:
+        """Fails every call waiting, and ends every subscription and registration."""
         for call in self._calls.values():
             if not call.future.done():
                 call.future.set_exception(error)
+        for s in self._subs:
+            s._end()
+        for o in self._offers:
+            o._end()
 
 
 def _subscribe_params(sub: Subscription) -> Json:

@@ -1,6 +1,6 @@
 """The protocol's errors, typed: each code of PROTOCOL.md §11 is an `ErrorCode`, and a refusal
-from the server is an `RpcError` carrying it (`tests/test_wire.py` fails when this table and
-`proto-spec/openrpc.json` drift apart)."""
+from the server is an `RpcError` carrying it (`tests/python/test_sdk_python.py` fails when
+this table and `proto-spec/openrpc.json` drift apart)."""
 
 from __future__ import annotations
 
