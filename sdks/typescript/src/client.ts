@@ -1,0 +1,560 @@
+/**
+ * `Client`: every method of the orchestrator's protocol over one WebSocket, kept alive.
+ *
+ * One loop owns the connection. When it drops, that loop reconnects with exponential backoff
+ * and jitter, authenticates again, subscribes again from the cursor of each subscription (the
+ * last seq it delivered, per conversation) and registers its push executors again, then sends
+ * again every call that had no answer yet. A write sent again is safe: `sendMessage` and
+ * `sendTrace` always carry an idempotency key (one is made when the caller gives none), so the
+ * server answers a write it already took with the original result (`duplicate: true`), and a
+ * subscription skips what it delivered before the drop. Callers see none of it but the wait.
+ */
+
+import { randomUUID } from "node:crypto";
+import WebSocket from "ws";
+
+import { AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError } from "./errors.js";
+import type {
+  AppendResult,
+  ClaimTurnResult,
+  CreateConversationParams,
+  CreateConversationResult,
+  EventNotification,
+  Finality,
+  GetUpdatesResult,
+  ListConversationsResult,
+  ListScenariosResult,
+  MessagePayload,
+  RequestTurnNotification,
+  Snapshot,
+  TailResult,
+  WaitForChangeResult,
+} from "./wire.js";
+
+/** A JSON object as the protocol sends it. */
+export type Json = Record<string, unknown>;
+
+/** How a client connects. */
+export interface ClientOptions {
+  /** The first reconnect's delay in milliseconds (doubling, with jitter); 50 by default. */
+  minBackoffMs?: number;
+  /** The longest delay between reconnects in milliseconds; 5,000 by default. */
+  maxBackoffMs?: number;
+  /** Certificate authorities to trust for `wss://` (PEM), beside the system's. */
+  ca?: string | Buffer | Array<string | Buffer>;
+}
+
+const END = Symbol("end");
+
+/** Items in order, until an end: what subscriptions and registrations hand out. */
+class Stream<T> implements AsyncIterable<T> {
+  private items: Array<T | typeof END> = [];
+  private waiters: Array<(item: T | typeof END) => void> = [];
+  /** True once the stream has ended (what it held may still be taken). */
+  closed = false;
+
+  push(item: T): void {
+    const w = this.waiters.shift();
+    if (w) w(item);
+    else this.items.push(item);
+  }
+
+  end(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const w of this.waiters.splice(0)) w(END);
+    this.items.push(END);
+  }
+
+  private pull(timeoutMs?: number): Promise<T | typeof END> {
+    const first = this.items[0];
+    if (first !== undefined) {
+      if (first !== END) this.items.shift();
+      return Promise.resolve(first);
+    }
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const waiter = (item: T | typeof END): void => {
+        if (timer) clearTimeout(timer);
+        resolve(item);
+      };
+      this.waiters.push(waiter);
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          this.waiters = this.waiters.filter((w) => w !== waiter);
+          reject(new Error(`nothing came within ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+    });
+  }
+
+  /** The next item, waiting at most `timeoutMs`; `ConnectionClosed` once ended and drained. */
+  async next(timeoutMs?: number): Promise<T> {
+    const item = await this.pull(timeoutMs);
+    if (item === END) throw new ConnectionClosed("the stream has ended");
+    return item;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    for (;;) {
+      const item = await this.pull();
+      if (item === END) return;
+      yield item;
+    }
+  }
+}
+
+/**
+ * Events of one conversation, or of every conversation the caller takes part in, in seq order
+ * per conversation with no gap and no duplicate across reconnects. Iterate it (`for await`):
+ * each item is `{conversationId, event}`.
+ */
+export class Subscription extends Stream<EventNotification> {
+  /** The server's id for it on the current connection. */
+  serverId: number | null = null;
+  constructor(
+    /** The conversation, or null for every conversation. */
+    readonly conversationId: string | null,
+    /** The last seq delivered (or to resume after), per conversation. */
+    readonly cursors: Map<string, number>,
+    /** For every conversation: where a conversation with no cursor replays from. */
+    readonly sinceAll = 0,
+  ) {
+    super();
+  }
+
+  /** @internal */
+  deliver(n: EventNotification): void {
+    const seq = n.event.seq;
+    if (seq <= (this.cursors.get(n.conversationId) ?? 0)) return; // delivered before a reconnect
+    this.cursors.set(n.conversationId, seq);
+    this.push(n);
+  }
+
+  /** @internal `subscribe`'s params from the cursors: what it has not delivered yet. */
+  params(): Json {
+    if (this.conversationId !== null) {
+      return { conversationId: this.conversationId, sinceSeq: this.cursors.get(this.conversationId) ?? 0 };
+    }
+    return { sinceSeq: this.sinceAll, cursors: Object.fromEntries(this.cursors) };
+  }
+}
+
+/**
+ * The `request_turn` offers made to this connection as a push replica of its agent
+ * (`Client.registerExecutor`); claim one with `Client.claimTurn`.
+ */
+export class Offers extends Stream<RequestTurnNotification> {
+  /** The server's id for the registration on the current connection. */
+  serverId: number | null = null;
+}
+
+interface Call {
+  method: string;
+  params: Json;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+  /** Run as the answer is read, before the reader reads on. */
+  onResult?: (result: unknown) => void;
+}
+
+function some(params: Json): Json {
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined && v !== null));
+}
+
+/** A new idempotency key. */
+export function newKey(): string {
+  return `ts-${randomUUID()}`;
+}
+
+/**
+ * A connection to the orchestrator as the agent of a token. Make one with
+ * `await Client.connect(url, token)`; close it with `await client.close()`.
+ */
+export class Client {
+  /** The agent the token speaks as, once authenticated. */
+  agentId: string | null = null;
+  /** How many times the connection was made again after a drop. */
+  reconnects = 0;
+
+  private nextId = 1;
+  private calls = new Map<number, Call>();
+  private subs: Subscription[] = [];
+  private offers: Offers[] = [];
+  private ws: WebSocket | null = null;
+  private ready = false;
+  private closing = false;
+  private fatal: Error | null = null;
+  private owner: Promise<void> | null = null;
+  private readyWaiters: Array<(error: Error | null) => void> = [];
+  private wake: (() => void) | null = null;
+
+  private constructor(
+    readonly url: string,
+    private readonly token: string,
+    private readonly options: ClientOptions,
+  ) {}
+
+  /**
+   * Connects and authenticates (rejecting with `AuthenticationFailed` for a refused token);
+   * from then on the client keeps itself connected.
+   */
+  static async connect(url: string, token: string, options: ClientOptions = {}): Promise<Client> {
+    const client = new Client(url, token, options);
+    const ready = new Promise<void>((resolve, reject) => {
+      client.readyWaiters.push((e) => (e ? reject(e) : resolve()));
+    });
+    client.owner = client.own();
+    await ready;
+    return client;
+  }
+
+  /** Closes the connection for good: calls still waiting reject with `ConnectionClosed`. */
+  async close(): Promise<void> {
+    this.closing = true;
+    this.ws?.close();
+    this.wake?.();
+    this.failAll(new ConnectionClosed("the client was closed"));
+    await this.owner;
+  }
+
+  // -- the protocol's methods -------------------------------------------------------------
+
+  /** `createConversation` (`conversationId`, `participants`, `metadata`, `scenario`, …). */
+  createConversation(params: CreateConversationParams | Json = {}): Promise<CreateConversationResult> {
+    return this.call("createConversation", params as Json);
+  }
+
+  /** `getConversation`: the snapshot with the caller's guidance. */
+  getConversation(conversationId: string): Promise<Snapshot> {
+    return this.call("getConversation", { conversationId });
+  }
+
+  /** `listConversations`: `{conversations: [snapshot]}`. */
+  listConversations(): Promise<ListConversationsResult> {
+    return this.call("listConversations", {});
+  }
+
+  /** `listScenarios` (admins): the server's scenario library. */
+  listScenarios(): Promise<ListScenariosResult> {
+    return this.call("listScenarios", {});
+  }
+
+  /** `tail`: `{events, latestSeq}` after `sinceSeq` (at most `limit`, capped at 1,000). */
+  tail(conversationId: string, sinceSeq = 0, limit?: number): Promise<TailResult> {
+    return this.call("tail", some({ conversationId, sinceSeq, limit }));
+  }
+
+  /** `waitForChange`: `{latestSeq, timedOut}` once the log is past `sinceSeq`. */
+  waitForChange(conversationId: string, sinceSeq: number, timeoutMs: number): Promise<WaitForChangeResult> {
+    return this.call("waitForChange", { conversationId, sinceSeq, timeoutMs });
+  }
+
+  /** `getUpdatesOrGuidance`: the messages after `sinceSeq` with guidance. */
+  getUpdates(
+    conversationId: string,
+    options: { sinceSeq?: number; limit?: number; timeoutMs?: number } = {},
+  ): Promise<GetUpdatesResult> {
+    return this.call("getUpdatesOrGuidance", some({ conversationId, ...options }));
+  }
+
+  /**
+   * `sendMessage` (`payload`: a message payload, or its text): `{seq, turn, duplicate}`. It
+   * always carries an idempotency key (a new one when none is given), so a retry after a lost
+   * answer appends nothing twice.
+   */
+  sendMessage(
+    conversationId: string,
+    payload: MessagePayload | string,
+    finality: Finality = "turn",
+    options: { turnHint?: number; clientRequestId?: string } = {},
+  ): Promise<AppendResult> {
+    const params: Json = {
+      conversationId,
+      payload: typeof payload === "string" ? { text: payload } : payload,
+      finality,
+      clientRequestId: options.clientRequestId ?? newKey(),
+    };
+    if (options.turnHint !== undefined) params.turnHint = { turn: options.turnHint };
+    return this.call("sendMessage", params);
+  }
+
+  /** `sendTrace`: `{seq, turn, duplicate}`, with an idempotency key as `sendMessage`. */
+  sendTrace(
+    conversationId: string,
+    payload: unknown,
+    options: { turn?: number; clientRequestId?: string } = {},
+  ): Promise<AppendResult> {
+    return this.call(
+      "sendTrace",
+      some({ conversationId, payload, turn: options.turn, clientRequestId: options.clientRequestId ?? newKey() }),
+    );
+  }
+
+  /** `pauseConversation` (admins). */
+  pauseConversation(conversationId: string): Promise<unknown> {
+    return this.call("pauseConversation", { conversationId });
+  }
+
+  /** `resumeConversation` (admins). */
+  resumeConversation(conversationId: string): Promise<unknown> {
+    return this.call("resumeConversation", { conversationId });
+  }
+
+  /** `forkConversation` (admins): `{conversationId}` of the copy. */
+  forkConversation(conversationId: string, atSeq: number, newConversationId?: string): Promise<CreateConversationResult> {
+    return this.call("forkConversation", some({ conversationId, atSeq, newConversationId }));
+  }
+
+  /**
+   * `subscribe`: the events after `sinceSeq` of one conversation, or of every conversation the
+   * caller takes part in (with `sinceSeq`, each replays after it; without, only what commits
+   * from now on). Kept across reconnects from its cursors.
+   */
+  async subscribe(conversationId?: string, sinceSeq?: number): Promise<Subscription> {
+    let sub: Subscription;
+    if (conversationId !== undefined) {
+      // "From now on", made exact: the head now is the cursor to resume from.
+      const from = sinceSeq ?? (await this.getConversation(conversationId)).latestSeq;
+      sub = new Subscription(conversationId, new Map([[conversationId, from]]));
+    } else if (sinceSeq === undefined) {
+      // The same for every conversation; those created later replay from their start.
+      const listed = await this.listConversations();
+      sub = new Subscription(null, new Map(listed.conversations.map((c) => [c.conversationId, c.latestSeq])));
+    } else {
+      sub = new Subscription(null, new Map(), sinceSeq);
+    }
+    this.subs.push(sub);
+    await this.call("subscribe", sub.params(), (id) => {
+      sub.serverId = id as number;
+    });
+    return sub;
+  }
+
+  /** `unsubscribe`: ends `sub` (its iteration stops after what it holds). */
+  async unsubscribe(sub: Subscription): Promise<boolean> {
+    sub.end();
+    this.subs = this.subs.filter((s) => s !== sub);
+    if (sub.serverId === null) return false;
+    return Boolean(await this.call("unsubscribe", { subscription: sub.serverId }));
+  }
+
+  /**
+   * `registerExecutor {mode: "push"}`: this connection becomes a push replica of its agent;
+   * the turns offered to it come through the returned `Offers`.
+   */
+  async registerExecutor(): Promise<Offers> {
+    const offers = new Offers();
+    this.offers.push(offers);
+    await this.call("registerExecutor", { mode: "push" }, (id) => {
+      offers.serverId = id as number;
+    });
+    return offers;
+  }
+
+  /** `unregisterExecutor`: no more offers come to `offers`. */
+  async unregisterExecutor(offers: Offers): Promise<boolean> {
+    offers.end();
+    this.offers = this.offers.filter((o) => o !== offers);
+    if (offers.serverId === null) return false;
+    return Boolean(await this.call("unregisterExecutor", { subscription: offers.serverId }));
+  }
+
+  /**
+   * `claimTurn`: `{granted, conversationId, turn, deadline}`, or `RpcError` with
+   * `ErrorCode.ClaimNotFound` when another replica has it or the turn is over.
+   */
+  claimTurn(claimId: string): Promise<ClaimTurnResult> {
+    return this.call("claimTurn", { claimId });
+  }
+
+  /**
+   * Any method by name: its result, or `RpcError`. Sent again after a reconnect until it is
+   * answered or the client is closed.
+   */
+  call<T>(method: string, params: Json, onResult?: (result: unknown) => void): Promise<T> {
+    if (this.closing) return Promise.reject(new ConnectionClosed("the client was closed"));
+    if (this.fatal) return Promise.reject(this.fatal);
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const call: Call = {
+        method,
+        params,
+        resolve: (v) => {
+          this.calls.delete(id);
+          resolve(v as T);
+        },
+        reject: (e) => {
+          this.calls.delete(id);
+          reject(e);
+        },
+        onResult,
+      };
+      this.calls.set(id, call);
+      this.send(id, call);
+    });
+  }
+
+  // -- the connection ---------------------------------------------------------------------
+
+  private send(id: number, call: Call): void {
+    const ws = this.ws;
+    if (!ws || !this.ready || ws.readyState !== WebSocket.OPEN) return; // sent after reconnecting
+    ws.send(JSON.stringify({ jsonrpc: "2.0", id, method: call.method, params: call.params }));
+  }
+
+  private settleReady(error: Error | null): void {
+    for (const w of this.readyWaiters.splice(0)) w(error);
+  }
+
+  /** The connection's owner: connect, take part, and on a drop start again. */
+  private async own(): Promise<void> {
+    let failures = 0;
+    while (!this.closing) {
+      try {
+        const ws = await this.open();
+        await this.authenticate(ws);
+        if (this.closing) {
+          ws.close();
+          break;
+        }
+        this.ws = ws;
+        const closed = new Promise<void>((resolve) => ws.once("close", () => resolve()));
+        ws.on("message", (raw) => this.read(String(raw)));
+        this.resume();
+        failures = 0;
+        this.settleReady(null);
+        await closed;
+      } catch (e) {
+        if (e instanceof AuthenticationFailed) {
+          this.fatal = e;
+          this.failAll(e);
+          this.settleReady(e);
+          return;
+        }
+      } finally {
+        this.ws = null;
+        this.ready = false;
+      }
+      if (this.closing) break;
+      failures += 1;
+      this.reconnects += 1;
+      const min = this.options.minBackoffMs ?? 50;
+      const max = this.options.maxBackoffMs ?? 5000;
+      const backoff = Math.min(max, min * 2 ** Math.min(failures, 16));
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        setTimeout(resolve, backoff * (0.5 + Math.random() / 2));
+      });
+      this.wake = null;
+    }
+    this.settleReady(new ConnectionClosed("the client was closed"));
+  }
+
+  private open(): Promise<WebSocket> {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(this.url, { maxPayload: 0, ca: this.options.ca });
+      const fail = (e: unknown): void => {
+        ws.removeAllListeners();
+        ws.on("error", () => {});
+        ws.terminate();
+        reject(e instanceof Error ? e : new Error(String(e)));
+      };
+      ws.once("open", () => {
+        ws.removeListener("error", fail);
+        ws.on("error", () => {}); // a drop shows as "close"
+        resolve(ws);
+      });
+      ws.once("error", fail);
+    });
+  }
+
+  private authenticate(ws: WebSocket): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => done(new Error("no answer to authenticate within 30 s")), 30_000);
+      const done = (e: Error | null): void => {
+        clearTimeout(timer);
+        ws.removeListener("message", onMessage);
+        ws.removeListener("close", onClose);
+        if (e) {
+          ws.terminate();
+          reject(e);
+        } else resolve();
+      };
+      const onMessage = (raw: WebSocket.RawData): void => {
+        const msg = JSON.parse(String(raw)) as Json;
+        if (msg.id !== 0) return;
+        if (msg.error) {
+          const e = RpcError.fromWire(msg.error as Json);
+          done(e.code === ErrorCode.Unauthenticated ? new AuthenticationFailed(e.message) : e);
+          return;
+        }
+        this.agentId = ((msg.result as Json | undefined)?.agentId as string | undefined) ?? null;
+        done(null);
+      };
+      const onClose = (): void => done(new Error("the connection closed while authenticating"));
+      ws.on("message", onMessage);
+      ws.once("close", onClose);
+      ws.send(JSON.stringify({ jsonrpc: "2.0", id: 0, method: "authenticate", params: { token: this.token } }));
+    });
+  }
+
+  /**
+   * After (re)authenticating: subscriptions and registrations again, then every call still
+   * unanswered, in the order they were made.
+   */
+  private resume(): void {
+    const again = [...this.calls.entries()].sort(([a], [b]) => a - b);
+    this.ready = true;
+    for (const sub of this.subs) {
+      if (sub.serverId === null) continue;
+      this.call("subscribe", sub.params(), (id) => {
+        sub.serverId = id as number;
+      }).catch(() => {}); // the next reconnect tries again
+    }
+    for (const offers of this.offers) {
+      if (offers.serverId === null) continue;
+      this.call("registerExecutor", { mode: "push" }, (id) => {
+        offers.serverId = id as number;
+      }).catch(() => {});
+    }
+    for (const [id, call] of again) this.send(id, call);
+  }
+
+  private read(raw: string): void {
+    let msg: Json;
+    try {
+      msg = JSON.parse(raw) as Json;
+    } catch {
+      return;
+    }
+    if ("id" in msg && msg.method === undefined) {
+      const call = this.calls.get(msg.id as number);
+      if (!call) return;
+      if (msg.error) call.reject(RpcError.fromWire(msg.error as Json));
+      else {
+        call.onResult?.(msg.result);
+        call.resolve(msg.result);
+      }
+      return;
+    }
+    const params = msg.params as { subscription: number; result: unknown } | undefined;
+    if (!params) return;
+    if (msg.method === "event") {
+      for (const sub of this.subs) {
+        if (sub.serverId === params.subscription) sub.deliver(params.result as EventNotification);
+      }
+    } else if (msg.method === "request_turn") {
+      for (const offers of this.offers) {
+        if (offers.serverId === params.subscription) offers.push(params.result as RequestTurnNotification);
+      }
+    }
+  }
+
+  /** Fails every call waiting, and ends every subscription and registration. */
+  private failAll(error: Error): void {
+    for (const call of [...this.calls.values()]) call.reject(error);
+    for (const sub of this.subs) sub.end();
+    for (const offers of this.offers) offers.end();
+  }
+}

@@ -1,0 +1,177 @@
+/**
+ * The client against the real server: every method, typed errors, a push replica's offer and
+ * claim, and its guarantees through a proxy that cuts connections: a subscription resumes with
+ * no gap and no duplicate, and a write cut before its answer lands once.
+ */
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+
+import { AuthenticationFailed, Client, ErrorCode, RpcError } from "../src/index.js";
+import { CuttingProxy, ROOT, Server, sleep, wholeLog } from "./harness.js";
+
+let server: Server;
+before(async () => {
+  server = await Server.start();
+});
+after(() => server.stop());
+
+const ROUND_ROBIN = { participants: ["alice", "bob"], policy: { order: "round_robin", first: "alice" } };
+
+async function refusal(work: Promise<unknown>): Promise<RpcError> {
+  try {
+    await work;
+  } catch (e) {
+    assert.ok(e instanceof RpcError, `an RpcError, not ${String(e)}`);
+    return e;
+  }
+  assert.fail("the call was not refused");
+}
+
+test("the SDK's error codes are the protocol's", () => {
+  const spec = JSON.parse(readFileSync(path.join(ROOT, "proto-spec", "openrpc.json"), "utf8")) as {
+    "x-errors": Array<{ name: string; code: number }>;
+  };
+  const wire = Object.fromEntries(spec["x-errors"].map((e) => [e.name, e.code]));
+  assert.deepEqual({ ...ErrorCode }, wire);
+});
+
+test("every method, and typed errors", async () => {
+  const admin = await Client.connect(server.url, server.tokens.admin!);
+  const alice = await Client.connect(server.url, server.tokens.alice!);
+  const bob = await Client.connect(server.url, server.tokens.bob!);
+  assert.equal(alice.agentId, "alice");
+  const made = await admin.createConversation({ conversationId: "c1", scenario: ROUND_ROBIN });
+  assert.deepEqual(made, { conversationId: "c1" });
+  const sub = await bob.subscribe("c1", 0);
+  const first = await sub.next(10_000);
+  assert.equal(first.conversationId, "c1");
+  assert.equal(first.event.seq, 1);
+
+  // Not bob's turn: a typed refusal with the protocol's code and data.
+  const refused = await refusal(bob.sendMessage("c1", "me first"));
+  assert.equal(refused.code, ErrorCode.NotYourTurn);
+  assert.equal((refused.data as { error: string }).error, "NotYourTurn");
+
+  const snap = await alice.getConversation("c1");
+  const r = await alice.sendMessage("c1", "hello", "turn", { turnHint: snap.turn, clientRequestId: "k1" });
+  assert.equal(r.duplicate, false);
+  const again = await alice.sendMessage("c1", "hello", "turn", { turnHint: snap.turn, clientRequestId: "k1" });
+  assert.deepEqual(again, { ...r, duplicate: true }, "a retried key answers the original");
+  const trace = await alice.sendTrace("c1", { type: "note", text: "thinking" });
+  assert.ok(trace.seq > r.seq);
+
+  const updates = await bob.getUpdates("c1", { sinceSeq: 0, timeoutMs: 0 });
+  assert.deepEqual(
+    updates.messages.map((m) => (m.payload as { text: string }).text),
+    ["hello"],
+  );
+  assert.equal(updates.guidance.status, "may_speak");
+  const changed = await bob.waitForChange("c1", 0, 1000);
+  assert.equal(changed.timedOut, false);
+  const tail = await bob.tail("c1", 0, 2);
+  assert.deepEqual(
+    tail.events.map((e) => e.seq),
+    [1, 2],
+  );
+  const listed = await bob.listConversations();
+  assert.deepEqual(
+    listed.conversations.map((c) => c.conversationId),
+    ["c1"],
+  );
+  assert.deepEqual((await admin.listScenarios()).scenarios, []);
+  assert.equal((await refusal(bob.listScenarios())).code, ErrorCode.Forbidden);
+
+  await admin.pauseConversation("c1");
+  assert.equal((await refusal(bob.sendMessage("c1", "while paused"))).code, ErrorCode.ConversationPaused);
+  await admin.resumeConversation("c1");
+  const fork = await admin.forkConversation("c1", 2, "c1-fork");
+  assert.equal(fork.conversationId, "c1-fork");
+
+  const seen: number[] = [];
+  for (let i = 0; i < tail.latestSeq - 1; i++) seen.push((await sub.next(10_000)).event.seq);
+  assert.deepEqual(
+    seen,
+    Array.from({ length: tail.latestSeq - 1 }, (_, i) => i + 2),
+  );
+  assert.equal(await bob.unsubscribe(sub), true);
+  // Iteration ends once the subscription has, after what it held (the pause and resume).
+  const rest: number[] = [];
+  for await (const item of sub) rest.push(item.event.seq);
+  assert.ok(rest.length <= 2);
+  assert.deepEqual(
+    rest,
+    rest.map((_, i) => seen[seen.length - 1]! + 1 + i),
+  );
+
+  await assert.rejects(Client.connect(server.url, "oct_not-a-token"), AuthenticationFailed);
+  for (const c of [admin, alice, bob]) await c.close();
+});
+
+test("a push replica is offered the turn and claims it", async () => {
+  const admin = await Client.connect(server.url, server.tokens.admin!);
+  const bob = await Client.connect(server.url, server.tokens.bob!);
+  const offers = await bob.registerExecutor();
+  await admin.createConversation({
+    conversationId: "p1",
+    scenario: { participants: ["alice", "bob"], policy: { order: "round_robin", first: "bob" } },
+  });
+  const offer = await offers.next(10_000);
+  assert.equal(offer.conversationId, "p1");
+  assert.equal(offer.agentId, "bob");
+  const granted = await bob.claimTurn(offer.claimId);
+  assert.equal(granted.granted, true);
+  const r = await bob.sendMessage("p1", "my turn", "turn", { turnHint: granted.turn });
+  assert.equal(r.turn, granted.turn);
+  assert.equal((await refusal(bob.claimTurn("no-such-claim"))).code, ErrorCode.ClaimNotFound);
+  assert.equal(await bob.unregisterExecutor(offers), true);
+  await admin.close();
+  await bob.close();
+});
+
+test("resume and retried writes through a proxy that cuts", async () => {
+  // A subscriber and a writer behind a proxy that cuts their connections every 50–150 ms
+  // while a direct writer posts: the subscriber sees every event once, in seq order; every
+  // write the cut writer made lands once (its retries carry the same idempotency key).
+  const admin = await Client.connect(server.url, server.tokens.admin!);
+  await admin.createConversation({ conversationId: "busy", participants: ["alice", "bob"] });
+  const proxy = await new CuttingProxy(server.port).start();
+  const opts = { minBackoffMs: 10, maxBackoffMs: 200 };
+  const bob = await Client.connect(proxy.url, server.tokens.bob!, opts);
+  const cutAlice = await Client.connect(proxy.url, server.tokens.alice!, opts);
+  const direct = await Client.connect(server.url, server.tokens.alice!);
+  const sub = await bob.subscribe("busy", 0);
+
+  let cutting = true;
+  const cutter = (async () => {
+    while (cutting) {
+      await sleep(50 + Math.random() * 100);
+      proxy.cut();
+    }
+  })();
+  const write = async (client: Client, prefix: string, n: number): Promise<void> => {
+    for (let i = 0; i < n; i++) await client.sendMessage("busy", `${prefix}${i}`, "none");
+  };
+  await Promise.all([write(direct, "d", 150), write(cutAlice, "c", 150)]);
+  cutting = false;
+  await cutter;
+  const total = 1 + 300;
+  const seqs: number[] = [];
+  while (seqs.length < total) seqs.push((await sub.next(20_000)).event.seq);
+  assert.deepEqual(
+    seqs,
+    Array.from({ length: total }, (_, i) => i + 1),
+    "no gap, no duplicate, in order",
+  );
+  const texts = (await wholeLog(admin, "busy"))
+    .filter((e) => e.kind === "message")
+    .map((e) => (e.payload as { text: string }).text)
+    .sort();
+  const expected = [...Array.from({ length: 150 }, (_, i) => `d${i}`), ...Array.from({ length: 150 }, (_, i) => `c${i}`)];
+  assert.deepEqual(texts, expected.sort());
+  assert.ok(bob.reconnects > 0 && cutAlice.reconnects > 0, "the proxy did cut them");
+  for (const c of [admin, bob, cutAlice, direct]) await c.close();
+  proxy.close();
+});
