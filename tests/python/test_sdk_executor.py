@@ -297,3 +297,69 @@ def test_the_python_partner_example_answers_in_both_modes(server):
         await alice.close()
 
     run(main())
+
+
+class Gated(Agent):
+    """Posts progress, waits for its gate, then answers: the same writes whichever replica
+    runs it."""
+
+    def __init__(self, gate=None):
+        self.gate = gate
+        self.ran = []
+
+    async def handle_turn(self, ctx):
+        self.ran.append(ctx.turn)
+        await ctx.say(f"working on turn {ctx.turn}", "none")
+        if self.gate is not None:
+            await self.gate.wait()
+        await ctx.say(f"answer to turn {ctx.turn}")
+        return TurnOutcome.POSTED
+
+
+def test_a_claim_lost_to_another_replica_through_a_cut_lands_one_reply(server):
+    """Replica A, behind a proxy, claims bob's turn and posts progress; the proxy cuts it off
+    (it reconnects, slowly); the turn is offered to replica B, which answers. A then finishes
+    its attempt: its writes are B's (same keys, same bodies) and land nothing twice."""
+    from test_sdk_python import CuttingProxy
+
+    async def main():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        alice = await Client.connect(server.url, server.tokens["alice"])
+        proxy = await CuttingProxy(server.port).start()
+        gate = asyncio.Event()
+        a_client = await Client.connect(proxy.url, server.tokens["bob"], min_backoff=1.0, max_backoff=1.0)
+        a = ExternalExecutor(a_client, Gated(gate))
+        a_task = asyncio.create_task(a.run_push())
+        await admin.create_conversation(conversationId="lost", scenario=ROUND_ROBIN)
+        await alice.send_message("lost", "q0")
+        for _ in range(250):
+            if any(e.get("finality") == "none" for e in await whole_log(admin, "lost")):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("replica A did not start the turn")
+        b_client = await Client.connect(server.url, server.tokens["bob"])
+        b_agent = Gated()
+        b = ExternalExecutor(b_client, b_agent)
+        b_task = asyncio.create_task(b.run_push())
+        proxy.cut()  # A loses its connection holding the claim
+        for _ in range(250):
+            if replies(await whole_log(admin, "lost"), "bob"):
+                break
+            await asyncio.sleep(0.02)
+        assert b_agent.ran == [2], "replica B took the turn A lost"
+        gate.set()  # A's attempt goes on, after its reconnect
+        for _ in range(250):
+            if a.reports:
+                break
+            await asyncio.sleep(0.02)
+        assert a_client.reconnects > 0
+        log = await whole_log(admin, "lost")
+        assert replies(log, "bob") == [(2, "answer to turn 2")], "one reply"
+        assert [e["payload"]["text"] for e in log if e.get("finality") == "none"] == ["working on turn 2"]
+        for c in (a_client, b_client, admin, alice):
+            await c.close()
+        await asyncio.gather(a_task, b_task)
+        await proxy.close()
+
+    run(main())

@@ -25,7 +25,7 @@ import {
   ExternalExecutor,
   TurnOutcome,
 } from "../src/index.js";
-import { ROOT, Server, sleep, until, wholeLog } from "./harness.js";
+import { CuttingProxy, ROOT, Server, sleep, until, wholeLog } from "./harness.js";
 
 let server: Server;
 before(async () => {
@@ -156,6 +156,7 @@ test("push mode claims, runs, and meets deadlines", async () => {
   const labels = new Set(sleepy.reports.map(([, r]) => r.label));
   assert.ok(labels.has("deadline_exceeded"));
   assert.ok([...labels].every((l) => l === "deadline_exceeded" || l === "already_running"));
+  await admin.pauseConversation("late"); // its turns would go on timing out and turning over
   await bob.close();
   await pushing;
   assert.equal(
@@ -308,4 +309,61 @@ test("the TypeScript partner example answers in both modes", async () => {
   }
   await admin.close();
   await alice.close();
+});
+
+test("a claim lost to another replica through a cut lands one reply", async () => {
+  // Replica A, behind a proxy, claims bob's turn and posts progress; the proxy cuts it off (it
+  // reconnects, slowly); the turn is offered to replica B, which answers. A then finishes its
+  // attempt: its writes are B's (same keys, same bodies) and land nothing twice.
+  const gated = (gate?: Promise<void>) => {
+    const ran: Array<[string, number]> = [];
+    const agent: Agent = {
+      async handleTurn(ctx) {
+        ran.push([ctx.conversationId, ctx.turn]);
+        await ctx.say(`working on turn ${ctx.turn}`, "none");
+        if (gate) await gate;
+        await ctx.say(`answer to turn ${ctx.turn}`);
+        return TurnOutcome.Posted;
+      },
+    };
+    return { agent, ran };
+  };
+  const admin = await Client.connect(server.url, server.tokens.admin!);
+  const alice = await Client.connect(server.url, server.tokens.alice!);
+  const proxy = await new CuttingProxy(server.port).start();
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const aClient = await Client.connect(proxy.url, server.tokens.bob!, { minBackoffMs: 1000, maxBackoffMs: 1000 });
+  const a = new ExternalExecutor(aClient, gated(gate).agent);
+  const aRun = a.runPush();
+  await admin.createConversation({ conversationId: "lost", scenario: ROUND_ROBIN });
+  await alice.sendMessage("lost", "q0");
+  assert.ok(
+    await until(async () => (await wholeLog(admin, "lost")).some((e) => e.finality === "none")),
+    "replica A started the turn",
+  );
+  const bClient = await Client.connect(server.url, server.tokens.bob!);
+  const bAgent = gated();
+  const b = new ExternalExecutor(bClient, bAgent.agent);
+  const bRun = b.runPush();
+  proxy.cut(); // A loses its connection holding the claim
+  assert.ok(await until(async () => replies(await wholeLog(admin, "lost"), "bob").length > 0));
+  // (The server's other conversations may give bob turns too: "late" turns over forever.)
+  assert.deepEqual(
+    bAgent.ran.filter(([c]) => c === "lost"),
+    [["lost", 2]],
+    "replica B took the turn A lost",
+  );
+  open(); // A's attempt goes on, after its reconnect
+  assert.ok(await until(() => a.reports.some(([x]) => x.conversationId === "lost" && x.turn === 2)));
+  assert.ok(aClient.reconnects > 0);
+  const log = await wholeLog(admin, "lost");
+  assert.deepEqual(replies(log, "bob"), [[2, "answer to turn 2"]], "one reply");
+  assert.deepEqual(
+    log.filter((e) => e.finality === "none").map((e) => (e.payload as { text: string }).text),
+    ["working on turn 2"],
+  );
+  for (const c of [aClient, bClient, admin, alice]) await c.close();
+  await Promise.all([aRun, bRun]);
+  proxy.close();
 });
