@@ -115,3 +115,25 @@ def test_mcp_adapter_serves_https_and_reaches_the_server_over_wss(tls_server, tm
         return [e["payload"].get("text") for e in page["events"]]
 
     assert "through both TLS hops" in run(read())
+
+
+def test_the_python_sdk_over_wss_trusting_the_ca(tls_server):
+    """The SDK's `Client` reaches `wss://` with a custom CA (`ssl=`), and is refused without it."""
+    from orchestrator_sdk import Client as SdkClient
+
+    s = tls_server
+
+    async def main():
+        admin = await SdkClient.connect(s.url, s.tokens["admin"], ssl=s.ssl)
+        await admin.create_conversation(conversationId="sdk-tls", participants=["alice"])
+        alice = await SdkClient.connect(s.url, s.tokens["alice"], ssl=s.ssl)
+        r = await alice.send_message("sdk-tls", "over tls", "none")
+        assert r["seq"] == 2
+        for c in (admin, alice):
+            await c.close()
+        # Without the CA (the system's only) the certificate is refused, at once: reconnecting
+        # would not help.
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await SdkClient.connect(s.url, s.tokens["alice"])
+
+    run(main())

@@ -162,6 +162,22 @@ function some(params: Json): Json {
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined && v !== null));
 }
 
+/** Node's codes for a certificate that does not verify. */
+const CERTIFICATE_ERRORS = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+function isCertificateError(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && CERTIFICATE_ERRORS.has(code);
+}
+
 /** A new idempotency key. */
 export function newKey(): string {
   return `ts-${randomUUID()}`;
@@ -426,10 +442,13 @@ export class Client {
         this.settleReady(null);
         await closed;
       } catch (e) {
-        if (e instanceof AuthenticationFailed) {
-          this.fatal = e;
-          this.failAll(e);
-          this.settleReady(e);
+        // A refused token, a certificate this client does not trust, a URL that is not a
+        // WebSocket's: connecting again would not help.
+        if (e instanceof AuthenticationFailed || isCertificateError(e) || e instanceof SyntaxError) {
+          const fatal = e as Error;
+          this.fatal = fatal;
+          this.failAll(fatal);
+          this.settleReady(fatal);
           return;
         }
       } finally {

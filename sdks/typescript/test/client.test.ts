@@ -5,12 +5,13 @@
  */
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
 import { AuthenticationFailed, Client, ErrorCode, RpcError } from "../src/index.js";
-import { CuttingProxy, ROOT, Server, sleep, wholeLog } from "./harness.js";
+import { CuttingProxy, makeCerts, ROOT, Server, sleep, wholeLog } from "./harness.js";
 
 let server: Server;
 before(async () => {
@@ -174,4 +175,28 @@ test("resume and retried writes through a proxy that cuts", async () => {
   assert.ok(bob.reconnects > 0 && cutAlice.reconnects > 0, "the proxy did cut them");
   for (const c of [admin, bob, cutAlice, direct]) await c.close();
   proxy.close();
+});
+
+test("wss:// trusting a custom CA, refused at once without it", async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), "sdk-ts-tls-"));
+  const certs = makeCerts(dir);
+  const tls = await Server.start(["--tls-cert", certs.cert, "--tls-key", certs.key]);
+  try {
+    assert.ok(tls.url.startsWith("wss://"));
+    const ca = readFileSync(certs.ca);
+    const admin = await Client.connect(tls.url, tls.tokens.admin!, { ca });
+    await admin.createConversation({ conversationId: "tls", participants: ["alice"] });
+    const alice = await Client.connect(tls.url, tls.tokens.alice!, { ca });
+    assert.equal((await alice.sendMessage("tls", "over tls", "none")).seq, 2);
+    await admin.close();
+    await alice.close();
+    // Without the CA the certificate is refused, at once: reconnecting would not help.
+    await assert.rejects(Client.connect(tls.url, tls.tokens.alice!), (e: { code?: string }) =>
+      String(e.code).includes("CERT"),
+    );
+    await assert.rejects(Client.connect("not a url", tls.tokens.alice!), SyntaxError);
+  } finally {
+    tls.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -47,10 +47,11 @@ export class Server {
     return execFileSync(BIN, args, { timeout: 30_000, encoding: "utf8" }).trim();
   }
 
-  static async start(): Promise<Server> {
+  /** Starts a server (`extra`: more arguments to `serve`, such as `--tls-cert`). */
+  static async start(extra: string[] = []): Promise<Server> {
     const s = new Server();
     s.tokens = { admin: s.token("admin", true), alice: s.token("alice"), bob: s.token("bob") };
-    const proc = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--db", s.db], {
+    const proc = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--db", s.db, ...extra], {
       stdio: ["ignore", "pipe", "ignore"],
     });
     s.proc = proc;
@@ -59,7 +60,7 @@ export class Server {
       lines.once("line", resolve);
       proc.once("exit", (code) => reject(new Error(`the server exited (${code}) before listening`)));
     });
-    const m = /(ws:\/\/\S+\/rpc)/.exec(first);
+    const m = /(wss?:\/\/\S+\/rpc)/.exec(first);
     if (!m?.[1]) throw new Error(`no address in ${JSON.stringify(first)}`);
     s.url = m[1];
     s.port = Number(new URL(s.url).port);
@@ -70,6 +71,16 @@ export class Server {
     this.proc?.kill("SIGKILL");
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A new CA and a certificate it signed for 127.0.0.1, made by the `test-certs` binary built
+ * beside the orchestrator: the paths of the CA, the certificate and its key.
+ */
+export function makeCerts(dir: string): { ca: string; cert: string; key: string } {
+  const out = execFileSync(path.join(path.dirname(BIN), "test-certs"), [dir, "ts"], { encoding: "utf8", timeout: 30_000 });
+  const [ca, cert, key] = out.trim().split(/\s+/) as [string, string, string];
+  return { ca, cert, key };
 }
 
 /** A TCP proxy on 127.0.0.1 in front of the server that can cut every connection through it. */

@@ -405,14 +405,22 @@ class Client:
         failures = 0
         while not self._closing:
             try:
-                async with websockets.connect(self.url, max_size=None, ssl=self._ssl) as ws:
+                # `ssl` only when given: wss:// without one trusts the system's CAs.
+                tls = {} if self._ssl is None else {"ssl": self._ssl}
+                async with websockets.connect(self.url, max_size=None, **tls) as ws:
                     await self._authenticate(ws)
                     self._ws = ws
                     reading = asyncio.create_task(self._read(ws))
                     await self._resume()
                     failures = 0
                     await reading
-            except AuthenticationFailed as e:
+            except (
+                AuthenticationFailed,
+                ssl_module.SSLCertVerificationError,
+                websockets.exceptions.InvalidURI,
+            ) as e:
+                # A refused token, a certificate this client does not trust, a URL that is not
+                # a WebSocket's: connecting again would not help.
                 self._fatal = e
                 self._fail_all(e)
                 raise
