@@ -406,7 +406,7 @@ class Client:
         while not self._closing:
             try:
                 # `ssl` only when given: wss:// without one trusts the system's CAs.
-                tls = {} if self._ssl is None else {"ssl": self._ssl}
+                tls: dict[str, Any] = {} if self._ssl is None else {"ssl": self._ssl}
                 async with websockets.connect(self.url, max_size=None, **tls) as ws:
                     await self._authenticate(ws)
                     self._ws = ws
