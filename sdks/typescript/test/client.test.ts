@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -37,6 +38,13 @@ test("the SDK's error codes are the protocol's", () => {
   };
   const wire = Object.fromEntries(spec["x-errors"].map((e) => [e.name, e.code]));
   assert.deepEqual({ ...ErrorCode }, wire);
+});
+
+test("the wire types are what the protocol's JSON Schemas generate", () => {
+  // scripts/gen-sdk-types --check fails when src/wire.ts (or the Python SDK's wire.py) and
+  // proto-spec/schemas drift apart.
+  const checked = spawnSync("python3", [path.join(ROOT, "scripts", "gen-sdk-types"), "--check"], { encoding: "utf8" });
+  assert.equal(checked.status, 0, checked.stderr);
 });
 
 test("every method, and typed errors", async () => {
