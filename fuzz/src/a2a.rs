@@ -1,6 +1,8 @@
 //! The A2A adapter for `a2a_request`: an orchestrator serving WebSocket on 127.0.0.1 with the
 //! scenario `expert` (the peer, then the expert, both external), and the adapter's routes in
-//! process, connected to it as the peer (an admin). A blocking `SendMessage` waits 5 ms.
+//! process, connected to it as the peer (an admin). A blocking `SendMessage` waits 1 ms: long
+//! enough for its wait loop to run once (nobody answers as the expert), short enough that the
+//! wait is not what a run spends its time on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +48,7 @@ impl A2aHarness {
             )
             .await
             .expect("the adapter")
-            .with_blocking_wait(Duration::from_millis(5));
+            .with_blocking_wait(Duration::from_millis(1));
             orchestrator_a2a::router(Arc::new(app))
         });
         A2aHarness { app, served }
