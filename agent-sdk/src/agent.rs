@@ -120,7 +120,7 @@ impl AgentContext {
     /// The idempotency key of this attempt's next write. It depends only on the turn, the
     /// attempt and the order of writes, so an attempt that is run again (after a crash of the
     /// executor, or on another replica) writes nothing twice.
-    fn next_key(&self, what: &str) -> String {
+    pub fn next_key(&self, what: &str) -> String {
         let n = self.posts.fetch_add(1, Ordering::Relaxed);
         format!("t{}.a{}.{what}{n}", self.turn, self.attempt)
     }

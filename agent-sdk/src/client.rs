@@ -4,6 +4,8 @@
 //! WebSocket) and the orchestrator's `InProcessClient` (inside the server, calling the same
 //! method core that serves `/rpc`). Agent code only ever sees this trait.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use proto_spec::*;
 use tokio::sync::mpsc;
@@ -121,6 +123,16 @@ impl TurnRequests {
 pub trait AgentClient: Send + Sync + std::fmt::Debug {
     /// The agent this client speaks as.
     fn agent_id(&self) -> &str;
+
+    /// A client like this one whose writes into `conversation_id` are refused unless this
+    /// agent's write with idempotency key `key` is in the log ahead of them. An executor uses it
+    /// to send an attempt's `turn_start` and run the agent without waiting for the trace's
+    /// answer: the writes that follow the trace are held to it. `None` (the default) when the
+    /// client cannot carry such a condition; the executor then waits for the trace first.
+    fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
+        let _ = (conversation_id, key);
+        None
+    }
     /// `authenticate`: checks a token and returns who it names. The client keeps speaking as the
     /// identity it was made with.
     async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult>;

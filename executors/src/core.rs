@@ -238,7 +238,7 @@ impl ExecutorCore {
             if attempt > 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
                 return RunReport::Failed(last_error);
             }
-            let ctx = AgentContext::new(
+            let mut ctx = AgentContext::new(
                 client.clone(),
                 a.conversation_id.clone(),
                 a.turn,
@@ -247,21 +247,61 @@ impl ExecutorCore {
                 a.since_seq,
             )
             .with_mode(a.mode);
+            // The attempt's `turn_start`, unless the turn is not traced. When the client can
+            // hold the agent's writes to it (`after_key`), it is sent and the agent runs at once:
+            // the trace commits with the agent's first write (or ahead of it), and that write is
+            // refused if the trace is not in the log. Otherwise the agent waits for its answer.
+            let mut started = None;
             if !a.traces {
                 if attempt == 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
                     return RunReport::NotMine;
                 }
-            } else if let Err(e) = ctx
-                .post_trace(ExecutorTrace::TurnStart(a.attempt(attempt)).to_value())
-                .await
-            {
-                if gone(e.code()) {
-                    return RunReport::NotMine;
+            } else {
+                let key = ctx.next_key("x");
+                let mut start = client.send_trace(SendTraceParams {
+                    conversation_id: a.conversation_id.clone(),
+                    payload: ExecutorTrace::TurnStart(a.attempt(attempt)).to_value(),
+                    turn: Some(a.turn),
+                    client_request_id: Some(key.clone()),
+                    finality: None,
+                });
+                let answer = match client.after_key(&a.conversation_id, &key) {
+                    Some(held) => {
+                        ctx.client = held;
+                        // Its first poll queues it, ahead of anything the agent writes.
+                        let first = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(start.as_mut().poll(cx))
+                        })
+                        .await;
+                        match first {
+                            std::task::Poll::Ready(answer) => Some(answer),
+                            std::task::Poll::Pending => {
+                                started = Some(start);
+                                None
+                            }
+                        }
+                    }
+                    None => Some(start.await),
+                };
+                if let Some(Err(e)) = answer {
+                    if gone(e.code()) {
+                        return RunReport::NotMine;
+                    }
+                    last_error = e.to_string();
+                    continue;
                 }
-                last_error = e.to_string();
-                continue;
             }
             let ran = tokio::time::timeout_at(a.deadline, agent.handle_turn(&ctx)).await;
+            if let Some(start) = started {
+                // The agent's writes were held to the trace: when it failed, none landed.
+                if let Err(e) = start.await {
+                    if gone(e.code()) {
+                        return RunReport::NotMine;
+                    }
+                    last_error = e.to_string();
+                    continue;
+                }
+            }
             match ran {
                 Err(_) => {
                     self.trace_error(client.as_ref(), a, attempt, "deadline exceeded")

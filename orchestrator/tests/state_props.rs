@@ -361,3 +361,56 @@ fn a_turn_closing_message_and_its_decision_append_together() {
     }
     assert_eq!(s.core.speaker.as_deref(), Some("bob"));
 }
+
+#[test]
+fn a_write_held_to_its_turn_start_lands_only_after_it() {
+    let participants = vec!["alice".to_string(), "bob".to_string()];
+    let mut s = ConvMachine::new("c", participants.clone());
+    s.apply(ConvMachine::created_event(&participants, None, "admin"))
+        .unwrap();
+    let reply = |key: &str| {
+        AppendRequest::new(
+            "alice",
+            EventKind::Message,
+            Some(Finality::Turn),
+            json!({"text": "hi"}),
+        )
+        .with_turn_hint(Some(1))
+        .with_client_request_id(Some(key.into()))
+        .with_after(Some("t1.a1.x0".into()))
+    };
+    let start = |author: &str| {
+        AppendRequest::new(
+            author,
+            EventKind::Trace,
+            None,
+            json!({"type": "turn_start"}),
+        )
+        .with_turn(Some(1))
+        .with_client_request_id(Some("t1.a1.x0".into()))
+    };
+    // Its turn_start is not in the log: refused, and nothing moved.
+    let head = s.core.head;
+    let refused = s.apply(reply("t1.a1.m1"));
+    assert_eq!(code(&refused), Some(ErrorCode::Internal), "{refused:?}");
+    assert_eq!(s.core.head, head);
+    // Another author's key of the same name does not stand for alice's.
+    s.apply(start("bob")).unwrap();
+    let refused = s.apply(reply("t1.a1.m1"));
+    assert_eq!(code(&refused), Some(ErrorCode::Internal), "{refused:?}");
+    // Once alice's turn_start is ahead of it (in the log, or earlier in the same batch), it
+    // lands, after it.
+    s.apply(start("alice")).unwrap();
+    match s.apply(reply("t1.a1.m1")).unwrap() {
+        Applied::Append(drafts, res) => {
+            assert_eq!(res.seq, head + 3);
+            assert_eq!(drafts[0].kind, EventKind::Message);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Its retry answers the original, as any keyed write.
+    match s.apply(reply("t1.a1.m1")).unwrap() {
+        Applied::Duplicate(res) => assert_eq!(res.seq, head + 3),
+        other => panic!("{other:?}"),
+    }
+}

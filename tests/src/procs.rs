@@ -236,7 +236,9 @@ pub async fn read_log(admin: &WsJsonRpcClient, id: &str) -> Vec<Event> {
 /// appended since the one before (a soak's logs grow long) and checks it, with what came
 /// before, against the log's invariants and what was acknowledged: seq dense with no duplicate,
 /// every acknowledged event at its seq, no idempotency key twice, every message that closed a
-/// turn followed (in its commit) by the turn's one decision, at most one reply per turn.
+/// turn followed (in its commit) by the turn's one decision, at most one reply per turn, and
+/// every message of [`duet_library`]'s agents (run by executors that trace their turns) after
+/// its attempt's `turn_start`.
 #[derive(Debug, Default)]
 pub struct Logs {
     checked: HashMap<String, Checked>,
@@ -249,7 +251,13 @@ struct Checked {
     keys: HashSet<(String, String)>,
     decisions: HashMap<u64, usize>,
     replies: HashMap<u64, usize>,
+    /// (agent, turn) of every `turn_start` so far.
+    started: HashSet<(String, u64)>,
 }
+
+/// The agents of [`duet_library`]'s scenario: each runs under an executor that writes
+/// `turn_start` before anything else of its attempt.
+const TRACED: [&str; 2] = ["bot", "ext"];
 
 impl Logs {
     /// Reads what `id`'s log has past what was checked and checks it; whether the conversation
@@ -379,6 +387,19 @@ impl Checked {
                 );
             }
             let p = e.payload_value();
+            if e.kind == EventKind::Trace && p["type"] == "turn_start" {
+                self.started.insert((e.author.clone(), e.turn));
+            }
+            if e.kind == EventKind::Message && TRACED.contains(&e.author.as_str()) {
+                assert!(
+                    self.started.contains(&(e.author.clone(), e.turn)),
+                    "round {round}, {id}: {}'s message #{} in turn {} without its turn_start \
+                     before it",
+                    e.author,
+                    e.seq,
+                    e.turn
+                );
+            }
             if e.kind == EventKind::System && p["type"] == "next_speaker" {
                 *self.decisions.entry(e.turn).or_default() += 1;
             }

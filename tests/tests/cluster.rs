@@ -320,7 +320,7 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
     let stale = cut
         .running()
         .orchestrator()
-        .send_trace_fenced(
+        .send_trace_for(
             &orchestrator::engine::auth::Identity::new("bot1", false),
             proto_spec::SendTraceParams {
                 conversation_id: "cut".into(),
@@ -329,7 +329,10 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
                 client_request_id: None,
                 finality: None,
             },
-            Some(orchestrator::engine::store::Fence { turn: 1, fence: 1 }),
+            orchestrator::engine::service::ForTurn {
+                fence: Some(orchestrator::engine::store::Fence { turn: 1, fence: 1 }),
+                after: None,
+            },
         )
         .await;
     let refused = stale.expect_err("a write under a lost claim");

@@ -14,7 +14,7 @@ use proto_spec::*;
 
 use crate::engine::auth::Identity;
 use crate::engine::error::Error;
-use crate::engine::service::Orchestrator;
+use crate::engine::service::{ForTurn, Orchestrator};
 
 /// An agent's client inside the server.
 #[derive(Debug, Clone)]
@@ -24,6 +24,9 @@ pub struct InProcessClient {
     who: Identity,
     /// The claim its writes are made under (a turn run on a cluster).
     fence: Option<crate::engine::store::Fence>,
+    /// A conversation and the author's key whose event must be in its log ahead of every write
+    /// this client makes there (an attempt's `turn_start`, not waited for).
+    after: Option<(String, String)>,
 }
 
 fn rpc(e: Error) -> ClientError {
@@ -38,6 +41,7 @@ impl InProcessClient {
             _keep: Some(orch),
             who,
             fence: None,
+            after: None,
         }
     }
 
@@ -49,6 +53,7 @@ impl InProcessClient {
             _keep: None,
             who,
             fence: None,
+            after: None,
         }
     }
 
@@ -56,6 +61,18 @@ impl InProcessClient {
     pub fn with_fence(mut self, fence: Option<crate::engine::store::Fence>) -> Self {
         self.fence = fence;
         self
+    }
+
+    /// What a write into `conversation` carries.
+    fn made(&self, conversation: &str) -> ForTurn {
+        ForTurn {
+            fence: self.fence,
+            after: self
+                .after
+                .as_ref()
+                .filter(|(c, _)| c == conversation)
+                .map(|(_, key)| key.clone()),
+        }
     }
 
     fn o(&self) -> ClientResult<Arc<Orchestrator>> {
@@ -75,6 +92,12 @@ impl InProcessClient {
 impl AgentClient for InProcessClient {
     fn agent_id(&self) -> &str {
         &self.who.agent_id
+    }
+
+    fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
+        let mut c = self.clone();
+        c.after = Some((conversation_id.to_string(), key.to_string()));
+        Some(Arc::new(c))
     }
 
     async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult> {
@@ -132,16 +155,18 @@ impl AgentClient for InProcessClient {
 
     async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
         p.client_request_id.get_or_insert_with(new_request_id);
+        let made = self.made(&p.conversation_id);
         self.o()?
-            .send_message_fenced(&self.who, p, self.fence)
+            .send_message_for(&self.who, p, made)
             .await
             .map_err(rpc)
     }
 
     async fn send_trace(&self, mut p: SendTraceParams) -> ClientResult<AppendResult> {
         p.client_request_id.get_or_insert_with(new_request_id);
+        let made = self.made(&p.conversation_id);
         self.o()?
-            .send_trace_fenced(&self.who, p, self.fence)
+            .send_trace_for(&self.who, p, made)
             .await
             .map_err(rpc)
     }

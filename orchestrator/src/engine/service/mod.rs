@@ -28,6 +28,18 @@ mod create;
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
 
+/// What a write an executor makes for a turn it runs carries besides its params (nothing, for
+/// a client's own write).
+#[derive(Debug, Clone, Default)]
+pub struct ForTurn {
+    /// On a cluster: the claim the turn is run under; the write is refused once another node
+    /// has taken the turn over.
+    pub fence: Option<crate::engine::store::Fence>,
+    /// The key of the attempt's `turn_start`, sent ahead of this write without waiting for its
+    /// answer: the write is refused unless that trace is in the log ahead of it.
+    pub after: Option<String>,
+}
+
 /// The orchestrator: the store, the hot state, the writer, the turn dispatcher and the limits.
 #[derive(Debug)]
 pub struct Orchestrator {
@@ -638,18 +650,21 @@ impl Orchestrator {
     /// The message is checked and queued for the writer when this is called; the future only
     /// waits for the answer (see [`crate::engine::writer::WriterHandle::append`]).
     pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
-        self.send_message_fenced(who, p, None)
+        self.send_message_for(who, p, ForTurn::default())
     }
 
-    /// `sendMessage` made for a claimed turn: refused once another node has taken it over.
-    pub fn send_message_fenced(
+    /// `sendMessage` made by an executor for a turn it runs (see [`ForTurn`]).
+    pub fn send_message_for(
         &self,
         who: &Identity,
         p: SendMessageParams,
-        fence: Option<crate::engine::store::Fence>,
+        made: ForTurn,
     ) -> Appending {
         match self.message_request(who, p) {
-            Ok((conversation, req)) => self.writer.append(conversation, req.with_fence(fence)),
+            Ok((conversation, req)) => self.writer.append(
+                conversation,
+                req.with_fence(made.fence).with_after(made.after),
+            ),
             Err(e) => Appending::refused(e),
         }
     }
@@ -677,15 +692,15 @@ impl Orchestrator {
 
     /// `sendTrace`: acknowledged once durable.
     pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
-        self.send_trace_fenced(who, p, None).await
+        self.send_trace_for(who, p, ForTurn::default()).await
     }
 
-    /// `sendTrace` made for a claimed turn: refused once another node has taken it over.
-    pub async fn send_trace_fenced(
+    /// `sendTrace` made by an executor for a turn it runs (see [`ForTurn`]).
+    pub async fn send_trace_for(
         &self,
         who: &Identity,
         p: SendTraceParams,
-        fence: Option<crate::engine::store::Fence>,
+        made: ForTurn,
     ) -> Result<AppendResult> {
         if p.finality.is_some() {
             return Err(refuse(
@@ -698,7 +713,8 @@ impl Orchestrator {
         let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id)
-            .with_fence(fence);
+            .with_fence(made.fence)
+            .with_after(made.after);
         self.check_payload(req.payload.get())?;
         self.writer.append(p.conversation_id, req).await
     }

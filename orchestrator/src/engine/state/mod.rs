@@ -412,6 +412,18 @@ impl ConvMachine {
                 };
             }
         }
+        if let Some(after) = &req.after {
+            if !self.idem.contains_key(&(req.author.clone(), after.clone())) {
+                return Err(err(
+                    ErrorCode::Internal,
+                    format!(
+                        "this attempt's turn_start ({after:?}) is not in the log: nothing was \
+                         written; the executor tries again"
+                    ),
+                    json!({"after": after}),
+                ));
+            }
+        }
         self.check_open(&req)?;
         if self.changes_nothing(&req) {
             return Ok(AppendResult {

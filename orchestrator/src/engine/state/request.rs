@@ -65,6 +65,10 @@ pub struct AppendRequest {
     /// For a write made for a claimed turn (an internal agent's on a shared log): the claim it
     /// holds; the write is refused if another node has taken the turn since.
     pub fence: Option<crate::engine::store::Fence>,
+    /// For a write of an executor's attempt that did not wait for its `turn_start`: the key of
+    /// that trace (by the same author), which must already be in the log, or in the batch ahead
+    /// of this write; the write is refused otherwise.
+    pub after: Option<String>,
 }
 
 impl AppendRequest {
@@ -81,6 +85,12 @@ impl AppendRequest {
     /// With the claim this write is made for.
     pub fn with_fence(mut self, fence: Option<crate::engine::store::Fence>) -> Self {
         self.fence = fence;
+        self
+    }
+
+    /// Refused unless the author's idempotency key `after` is in the log ahead of it.
+    pub fn with_after(mut self, after: Option<String>) -> Self {
+        self.after = after;
         self
     }
 
@@ -103,6 +113,7 @@ impl AppendRequest {
             follow_ups: Vec::new(),
             opening: None,
             fence: None,
+            after: None,
         }
     }
 
