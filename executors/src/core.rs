@@ -266,6 +266,15 @@ impl ExecutorCore {
                     finality: None,
                 });
                 let answer = match client.after_key(&a.conversation_id, &key) {
+                    // The trace no longer says, before the agent runs, that the turn moved on
+                    // (answered, timed out, paused): the client's view says it instead, as
+                    // it does for a turn that is not traced.
+                    Some(_)
+                        if attempt == 1
+                            && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await =>
+                    {
+                        return RunReport::NotMine;
+                    }
                     Some(held) => {
                         ctx.client = held;
                         // Its first poll queues it, ahead of anything the agent writes.

@@ -94,7 +94,14 @@ impl AgentClient for InProcessClient {
         &self.who.agent_id
     }
 
+    /// On one node only. On a shared log the `turn_start` is also what tells a node, under the
+    /// conversation's lock, that the turn is still its agent's before the agent runs (its view
+    /// may not have caught up with another node's answer yet), so there the executor waits
+    /// for it.
     fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
+        if self.o().ok()?.store().shared() {
+            return None;
+        }
         let mut c = self.clone();
         c.after = Some((conversation_id.to_string(), key.to_string()));
         Some(Arc::new(c))
