@@ -287,12 +287,18 @@ proptest! {
     }
 }
 
-#[test]
-fn guidance_follows_the_log() {
+/// A conversation of alice and bob, created.
+fn alice_and_bob() -> ConvMachine {
     let participants = vec!["alice".to_string(), "bob".to_string()];
     let mut s = ConvMachine::new("c", participants.clone());
     s.apply(ConvMachine::created_event(&participants, None, "admin"))
         .unwrap();
+    s
+}
+
+#[test]
+fn guidance_follows_the_log() {
+    let mut s = alice_and_bob();
     assert_eq!(
         s.guidance("alice").status,
         proto_spec::GuidanceStatus::MaySpeak
@@ -335,10 +341,7 @@ fn guidance_follows_the_log() {
 
 #[test]
 fn a_turn_closing_message_and_its_decision_append_together() {
-    let participants = vec!["alice".to_string(), "bob".to_string()];
-    let mut s = ConvMachine::new("c", participants.clone());
-    s.apply(ConvMachine::created_event(&participants, None, "admin"))
-        .unwrap();
+    let mut s = alice_and_bob();
     let mut req = AppendRequest::new(
         "alice",
         EventKind::Message,
@@ -364,10 +367,7 @@ fn a_turn_closing_message_and_its_decision_append_together() {
 
 #[test]
 fn a_write_held_to_its_turn_start_lands_only_after_it() {
-    let participants = vec!["alice".to_string(), "bob".to_string()];
-    let mut s = ConvMachine::new("c", participants.clone());
-    s.apply(ConvMachine::created_event(&participants, None, "admin"))
-        .unwrap();
+    let mut s = alice_and_bob();
     let reply = |key: &str| {
         AppendRequest::new(
             "alice",
