@@ -125,10 +125,11 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     fn agent_id(&self) -> &str;
 
     /// A client like this one whose writes into `conversation_id` are refused unless this
-    /// agent's write with idempotency key `key` is in the log ahead of them. An executor uses it
-    /// to send an attempt's `turn_start` and run the agent without waiting for the trace's
-    /// answer: the writes that follow the trace are held to it. `None` (the default) when the
-    /// client cannot carry such a condition; the executor then waits for the trace first.
+    /// agent's write with idempotency key `key` is in the log ahead of them (that write itself,
+    /// made through it, is not held). An executor uses it to send an attempt's `turn_start`
+    /// and run the agent without waiting for the trace's answer: the writes that follow the
+    /// trace are held to it. `None` (the default) when the client cannot carry such a
+    /// condition; the executor then waits for the trace first.
     fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
         let _ = (conversation_id, key);
         None

@@ -251,6 +251,9 @@ impl ExecutorCore {
             // hold the agent's writes to it (`after_key`), it is sent and the agent runs at once:
             // the trace commits with the agent's first write (or ahead of it), and that write is
             // refused if the trace is not in the log. Otherwise the agent waits for its answer.
+            // The client the attempt's writes are held through, when there is one (the trace's
+            // future borrows it).
+            let mut holding: Option<Arc<dyn AgentClient>> = None;
             let mut started = None;
             if !a.traces {
                 if attempt == 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
@@ -258,13 +261,13 @@ impl ExecutorCore {
                 }
             } else {
                 let key = ctx.next_key("x");
-                let mut start = client.send_trace(SendTraceParams {
+                let trace = SendTraceParams {
                     conversation_id: a.conversation_id.clone(),
                     payload: ExecutorTrace::TurnStart(a.attempt(attempt)).to_value(),
                     turn: Some(a.turn),
                     client_request_id: Some(key.clone()),
                     finality: None,
-                });
+                };
                 let answer = match client.after_key(&a.conversation_id, &key) {
                     // The trace no longer says, before the agent runs, that the turn moved on
                     // (answered, timed out, paused): the client's view says it instead, as
@@ -276,7 +279,8 @@ impl ExecutorCore {
                         return RunReport::NotMine;
                     }
                     Some(held) => {
-                        ctx.client = held;
+                        ctx.client = held.clone();
+                        let mut start = holding.insert(held).send_trace(trace);
                         // Its first poll queues it, ahead of anything the agent writes.
                         let first = std::future::poll_fn(|cx| {
                             std::task::Poll::Ready(start.as_mut().poll(cx))
@@ -290,7 +294,7 @@ impl ExecutorCore {
                             }
                         }
                     }
-                    None => Some(start.await),
+                    None => Some(client.send_trace(trace).await),
                 };
                 if let Some(Err(e)) = answer {
                     if gone(e.code()) {
@@ -337,7 +341,10 @@ impl ExecutorCore {
                             .await;
                         continue;
                     }
-                    self.trace_end(client.as_ref(), a, attempt, outcome.as_trace())
+                    // A reply that closed the turn moved it on: the trace goes straight to the
+                    // current turn, not first to the closed one (which refuses it).
+                    let moved_on = outcome == TurnOutcome::Posted;
+                    self.trace_end_after(client.as_ref(), a, attempt, outcome.as_trace(), moved_on)
                         .await;
                     return RunReport::Done(outcome);
                 }
@@ -367,7 +374,7 @@ impl ExecutorCore {
             attempt: a.attempt(attempt),
             error: error.to_string(),
         });
-        self.trace(client, a, trace).await;
+        self.trace_in(client, a, trace, true).await;
     }
 
     /// `turn_end` for an attempt that returned, when the turn is traced.
@@ -378,12 +385,26 @@ impl ExecutorCore {
         attempt: u32,
         outcome: TurnEndOutcome,
     ) {
+        self.trace_end_after(client, a, attempt, outcome, false)
+            .await;
+    }
+
+    /// [`ExecutorCore::trace_end`], straight into the current turn when the attempt's turn is
+    /// known to have closed (`moved_on`).
+    async fn trace_end_after(
+        &self,
+        client: &dyn AgentClient,
+        a: &Assignment,
+        attempt: u32,
+        outcome: TurnEndOutcome,
+        moved_on: bool,
+    ) {
         if a.traces {
             let trace = ExecutorTrace::TurnEnd(TurnEnd {
                 attempt: a.attempt(attempt),
                 outcome,
             });
-            self.trace(client, a, trace).await;
+            self.trace_in(client, a, trace, !moved_on).await;
         }
     }
 
@@ -417,7 +438,15 @@ impl ExecutorCore {
     /// Writes an executor trace. Once the agent closed its turn the trace lands in the current
     /// turn (a closed turn takes no traces); its payload names the turn it reports on. Its key
     /// makes it appear once even if the run is repeated.
-    async fn trace(&self, client: &dyn AgentClient, a: &Assignment, trace: ExecutorTrace) {
+    ///
+    /// `in_turn`: try the turn the trace reports on first; else the current turn at once.
+    async fn trace_in(
+        &self,
+        client: &dyn AgentClient,
+        a: &Assignment,
+        trace: ExecutorTrace,
+        in_turn: bool,
+    ) {
         let what = match trace {
             ExecutorTrace::TurnStart(_) => "start",
             ExecutorTrace::TurnEnd(_) => "end",
@@ -427,7 +456,7 @@ impl ExecutorCore {
         let mut p = SendTraceParams {
             conversation_id: a.conversation_id.clone(),
             payload: trace.to_value(),
-            turn: Some(a.turn),
+            turn: in_turn.then_some(a.turn),
             client_request_id: Some(key),
             finality: None,
         };

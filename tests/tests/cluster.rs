@@ -331,7 +331,7 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
             },
             orchestrator::engine::service::ForTurn {
                 fence: Some(orchestrator::engine::store::Fence { turn: 1, fence: 1 }),
-                after: None,
+                ..Default::default()
             },
         )
         .await;

@@ -63,15 +63,20 @@ impl InProcessClient {
         self
     }
 
-    /// What a write into `conversation` carries.
-    fn made(&self, conversation: &str) -> ForTurn {
+    /// What a write into `conversation` with idempotency key `key` carries: the condition
+    /// the client holds its writes there to, except for the write it names (an attempt's
+    /// `turn_start`), which nobody waits on and so trails ([`ForTurn::trailing`]).
+    fn made(&self, conversation: &str, key: Option<&str>) -> ForTurn {
+        let after = self
+            .after
+            .as_ref()
+            .filter(|(c, _)| c == conversation)
+            .map(|(_, after)| after.as_str());
+        let own = after.is_some() && after == key;
         ForTurn {
             fence: self.fence,
-            after: self
-                .after
-                .as_ref()
-                .filter(|(c, _)| c == conversation)
-                .map(|(_, key)| key.clone()),
+            after: after.filter(|_| !own).map(str::to_string),
+            trailing: own,
         }
     }
 
@@ -162,7 +167,7 @@ impl AgentClient for InProcessClient {
 
     async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
         p.client_request_id.get_or_insert_with(new_request_id);
-        let made = self.made(&p.conversation_id);
+        let made = self.made(&p.conversation_id, p.client_request_id.as_deref());
         self.o()?
             .send_message_for(&self.who, p, made)
             .await
@@ -171,7 +176,7 @@ impl AgentClient for InProcessClient {
 
     async fn send_trace(&self, mut p: SendTraceParams) -> ClientResult<AppendResult> {
         p.client_request_id.get_or_insert_with(new_request_id);
-        let made = self.made(&p.conversation_id);
+        let made = self.made(&p.conversation_id, p.client_request_id.as_deref());
         self.o()?
             .send_trace_for(&self.who, p, made)
             .await

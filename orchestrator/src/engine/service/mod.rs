@@ -38,6 +38,9 @@ pub struct ForTurn {
     /// The key of the attempt's `turn_start`, sent ahead of this write without waiting for its
     /// answer: the write is refused unless that trace is in the log ahead of it.
     pub after: Option<String>,
+    /// A trace nobody waits on to go on: it may wait a moment for other writes to commit with
+    /// ([`AppendRequest::trailing`]).
+    pub trailing: bool,
 }
 
 /// The orchestrator: the store, the hot state, the writer, the turn dispatcher and the limits.
@@ -710,11 +713,12 @@ impl Orchestrator {
         }
         Self::check_key(&p.client_request_id)?;
         self.check_writable(who, &p.conversation_id)?;
-        let req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
+        let mut req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id)
             .with_fence(made.fence)
             .with_after(made.after);
+        req.trailing = made.trailing;
         self.check_payload(req.payload.get())?;
         self.writer.append(p.conversation_id, req).await
     }

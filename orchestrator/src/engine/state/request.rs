@@ -69,6 +69,10 @@ pub struct AppendRequest {
     /// that trace (by the same author), which must already be in the log, or in the batch ahead
     /// of this write; the write is refused otherwise.
     pub after: Option<String>,
+    /// Nobody waits on its answer to go on (an executor's trace inside the server): a batch of
+    /// such writes only waits a moment for another write to commit with, rather than taking
+    /// a sync of its own.
+    pub trailing: bool,
 }
 
 impl AppendRequest {
@@ -114,6 +118,7 @@ impl AppendRequest {
             opening: None,
             fence: None,
             after: None,
+            trailing: false,
         }
     }
 

@@ -20,6 +20,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use proto_spec::system::{Created, ForkedFrom, ParentLink, SubconversationStarted, SystemEvent};
 use proto_spec::{AppendResult, ErrorCode, RpcError};
@@ -60,6 +61,9 @@ const INLINE_PUBLISH: usize = 4;
 /// sync is slow, and keep batches a few hundred jobs long under load (measured: one is ~7%
 /// slower in the appends benchmark; none gives batches of ~100 and gains nothing).
 const SYNC_AHEAD: usize = 2;
+/// How long a batch of trailing writes only ([`AppendRequest::trailing`]) waits for a write
+/// that is not, to commit with it, before it commits alone.
+pub const TRAILING_WAIT: Duration = Duration::from_millis(1);
 
 /// Work for the writer.
 #[derive(Debug)]
@@ -537,6 +541,43 @@ impl WriterHandle {
     }
 }
 
+impl Job {
+    /// An append that may wait a moment for other writes to commit with
+    /// ([`AppendRequest::trailing`]).
+    fn trailing(&self) -> bool {
+        matches!(self, Job::Append { request, .. } if request.trailing)
+    }
+}
+
+/// A batch of trailing writes only waits up to [`TRAILING_WAIT`] for a job that is not
+/// trailing, then takes what else is queued with it. An executor's `turn_start`, which its
+/// agent does not wait for, comes a hundred microseconds or so before the agent's reply:
+/// committed alone, it would take a sync of its own.
+fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+    let until = std::time::Instant::now() + TRAILING_WAIT;
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(job) => {
+                let trailing = job.trailing();
+                batch.push(job);
+                if !trailing {
+                    while batch.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(job) => batch.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    return;
+                }
+            }
+            Err(mpsc::error::TryRecvError::Empty) if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 impl Writer {
     fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
@@ -561,6 +602,9 @@ impl Writer {
                     Ok(job) => batch.push(job),
                     Err(_) => break,
                 }
+            }
+            if batch.iter().all(Job::trailing) {
+                keep_company(&mut rx, &mut batch);
             }
             let stop = batch.iter().any(|j| matches!(j, Job::Stop));
             self.process(&mut batch);
