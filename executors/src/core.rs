@@ -1,6 +1,7 @@
 //! The executor core: how one turn is run, whoever triggered it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -453,6 +454,9 @@ impl ExecutorCore {
             ExecutorTrace::TurnError(_) => "err",
         };
         let key = format!("t{}.a{}.{what}", a.turn, trace.attempt().attempt);
+        let held = (!in_turn)
+            .then(|| client.after_key(&a.conversation_id, &key))
+            .flatten();
         let mut p = SendTraceParams {
             conversation_id: a.conversation_id.clone(),
             payload: trace.to_value(),
@@ -460,6 +464,22 @@ impl ExecutorCore {
             client_request_id: Some(key),
             finality: None,
         };
+        if let Some(held) = held {
+            // Into the current turn, through a client that lets it trail: it is queued here
+            // (the first poll), in order with this run's writes, and the run ends without
+            // waiting for it; it commits with the next write that comes.
+            let mut write = Box::pin(async move {
+                if let Err(e) = held.send_trace(p).await {
+                    tracing::debug!(error = %e, "executor trace not written");
+                }
+            });
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await;
+            if first.is_pending() {
+                tokio::spawn(write);
+            }
+            return;
+        }
         match client.send_trace(p.clone()).await {
             Err(e) if e.code() == Some(ErrorCode::TurnClosed) => {
                 p.turn = None;
