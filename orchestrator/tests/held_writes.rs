@@ -62,7 +62,9 @@ async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
     let dir = tempfile::tempdir().expect("tempdir");
     let orch = open(&dir).await;
     let alice = InProcessClient::new(orch.clone(), Identity::new("alice", false));
-    let held = alice.after_key("c", "t1.a1.x0").expect("inside the server, on one node");
+    let held = alice
+        .after_key("c", "t1.a1.x0")
+        .expect("inside the server, on one node");
 
     // Held to a write that is not in the log: refused, nothing appended.
     let refused = held
@@ -72,7 +74,9 @@ async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
     assert_eq!(code(refused), Some(ErrorCode::Internal));
     // The same key written by another agent does not stand for alice's.
     let bob = InProcessClient::new(orch.clone(), Identity::new("bob", false));
-    bob.send_trace(trace("t1.a1.x0")).await.expect("bob's trace");
+    bob.send_trace(trace("t1.a1.x0"))
+        .await
+        .expect("bob's trace");
     let refused = held
         .send_message(message("t1.a1.m1"))
         .await
