@@ -237,6 +237,14 @@ async fn an_internal_turn_runs_once_across_nodes() {
     let runs = agent.runs.lock().unwrap().clone();
     let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "turns run more than once: {twice:?}");
+    // On a shared log an executor waits for its `turn_start` before the agent runs (the trace,
+    // decided under the row lock, says the turn is still the agent's): the in-process client
+    // offers no writes held to it (docs/decisions.md).
+    let inside = orchestrator::host::client::InProcessClient::new(
+        c.running().orchestrator().clone(),
+        orchestrator::engine::auth::Identity::new("bot1", false),
+    );
+    assert!(agent_sdk::AgentClient::after_key(&inside, "duo-0", "t1.a1.x0").is_none());
 }
 
 /// A node cut off from the database (a proxy that stops forwarding, connections left open)
