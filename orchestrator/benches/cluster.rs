@@ -24,6 +24,7 @@
 
 #[allow(dead_code)] // `settle` is for the SQLite benchmarks' files.
 mod common;
+use common::fresh_database;
 use common::{env, median};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,31 +43,6 @@ const CONVERSATIONS: usize = 1000;
 
 fn text() -> String {
     "lorem ipsum dolor sit amet, consectetur adipiscing elit ".repeat(5)[..280].to_string()
-}
-
-/// A new database on the server `base` names; its URL.
-async fn fresh_database(base: &str, name: &str) -> anyhow::Result<String> {
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
-    let driver = tokio::spawn(conn);
-    // A new name each time: the pools of a phase's stores may still hold connections.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let db = format!(
-        "bench_{name}_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    // Two statements: CREATE DATABASE cannot run in the implicit transaction of a batch.
-    client
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
-        .await?;
-    client
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await?;
-    drop(client);
-    let _ = driver.await;
-    let mut url = url::Url::parse(base)?;
-    url.set_path(&db);
-    Ok(url.to_string())
 }
 
 /// What the raw ceiling inserts.

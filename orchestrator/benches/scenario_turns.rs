@@ -12,9 +12,12 @@
 //! run, 4,000), BENCH_WARM_UP (turns of a conversation run before it on the same database and
 //! not timed, 4,000: a new database's WAL file grows for its first second or so, and a running
 //! server's does not), BENCH_ROUNDS (3, of the one-conversation run beside the raw rates).
+//! With `BENCH_PG` naming a PostgreSQL server (`postgres://USER@HOST:PORT/DB`), the same loops
+//! run on the PostgreSQL backend too (a database of their own), beside PostgreSQL's raw rate
+//! of one-row commits from one connection (`synchronous_commit=on`).
 
 mod common;
-use common::{env, median, settle};
+use common::{env, fresh_database, median, settle};
 
 use std::io::Write;
 use std::sync::Arc;
@@ -138,6 +141,50 @@ async fn turn_loop(
         dir.path().join("turns.db"),
         Synchronous::Full,
     )?);
+    timed_loop(store, conversations, turns, traces, warm_up).await
+}
+
+/// [`turn_loop`] on a new database of the PostgreSQL server `base`.
+async fn pg_turn_loop(
+    base: &str,
+    conversations: usize,
+    turns: u64,
+    traces: bool,
+    warm_up: u64,
+) -> anyhow::Result<f64> {
+    let url = fresh_database(base, "turns").await?;
+    let store = orchestrator::engine::store::open(&url, Synchronous::Full)?;
+    timed_loop(store, conversations, turns, traces, warm_up).await
+}
+
+/// PostgreSQL's raw rate of durable commits: one connection, one-row transactions,
+/// `synchronous_commit=on`, nothing else.
+async fn pg_commit_rate(base: &str, secs: f64) -> anyhow::Result<f64> {
+    let url = fresh_database(base, "commits").await?;
+    let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    c.batch_execute(
+        "SET synchronous_commit = on; CREATE TABLE t (id BIGSERIAL PRIMARY KEY, payload TEXT)",
+    )
+    .await?;
+    let ins = c.prepare("INSERT INTO t (payload) VALUES ($1)").await?;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        c.execute(&ins, &[&"a says 1"]).await?;
+        n += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Runs the loop on `store` (see [`turn_loop`]).
+async fn timed_loop(
+    store: Arc<dyn orchestrator::engine::store::Store>,
+    conversations: usize,
+    turns: u64,
+    traces: bool,
+    warm_up: u64,
+) -> anyhow::Result<f64> {
     let orch = orchestrator::host::Options::default().start(store)?;
     if warm_up > 0 {
         run_conversations(&orch, "warm-up", 1, warm_up, traces).await?;
@@ -229,6 +276,28 @@ fn main() -> anyhow::Result<()> {
     println!(
         "  turn.traces: false (1 commit a turn)       {aggregate:>9.0} turns/s  (goal >= 50,000)"
     );
+    match std::env::var("BENCH_PG") {
+        Ok(base) => {
+            println!("PostgreSQL (a database of its own per loop), the same loops:");
+            let commits = rt.block_on(pg_commit_rate(&base, 2.0))?;
+            let warm = warm_up.min(1_000);
+            let one = rt.block_on(pg_turn_loop(&base, 1, single_turns, false, warm))?;
+            let one_traced = rt.block_on(pg_turn_loop(&base, 1, single_turns, true, warm))?;
+            let many_traced = rt.block_on(pg_turn_loop(&base, conversations, turns, true, 0))?;
+            let many = rt.block_on(pg_turn_loop(&base, conversations, turns, false, 0))?;
+            println!(
+                "  raw one-row commits (one connection, synchronous_commit=on) {commits:>8.0} /s"
+            );
+            println!(
+                "  one conversation, turn.traces: false {one:>8.0} turns/s ({:.0}% of the raw commit rate); with traces {one_traced:>8.0} turns/s",
+                100.0 * one / commits
+            );
+            println!(
+                "  {conversations} conversations: with traces {many_traced:>8.0} turns/s; turn.traces: false {many:>8.0} turns/s"
+            );
+        }
+        Err(_) => println!("  (PostgreSQL not run: set BENCH_PG)"),
+    }
     match std::env::var("BENCH_PY") {
         Ok(py) => {
             for (name, script) in [

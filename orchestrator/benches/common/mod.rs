@@ -67,3 +67,29 @@ pub fn message(
         client_request_id: None,
     }
 }
+
+/// A new database on the server `base` names; its URL.
+#[allow(dead_code)] // Only the benchmarks that run on PostgreSQL.
+pub async fn fresh_database(base: &str, name: &str) -> anyhow::Result<String> {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
+    let driver = tokio::spawn(conn);
+    // A new name each time: the pools of a phase's stores may still hold connections.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let db = format!(
+        "bench_{name}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    // Two statements: CREATE DATABASE cannot run in the implicit transaction of a batch.
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await?;
+    drop(client);
+    let _ = driver.await;
+    let mut url = url::Url::parse(base)?;
+    url.set_path(&db);
+    Ok(url.to_string())
+}
