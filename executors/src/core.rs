@@ -154,6 +154,12 @@ pub async fn still_mine(client: &dyn AgentClient, conversation_id: &str, turn: u
     }
 }
 
+/// Polls `f` once, in the caller's task: what a write's first poll does (queue it) is done
+/// when this returns.
+async fn poll_once<F: Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx))).await
+}
+
 fn gone(code: Option<ErrorCode>) -> bool {
     matches!(
         code,
@@ -252,8 +258,8 @@ impl ExecutorCore {
             // hold the agent's writes to it (`after_key`), it is sent and the agent runs at once:
             // the trace commits with the agent's first write (or ahead of it), and that write is
             // refused if the trace is not in the log. Otherwise the agent waits for its answer.
-            // The client the attempt's writes are held through, when there is one (the trace's
-            // future borrows it).
+            // `holding` keeps the client the writes are held through (the trace's future
+            // borrows it).
             let mut holding: Option<Arc<dyn AgentClient>> = None;
             let mut started = None;
             if !a.traces {
@@ -283,11 +289,7 @@ impl ExecutorCore {
                         ctx.client = held.clone();
                         let mut start = holding.insert(held).send_trace(trace);
                         // Its first poll queues it, ahead of anything the agent writes.
-                        let first = std::future::poll_fn(|cx| {
-                            std::task::Poll::Ready(start.as_mut().poll(cx))
-                        })
-                        .await;
-                        match first {
+                        match poll_once(&mut start).await {
                             std::task::Poll::Ready(answer) => Some(answer),
                             std::task::Poll::Pending => {
                                 started = Some(start);
@@ -338,14 +340,20 @@ impl ExecutorCore {
                     {
                         // Progress only: the turn is still open. Try again while there is time.
                         last_error = "the agent posted progress but did not close its turn".into();
-                        self.trace_end(client.as_ref(), a, attempt, TurnEndOutcome::Incomplete)
-                            .await;
+                        self.trace_end(
+                            client.as_ref(),
+                            a,
+                            attempt,
+                            TurnEndOutcome::Incomplete,
+                            false,
+                        )
+                        .await;
                         continue;
                     }
                     // A reply that closed the turn moved it on: the trace goes straight to the
                     // current turn, not first to the closed one (which refuses it).
                     let moved_on = outcome == TurnOutcome::Posted;
-                    self.trace_end_after(client.as_ref(), a, attempt, outcome.as_trace(), moved_on)
+                    self.trace_end(client.as_ref(), a, attempt, outcome.as_trace(), moved_on)
                         .await;
                     return RunReport::Done(outcome);
                 }
@@ -378,21 +386,9 @@ impl ExecutorCore {
         self.trace_in(client, a, trace, true).await;
     }
 
-    /// `turn_end` for an attempt that returned, when the turn is traced.
+    /// `turn_end` for an attempt that returned, when the turn is traced; straight into the
+    /// current turn when the attempt's turn is known to have closed (`moved_on`).
     async fn trace_end(
-        &self,
-        client: &dyn AgentClient,
-        a: &Assignment,
-        attempt: u32,
-        outcome: TurnEndOutcome,
-    ) {
-        self.trace_end_after(client, a, attempt, outcome, false)
-            .await;
-    }
-
-    /// [`ExecutorCore::trace_end`], straight into the current turn when the attempt's turn is
-    /// known to have closed (`moved_on`).
-    async fn trace_end_after(
         &self,
         client: &dyn AgentClient,
         a: &Assignment,
@@ -473,9 +469,7 @@ impl ExecutorCore {
                     tracing::debug!(error = %e, "executor trace not written");
                 }
             });
-            let first =
-                std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await;
-            if first.is_pending() {
+            if poll_once(&mut write).await.is_pending() {
                 tokio::spawn(write);
             }
             return;

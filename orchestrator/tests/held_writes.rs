@@ -3,35 +3,17 @@
 //! write is not in the log, appended after it once it is; the write the condition names trails
 //! (it commits alone when nothing comes to join it, and is answered).
 
-use std::sync::Arc;
+mod common;
 
 use agent_sdk::{AgentClient, ClientError};
 use orchestrator::engine::auth::Identity;
 use orchestrator::engine::config::Limits;
-use orchestrator::engine::service::Orchestrator;
-use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::host::client::InProcessClient;
 use proto_spec::{
     CreateConversationParams, ErrorCode, EventKind, Finality, MessagePayload, SendMessageParams,
     SendTraceParams, TailParams,
 };
 use serde_json::json;
-
-async fn open(dir: &tempfile::TempDir) -> Arc<Orchestrator> {
-    let store = SqliteStore::open(dir.path().join("h.db"), Synchronous::Normal).expect("store");
-    let orch = Orchestrator::open(Arc::new(store), Limits::default()).expect("open");
-    orch.create_conversation(
-        &Identity::new("admin", true),
-        CreateConversationParams {
-            conversation_id: Some("c".into()),
-            participants: Some(vec!["alice".into(), "bob".into()]),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("create");
-    orch
-}
 
 fn trace(key: &str) -> SendTraceParams {
     SendTraceParams {
@@ -60,7 +42,7 @@ fn code(e: ClientError) -> Option<ErrorCode> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let orch = open(&dir).await;
+    let orch = common::open(&dir, Limits::default()).await;
     let alice = InProcessClient::new(orch.clone(), Identity::new("alice", false));
     let held = alice
         .after_key("c", "t1.a1.x0")

@@ -4,31 +4,14 @@
 //! `tests/tests/rpc.rs`: an append goes through the writer's thread, which the paused clock
 //! does not wait for.)
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
 use orchestrator::engine::auth::Identity;
 use orchestrator::engine::config::Limits;
-use orchestrator::engine::service::Orchestrator;
-use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
-use proto_spec::{CreateConversationParams, WaitForChangeParams};
+use proto_spec::WaitForChangeParams;
 use tokio::time::Instant;
-
-async fn open(dir: &tempfile::TempDir, limits: Limits) -> Arc<Orchestrator> {
-    let store = SqliteStore::open(dir.path().join("w.db"), Synchronous::Normal).expect("store");
-    let orch = Orchestrator::open(Arc::new(store), limits).expect("open");
-    orch.create_conversation(
-        &Identity::new("admin", true),
-        CreateConversationParams {
-            conversation_id: Some("c".into()),
-            participants: Some(vec!["alice".into(), "bob".into()]),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("create");
-    orch
-}
 
 fn wait(since_seq: u64, timeout_ms: u64) -> WaitForChangeParams {
     WaitForChangeParams {
@@ -41,7 +24,7 @@ fn wait(since_seq: u64, timeout_ms: u64) -> WaitForChangeParams {
 #[tokio::test(start_paused = true)]
 async fn a_wait_with_nothing_new_times_out_after_its_time() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let orch = open(&dir, Limits::default()).await;
+    let orch = common::open(&dir, Limits::default()).await;
     let alice = Identity::new("alice", false);
     let before = Instant::now();
     let r = orch
@@ -60,7 +43,7 @@ async fn a_longer_wait_is_capped_by_the_server() {
         max_wait: Duration::from_secs(5),
         ..Limits::default()
     };
-    let orch = open(&dir, limits).await;
+    let orch = common::open(&dir, limits).await;
     let alice = Identity::new("alice", false);
     let before = Instant::now();
     let r = orch
