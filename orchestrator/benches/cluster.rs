@@ -202,9 +202,9 @@ async fn appends(
     n as f64 / elapsed
 }
 
-/// The writer's counters: batches, events, busy, lock and commit nanoseconds, conflicts and
-/// rechecks.
-fn counters(o: &Orchestrator) -> [u64; 7] {
+/// The writer's counters: batches, events, busy, lock and commit nanoseconds, conflicts,
+/// rechecks and writes put off.
+fn counters(o: &Orchestrator) -> [u64; 8] {
     let s = &o.writer().stats;
     [
         s.batches.load(Ordering::Relaxed),
@@ -214,12 +214,13 @@ fn counters(o: &Orchestrator) -> [u64; 7] {
         s.commit_ns.load(Ordering::Relaxed),
         s.conflicts.load(Ordering::Relaxed),
         s.rechecks.load(Ordering::Relaxed),
+        s.put_off.load(Ordering::Relaxed),
     ]
 }
 
 /// Where one node's writer spent the phase: events per batch, and the shares of the wall time
 /// it spent locking and catching up, committing, on the rest of the batch, and waiting for work.
-fn profile(before: [u64; 7], after: [u64; 7], secs: f64) -> String {
+fn profile(before: [u64; 8], after: [u64; 8], secs: f64) -> String {
     let d: Vec<f64> = after
         .iter()
         .zip(before)
@@ -227,9 +228,10 @@ fn profile(before: [u64; 7], after: [u64; 7], secs: f64) -> String {
         .collect();
     let wall = secs * 1e9;
     format!(
-        "{:.0} events per batch, {} batches run again after a conflict; writer time: lock and catch-up {:.0}%, commit {:.0}%, deciding and handing on {:.0}%, waiting for work {:.0}%",
+        "{:.0} events per batch, {} batches run again after a conflict, {} writes put off; writer time: lock and catch-up {:.0}%, commit {:.0}%, deciding and handing on {:.0}%, waiting for work {:.0}%",
         d[1] / d[0].max(1.0),
         d[5] + d[6],
+        d[7],
         100.0 * d[3] / wall,
         100.0 * d[4] / wall,
         100.0 * (d[2] - d[3] - d[4]) / wall,

@@ -341,3 +341,53 @@ async fn a_failed_lock_leaves_the_writer_working() {
     let r = send(&alice, "stuck", "again", "k3").await;
     assert_eq!(r["seq"], 5, "{r}");
 }
+
+/// A conversation another node wrote lately, whose row another transaction holds when a batch
+/// begins, is not waited for by that batch: its write is put off to the next batch, which waits
+/// for the row, and lands in order once it is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("held", &["alice"]).await;
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let b = a.another_node().await;
+    let alice = b.client("alice").await;
+    send(&alice, "held", "before", "k1").await;
+    // Written through node a too: node b catches up on it, and counts it contended.
+    send(&a.client("alice").await, "held", "from a", "k0").await;
+    let orchestrator = b.running().orchestrator();
+    tests::eventually("node b sees node a's write", || {
+        orchestrator
+            .hub()
+            .get("held")
+            .is_some_and(|c| c.core().head == 3)
+    })
+    .await;
+    let put_off = || {
+        orchestrator
+            .writer()
+            .stats
+            .put_off
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = put_off();
+    db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'held' FOR UPDATE")
+        .await
+        .expect("hold the row");
+    let waiting = tokio::spawn({
+        let alice = b.client("alice").await;
+        async move { send(&alice, "held", "while held", "k2").await }
+    });
+    tests::eventually("the write is put off", || put_off() > before).await;
+    // Put off once, then waited for: nothing lands while the row is held.
+    assert!(!waiting.is_finished());
+    db.batch_execute("COMMIT").await.expect("let go");
+    let r = waiting.await.expect("the write");
+    assert_eq!(r["seq"], 4, "{r}");
+    let seqs: Vec<u64> = log(&alice, "held")
+        .await
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+}

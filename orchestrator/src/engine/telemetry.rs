@@ -52,6 +52,9 @@ pub const CLUSTER_REFRESHES: &str = "orchestrator_cluster_refreshes_total";
 /// On a cluster: batches refused by the database because another node had appended to one of
 /// their conversations first (nothing of them was written; each was caught up and run again).
 pub const CLUSTER_CONFLICTS: &str = "orchestrator_cluster_conflicts_total";
+/// On a cluster: writes put off to this node's next batch because another node's batch held
+/// their conversation when this one began.
+pub const CLUSTER_PUT_OFF: &str = "orchestrator_cluster_put_off_total";
 /// One executor run of an agent on a turn, in seconds (the executor crate records it).
 pub const EXECUTOR_RUN_SECONDS: &str = executors::core::RUN_SECONDS;
 
@@ -137,6 +140,10 @@ fn describe() {
     describe_counter!(
         CLUSTER_CONFLICTS,
         "Batches another node got ahead of, caught up and run again."
+    );
+    describe_counter!(
+        CLUSTER_PUT_OFF,
+        "Writes put off to the next batch because another node's batch held their conversation."
     );
     describe_histogram!(
         EXECUTOR_RUN_SECONDS,
@@ -246,6 +253,11 @@ pub fn refreshed(source: &'static str) {
 /// A batch another node got ahead of (run again).
 pub fn conflict() {
     counter!(CLUSTER_CONFLICTS).increment(1);
+}
+
+/// `jobs` writes put off to the next batch (their conversation was held by another node).
+pub fn put_off(jobs: usize) {
+    counter!(CLUSTER_PUT_OFF).increment(jobs as u64);
 }
 
 /// A feed resumed from the log after falling behind.

@@ -222,6 +222,10 @@ pub struct ToLock<'a> {
     /// The writes made for claimed turns: each turn and the fence the write carries (the claims
     /// are kept from being taken until the batch ends).
     pub fences: &'a [(TurnKey, i64)],
+    /// Those of `nums` (sorted) that another node's batch may hold: locked only if they are
+    /// free now, the others left out of the batch ([`Locked::skipped`]) rather than waited for.
+    /// The rest of `nums` are locked first, waiting as long as it takes.
+    pub may_skip: &'a [i64],
 }
 
 /// What a batch found when it locked its conversations ([`LogWriter::lock`]).
@@ -234,6 +238,9 @@ pub struct Locked {
     pub existing: Vec<String>,
     /// The fences asked about that another holder has taken.
     pub stale: Vec<(TurnKey, i64)>,
+    /// Those of [`ToLock::may_skip`] another transaction held: not locked, so the batch must
+    /// not write them.
+    pub skipped: Vec<i64>,
 }
 
 /// Makes a writer's commits durable, on a thread of its own, so that the writer's next

@@ -211,13 +211,7 @@ impl Writer {
         let began = std::time::Instant::now();
         let mut attempt = 1;
         loop {
-            // On a shared store, what each job asks, to run the batch again if another node
-            // gets ahead of it.
-            let again: Vec<Again> = match self.shared {
-                true => batch.iter().filter_map(Again::of).collect(),
-                false => Vec::new(),
-            };
-            let Some((replies, conflict)) = self.process_once(batch, attempt > 1) else {
+            let Some((again, replies, conflict)) = self.process_once(batch, attempt > 1) else {
                 break;
             };
             if conflict {
@@ -244,10 +238,14 @@ impl Writer {
 
     /// Runs the batch once (catching up on every conversation from the log first when
     /// `read_all`). When it must run again, nothing of it was written and the state is rolled
-    /// back: answers the batch's unanswered replies, in job order, and whether that is because
-    /// of a conflict (another node appended first) rather than an answer that must be decided
-    /// on a view read from the log.
-    fn process_once(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Option<(Vec<Reply>, bool)> {
+    /// back: answers what each job it ran asks, the batch's unanswered replies, in job order,
+    /// and whether that is because of a conflict (another node appended first) rather than an
+    /// answer that must be decided on a view read from the log.
+    fn process_once(
+        &mut self,
+        batch: &mut Vec<Job>,
+        read_all: bool,
+    ) -> Option<(Vec<Again>, Vec<Reply>, bool)> {
         if self.shared {
             // The conversations are locked, and those other nodes wrote lately caught up on,
             // before anything is decided (see `shared`).
@@ -264,6 +262,12 @@ impl Writer {
                 return None;
             }
         }
+        // On a shared store, what each job asks, to run the batch again if another node gets
+        // ahead of it (once the jobs put off for the next batch have left it).
+        let again: Vec<Again> = match self.shared {
+            true => batch.iter().filter_map(Again::of).collect(),
+            false => Vec::new(),
+        };
         let ts_ms = now_ms();
         let slots_before = self.convs.slots.len();
         let mut work = BatchWork {
@@ -329,7 +333,7 @@ impl Writer {
                     tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
                 }
                 self.roll_back(work.touched, slots_before, false);
-                return Some((work.replies, false));
+                return Some((again, work.replies, false));
             }
         }
         // A conversation whose appends were all refused is as it was.
@@ -387,7 +391,7 @@ impl Writer {
                 }
                 self.roll_back(work.touched, slots_before, conflict);
                 if conflict {
-                    return Some((work.replies, true));
+                    return Some((again, work.replies, true));
                 }
                 fail_all(work.replies, shared::failure_message(&e));
                 None

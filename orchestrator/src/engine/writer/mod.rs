@@ -172,6 +172,9 @@ pub struct WriterStats {
     /// On a shared store: batches run again, on views read from the log, because an answer
     /// that writes nothing was decided on a view nothing verified.
     pub rechecks: AtomicU64,
+    /// On a shared store: jobs put off to the next batch because another node's batch held
+    /// their conversation.
+    pub put_off: AtomicU64,
 }
 
 /// A cloneable handle to the writer thread.
@@ -311,6 +314,11 @@ struct Writer {
     /// The conversations whose heads the current batch read from the log once it held their
     /// locks (by number, sorted): its view of them is the log's.
     verified: Vec<i64>,
+    /// On a shared store: the jobs a batch put off because another node's batch held their
+    /// conversations, with how many times each was put off; they begin the next batch.
+    carried: Vec<(Job, u8)>,
+    /// How many times each job at the front of the current batch was put off (those carried).
+    put_off: Vec<u8>,
     stats: Arc<WriterStats>,
     metrics: crate::engine::telemetry::CommitMetrics,
     /// The caps on open conversations each creation is checked against.
@@ -422,6 +430,8 @@ impl WriterHandle {
             shared: log_shared,
             stale: Vec::new(),
             verified: Vec::new(),
+            carried: Vec::new(),
+            put_off: Vec::new(),
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
             caps,
@@ -579,6 +589,15 @@ fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
 }
 
 impl Writer {
+    /// Begins `batch` with the jobs the last one put off, in their order.
+    fn take_carried(&mut self, batch: &mut Vec<Job>) {
+        self.put_off.clear();
+        for (job, times) in self.carried.drain(..) {
+            batch.push(job);
+            self.put_off.push(times);
+        }
+    }
+
     fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
         // Every committed batch is synced, published and answered before the writer is gone.
@@ -591,12 +610,16 @@ impl Writer {
     fn serve(&mut self, mut rx: mpsc::Receiver<Job>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
-            let Some(first) = rx.blocking_recv() else {
-                return;
-            };
+            if self.carried.is_empty() {
+                let Some(first) = rx.blocking_recv() else {
+                    return;
+                };
+                batch.push(first);
+            } else {
+                self.take_carried(&mut batch);
+            }
             // Group commit: see `SYNC_AHEAD`.
             self.syncer.wait_room();
-            batch.push(first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
                     Ok(job) => batch.push(job),
@@ -614,6 +637,11 @@ impl Writer {
                     batch.push(job);
                 }
                 self.process(&mut batch);
+                // A job is put off a few times at most, then waited for: this ends.
+                while !self.carried.is_empty() {
+                    self.take_carried(&mut batch);
+                    self.process(&mut batch);
+                }
                 return;
             }
         }

@@ -25,6 +25,10 @@ use crate::engine::store::{ConversationRecord, RecoveredEvent};
 /// and risk a conflict.
 pub(super) const CONTENDED: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The most times a job is put off because another node's batch held its conversation; then
+/// its batch waits for the lock.
+pub(super) const MAX_PUT_OFF: u8 = 3;
+
 /// The most times one batch runs: after a conflict it runs again with every head read under the
 /// locks, which no other node can get ahead of; a further conflict would be a fault.
 pub(super) const MAX_ATTEMPTS: usize = 4;
@@ -53,15 +57,27 @@ impl Writer {
     /// the creation is refused); locks its conversations, the ids it would create and the
     /// claims of its fenced writes; catches up on the conversations another node wrote lately
     /// (on every one when `read_all`).
-    pub(super) fn begin_shared(&mut self, batch: &[Job], read_all: bool) -> Result<()> {
+    ///
+    /// A conversation another node wrote lately is locked only if no other transaction holds
+    /// it now: the jobs that would write one that is held leave the batch for the next
+    /// ([`Writer::carried`]), at most [`MAX_PUT_OFF`] times, then their batch waits for the
+    /// lock. Batches of several nodes over the same conversations then commit side by side, each
+    /// with the conversations free when it began, instead of each waiting for the others'
+    /// commits.
+    pub(super) fn begin_shared(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Result<()> {
         let now = crate::engine::store::now_ms();
         self.verified.clear();
         let mut nums = Vec::new();
         let mut read = Vec::new();
         let mut new_ids = Vec::new();
         let mut fences = Vec::new();
+        // The conversations each job writes (by its place in the batch), for those it may put
+        // off; and those the jobs carried from the last batch write, which are waited for.
+        let mut writes: Vec<(usize, i64)> = Vec::new();
+        let mut waited: Vec<i64> = Vec::new();
+        let put_off_before = std::mem::take(&mut self.put_off);
         self.stale.clear();
-        for job in batch {
+        for (place, job) in batch.iter().enumerate() {
             let id = match job {
                 Job::Append {
                     conversation,
@@ -96,18 +112,24 @@ impl Writer {
             };
             let Some(at) = self.known(id)? else { continue };
             let slot = &self.convs.slots[at];
-            nums.push(slot.num);
-            if read_all || slot.read_until_ms > now {
-                read.push(slot.num);
-            }
+            let mut touches = vec![slot.num];
             // A sub-conversation that closes reports to its parent in the same batch.
             if let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) {
                 if let Some(p) = self.known(&parent)? {
-                    let parent = &self.convs.slots[p];
-                    nums.push(parent.num);
-                    if read_all || parent.read_until_ms > now {
-                        read.push(parent.num);
-                    }
+                    touches.push(self.convs.slots[p].num);
+                }
+            }
+            for num in touches {
+                nums.push(num);
+                let contended = self.convs.slots[self.convs.by_num[&num]].read_until_ms > now;
+                if read_all || contended {
+                    read.push(num);
+                }
+                let tired = put_off_before.get(place).is_some_and(|&t| t >= MAX_PUT_OFF);
+                if tired || read_all || !contended {
+                    waited.push(num);
+                } else {
+                    writes.push((place, num));
                 }
             }
         }
@@ -115,6 +137,14 @@ impl Writer {
         nums.dedup();
         read.sort_unstable();
         read.dedup();
+        waited.sort_unstable();
+        let mut may_skip: Vec<i64> = writes
+            .iter()
+            .map(|w| w.1)
+            .filter(|n| waited.binary_search(n).is_err())
+            .collect();
+        may_skip.sort_unstable();
+        may_skip.dedup();
         // Each with its view's head as it is now (a refresh above may have moved it).
         let read: Vec<(i64, u64)> = read
             .into_iter()
@@ -131,11 +161,41 @@ impl Writer {
             read: &read,
             new_ids: &new_ids,
             fences: &fences,
+            may_skip: &may_skip,
         })?;
         self.stale.extend(locked.stale);
-        self.verified = read.into_iter().map(|r| r.0).collect();
+        self.verified = read
+            .into_iter()
+            .map(|r| r.0)
+            .filter(|n| locked.skipped.binary_search(n).is_err())
+            .collect();
         for id in &locked.existing {
             self.known(id)?;
+        }
+        if !locked.skipped.is_empty() {
+            let mut put_off: Vec<usize> = writes
+                .iter()
+                .filter(|w| locked.skipped.binary_search(&w.1).is_ok())
+                .map(|w| w.0)
+                .collect();
+            put_off.dedup();
+            crate::engine::telemetry::put_off(put_off.len());
+            self.stats
+                .put_off
+                .fetch_add(put_off.len() as u64, Ordering::Relaxed);
+            // In the batch's order, ahead of whatever comes next.
+            let mut next = put_off.into_iter().peekable();
+            let mut kept = Vec::with_capacity(batch.len());
+            for (place, job) in batch.drain(..).enumerate() {
+                if next.peek() == Some(&place) {
+                    next.next();
+                    let times = put_off_before.get(place).copied().unwrap_or(0);
+                    self.carried.push((job, times + 1));
+                } else {
+                    kept.push(job);
+                }
+            }
+            *batch = kept;
         }
         self.take_in_read(locked.read)
     }

@@ -28,6 +28,7 @@ pub struct Statements {
     pub lock_ids: Statement,
     pub existing_ids: Statement,
     pub lock_convs: Statement,
+    pub try_lock_convs: Statement,
     pub lock_fences: Statement,
     pub read_since: Statement,
     pub read_many: Statement,
@@ -61,6 +62,11 @@ impl Statements {
             lock_convs: c
                 .prepare(
                     "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
+                )
+                .await?,
+            try_lock_convs: c
+                .prepare(
+                    "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE SKIP LOCKED",
                 )
                 .await?,
             lock_fences: c

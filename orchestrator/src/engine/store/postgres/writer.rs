@@ -162,6 +162,7 @@ impl LogWriter for PgWriter {
             read,
             new_ids,
             fences,
+            may_skip,
         } = *asked;
         let read_nums: Vec<i64> = read.iter().map(|r| r.0).collect();
         let read_after: Vec<i64> = read.iter().map(|r| r.1 as i64).collect();
@@ -180,13 +181,17 @@ impl LogWriter for PgWriter {
         if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
             return Ok(Locked::default());
         }
-        if read_nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
+        if read_nums.is_empty() && new_ids.is_empty() && fences.is_empty() && may_skip.is_empty() {
             // Nothing to read or check before deciding: the commit takes the locks, before it
             // writes anything (see `LogWriter::lock`).
             self.lock_at_commit = nums;
             return Ok(Locked::default());
         }
         self.lock_at_commit.clear();
+        // Waited for, then tried (see `ToLock::may_skip`).
+        let (tried, nums): (Vec<i64>, Vec<i64>) = nums
+            .into_iter()
+            .partition(|n| may_skip.binary_search(n).is_ok());
         let mut ids = new_ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
@@ -203,13 +208,22 @@ impl LogWriter for PgWriter {
                 c.execute(&st.lock_ids, &[&ids]).await?;
                 c.query(&st.existing_ids, &[&ids]).await
             };
-            // The rows' locks, then (pipelined: the server runs it once they are held, on a
-            // snapshot taken then) what the log has past the writer's view.
+            // The rows' locks, those waited for in order first, then those only taken if free
+            // (a transaction waits only while it holds rows of the first kind, all below the
+            // one it waits for: no two wait on each other in a circle), then (pipelined: the
+            // server runs it once they are held, on a snapshot taken then) what the log has
+            // past the writer's view.
             let rows_locked = async {
                 if nums.is_empty() {
                     return Ok(Vec::new());
                 }
                 c.query(&st.lock_convs, &[&nums]).await
+            };
+            let tried_locked = async {
+                if tried.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&st.try_lock_convs, &[&tried]).await
             };
             let caught_up = async {
                 if read_nums.is_empty() {
@@ -225,8 +239,15 @@ impl LogWriter for PgWriter {
                 // writes.
                 c.query(&st.lock_fences, &[&fenced, &fenced_turns]).await
             };
-            let ((), existing, _, caught_up, claims) =
-                futures::try_join!(begin, existing, rows_locked, caught_up, claims)?;
+            let ((), existing, _, free, caught_up, claims) = futures::try_join!(
+                begin,
+                existing,
+                rows_locked,
+                tried_locked,
+                caught_up,
+                claims
+            )?;
+            let free: Vec<i64> = free.iter().map(|r| r.get(0)).collect();
             let current: std::collections::HashMap<(String, i64), i64> = claims
                 .iter()
                 .map(|r| ((r.get(0), r.get(1)), r.get(2)))
@@ -239,6 +260,11 @@ impl LogWriter for PgWriter {
                     .filter(|(k, f)| {
                         current.get(&(k.conversation_id.clone(), k.turn as i64)) != Some(f)
                     })
+                    .collect(),
+                // Both sorted.
+                skipped: tried
+                    .into_iter()
+                    .filter(|n| free.binary_search(n).is_err())
                     .collect(),
             })
         })?;
