@@ -64,11 +64,15 @@ impl Writer {
     /// lock. Batches of several nodes over the same conversations then commit side by side, each
     /// with the conversations free when it began, instead of each waiting for the others'
     /// commits.
+    ///
+    /// What the batch's notices say other nodes committed is read in the same round trip, for
+    /// every notice at once ([`Writer::heard`]).
     pub(super) fn begin_shared(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Result<()> {
-        let now = crate::engine::store::now_ms();
         self.verified.clear();
+        let behind = self.heard(batch)?;
+        let now = crate::engine::store::now_ms();
         let mut nums = Vec::new();
-        let mut read = Vec::new();
+        let mut read = behind;
         let mut new_ids = Vec::new();
         let mut fences = Vec::new();
         // The conversations each job writes (by its place in the batch), for those it may put
@@ -104,11 +108,7 @@ impl Writer {
                         None => continue,
                     }
                 }
-                Job::Refresh(changes) => {
-                    self.refresh(changes.as_deref())?;
-                    continue;
-                }
-                Job::Stop | Job::Forget { .. } => continue,
+                Job::Stop | Job::Forget { .. } | Job::Refresh(_) => continue,
             };
             let Some(at) = self.known(id)? else { continue };
             let slot = &self.convs.slots[at];
@@ -154,7 +154,11 @@ impl Writer {
             })
             .collect();
         if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
-            return Ok(());
+            if read.is_empty() {
+                return Ok(());
+            }
+            let caught_up = self.log.read_many(&read)?;
+            return self.take_in_read(caught_up);
         }
         let locked = self.log.lock(&crate::engine::store::ToLock {
             nums: &nums,
@@ -167,7 +171,7 @@ impl Writer {
         self.verified = read
             .into_iter()
             .map(|r| r.0)
-            .filter(|n| locked.skipped.binary_search(n).is_err())
+            .filter(|n| nums.binary_search(n).is_ok() && locked.skipped.binary_search(n).is_err())
             .collect();
         for id in &locked.existing {
             self.known(id)?;
@@ -226,28 +230,6 @@ impl Writer {
         );
         self.take_in(at, events, true)?;
         Ok(at)
-    }
-
-    /// Brings each known conversation of `heads` (numbers and heads in the log) up to its head
-    /// from the log (in one read), publishing what it reads.
-    fn catch_up(&mut self, heads: &[(i64, u64)]) -> Result<()> {
-        let mut behind = Vec::new();
-        for &(num, head) in heads {
-            let Some(&at) = self.convs.by_num.get(&num) else {
-                continue;
-            };
-            let view = self.convs.slots[at].state.core.head;
-            if head > view {
-                behind.push((num, view));
-            }
-        }
-        if behind.is_empty() {
-            return Ok(());
-        }
-        behind.sort_unstable();
-        behind.dedup_by_key(|b| b.0);
-        let read = self.log.read_many(&behind)?;
-        self.take_in_read(read)
     }
 
     /// Takes in what was read from the log past this node's views (per conversation number);
@@ -336,29 +318,48 @@ impl Writer {
         forgotten
     }
 
-    /// Catches up on the conversations another node says it wrote (`None`: every one changed
-    /// lately), loading those this node has not met unless they are closed.
-    pub(super) fn refresh(&mut self, changes: Option<&[(i64, u64)]>) -> Result<()> {
-        let lately;
-        crate::engine::telemetry::refreshed(if changes.is_some() {
-            "notification"
-        } else {
-            "scan"
-        });
-        let changes = match changes {
-            Some(c) => c,
-            None => {
-                lately = self.log.changed_lately()?;
-                &lately
-            }
-        };
-        for &(num, _) in changes {
-            if !self.convs.by_num.contains_key(&num) {
-                if let Some((record, events)) = self.log.load_num(num)? {
-                    self.adopt(record, events)?;
+    /// Takes in what the notices among `batch` say other nodes committed (conversation
+    /// numbers with their heads; everything changed lately for a notice without them): loads
+    /// the conversations this node has not met (unless closed), and answers, by number, those
+    /// it knows and is behind on, now counted as written lately by another node
+    /// ([`CONTENDED`]): the batch reads them past its view with its locks, in one round trip
+    /// however many notices it holds.
+    fn heard(&mut self, batch: &[Job]) -> Result<Vec<i64>> {
+        let mut heads: Vec<(i64, u64)> = Vec::new();
+        for job in batch {
+            let Job::Refresh(changes) = job else { continue };
+            match changes {
+                Some(c) => {
+                    crate::engine::telemetry::refreshed("notification");
+                    heads.extend_from_slice(c);
+                }
+                None => {
+                    crate::engine::telemetry::refreshed("scan");
+                    heads.extend(self.log.changed_lately()?);
                 }
             }
         }
-        self.catch_up(changes)
+        // The highest head heard of each.
+        heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        heads.dedup_by_key(|h| h.0);
+        let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
+        let mut behind = Vec::new();
+        for (num, head) in heads {
+            match self.convs.by_num.get(&num) {
+                Some(&at) => {
+                    let slot = &mut self.convs.slots[at];
+                    if head > slot.state.core.head {
+                        slot.read_until_ms = until;
+                        behind.push(num);
+                    }
+                }
+                None => {
+                    if let Some((record, events)) = self.log.load_num(num)? {
+                        self.adopt(record, events)?;
+                    }
+                }
+            }
+        }
+        Ok(behind)
     }
 }
