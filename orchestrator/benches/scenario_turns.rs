@@ -201,6 +201,7 @@ fn framework(
     script: &str,
     turns: u64,
     conversations: usize,
+    extra: &[String],
 ) -> anyhow::Result<(f64, f64)> {
     let path = format!(
         "{}/../scripts/frameworks/{script}",
@@ -208,6 +209,7 @@ fn framework(
     );
     let out = std::process::Command::new(py)
         .args([path, turns.to_string(), conversations.to_string()])
+        .args(extra)
         .output()?;
     anyhow::ensure!(
         out.status.success(),
@@ -276,7 +278,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "  turn.traces: false (1 commit a turn)       {aggregate:>9.0} turns/s  (goal >= 50,000)"
     );
-    match std::env::var("BENCH_PG") {
+    let pg = match std::env::var("BENCH_PG") {
         Ok(base) => {
             println!("PostgreSQL (a database of its own per loop), the same loops:");
             let commits = rt.block_on(pg_commit_rate(&base, 2.0))?;
@@ -295,26 +297,58 @@ fn main() -> anyhow::Result<()> {
             println!(
                 "  {conversations} conversations: with traces {many_traced:>8.0} turns/s; turn.traces: false {many:>8.0} turns/s"
             );
+            Some((base, [one, many, one_traced, many_traced]))
         }
-        Err(_) => println!("  (PostgreSQL not run: set BENCH_PG)"),
+        Err(_) => {
+            println!("  (PostgreSQL not run: set BENCH_PG)");
+            None
+        }
+    };
+    let Ok(py) = std::env::var("BENCH_PY") else {
+        println!("  (frameworks not run: set BENCH_PY, or use scripts/bench-frameworks)");
+        return Ok(());
+    };
+    println!(
+        "the same exchange in the frameworks ({turns} turns; the orchestrator's ratios without its traces, which the frameworks do not write, then with them):"
+    );
+    let sqlite = [single, aggregate, traced_single, traced_aggregate];
+    let mut runs = vec![
+        (
+            "AutoGen 0.7 RoundRobinGroupChat",
+            "autogen_turns.py",
+            Vec::new(),
+            sqlite,
+            "50",
+        ),
+        (
+            "LangGraph 1.2 + SqliteSaver",
+            "langgraph_turns.py",
+            Vec::new(),
+            sqlite,
+            "100",
+        ),
+    ];
+    if let Some((base, ours)) = pg {
+        let url = rt.block_on(fresh_database(&base, "langgraph"))?;
+        runs.push((
+            "LangGraph 1.2 + PostgresSaver",
+            "langgraph_pg_turns.py",
+            vec![url],
+            ours,
+            "-",
+        ));
     }
-    match std::env::var("BENCH_PY") {
-        Ok(py) => {
-            for (name, script) in [
-                ("AutoGen 0.7 RoundRobinGroupChat", "autogen_turns.py"),
-                ("LangGraph 1.2 + SqliteSaver", "langgraph_turns.py"),
-            ] {
-                match framework(&py, script, turns, conversations) {
-                    Ok((s, a)) => println!(
-                        "  {name:<34} one ({turns} turns) {s:>6.0} turns/s, {conversations} at once {a:>6.0} turns/s  (orchestrator: {:.1}x one, {:.1}x aggregate; goal >= 25x aggregate)",
-                        single / s,
-                        aggregate / a
-                    ),
-                    Err(e) => println!("  {name}: failed: {e}"),
-                }
-            }
+    for (name, script, extra, ours, goal) in runs {
+        match framework(&py, script, turns, conversations, &extra) {
+            Ok((s, a)) => println!(
+                "  {name:<32} one {s:>6.0} turns/s, {conversations} at once {a:>6.0} turns/s  (orchestrator: {:.1}x one, {:.1}x aggregate; with traces {:.1}x, {:.1}x; goal >= {goal}x aggregate)",
+                ours[0] / s,
+                ours[1] / a,
+                ours[2] / s,
+                ours[3] / a
+            ),
+            Err(e) => println!("  {name}: failed: {e}"),
         }
-        Err(_) => println!("  (frameworks not run: set BENCH_PY, or use scripts/bench-frameworks)"),
     }
     Ok(())
 }

@@ -42,19 +42,24 @@ def conversation(app, turns: int, thread: str) -> None:
     assert out["turn"] == turns, out["turn"]
 
 
+def measure(saver, turns: int, conversations: int) -> None:
+    """Prints turns/s through `saver` for one conversation, then for CONVERSATIONS at once
+    (one thread each), as JSON."""
+    app = build(turns, saver)
+    t = time.perf_counter()
+    conversation(app, turns, "single")
+    single = turns / (time.perf_counter() - t)
+    t = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=conversations) as pool:
+        list(pool.map(lambda i: conversation(app, turns, f"t{i}"), range(conversations)))
+    aggregate = turns * conversations / (time.perf_counter() - t)
+    print(json.dumps({"single": single, "aggregate": aggregate}))
+
+
 def main(turns: int, conversations: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         conn = sqlite3.connect(f"{d}/lg.db", check_same_thread=False)
-        saver = SqliteSaver(conn)
-        app = build(turns, saver)
-        t = time.perf_counter()
-        conversation(app, turns, "single")
-        single = turns / (time.perf_counter() - t)
-        t = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=conversations) as pool:
-            list(pool.map(lambda i: conversation(app, turns, f"t{i}"), range(conversations)))
-        aggregate = turns * conversations / (time.perf_counter() - t)
-    print(json.dumps({"single": single, "aggregate": aggregate}))
+        measure(SqliteSaver(conn), turns, conversations)
 
 
 if __name__ == "__main__":

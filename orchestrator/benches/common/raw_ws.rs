@@ -44,6 +44,24 @@ pub fn text_frame(out: &mut Vec<u8>, text: &[u8]) {
     out.extend(text.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
 }
 
+/// The payload length of the frame at the start of `avail` and the length of its header up to
+/// its mask (if any): `None` until that much has been read.
+pub fn frame_length(avail: &[u8]) -> Option<(usize, usize)> {
+    if avail.len() < 2 {
+        return None;
+    }
+    match avail[1] & 0x7f {
+        126 if avail.len() >= 4 => Some((u16::from_be_bytes([avail[2], avail[3]]) as usize, 4)),
+        127 if avail.len() >= 10 => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&avail[2..10]);
+            Some((u64::from_be_bytes(b) as usize, 10))
+        }
+        126 | 127 => None,
+        n => Some((n as usize, 2)),
+    }
+}
+
 impl RawWs {
     /// Connects to `/rpc` at `addr` and authenticates with `token`.
     pub async fn connect(addr: &str, token: &str) -> RawWs {
@@ -133,20 +151,8 @@ impl RawWs {
     /// The next whole frame already read, without reading more; a ping is owed its pong.
     pub fn buffered_frame(&mut self) -> Option<Frame> {
         let avail = &self.buf[self.at..self.filled];
-        if avail.len() < 2 {
-            return None;
-        }
+        let (len, hdr) = frame_length(avail)?;
         let op = avail[0] & 0x0f;
-        let (len, hdr) = match avail[1] & 0x7f {
-            126 if avail.len() >= 4 => (u16::from_be_bytes([avail[2], avail[3]]) as usize, 4),
-            127 if avail.len() >= 10 => {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&avail[2..10]);
-                (u64::from_be_bytes(b) as usize, 10)
-            }
-            126 | 127 => return None,
-            n => (n as usize, 2),
-        };
         if avail.len() < hdr + len {
             return None;
         }
