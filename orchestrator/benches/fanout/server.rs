@@ -39,6 +39,14 @@ impl Server {
                 "30000",
                 "--max-streams",
                 "30000",
+                // The long-poll phase parks every waiter as one agent (2,000 by default, each
+                // round), over the per-agent caps and request rate a server has by default.
+                "--max-streams-per-agent",
+                "30000",
+                "--rate-limit",
+                "1000000",
+                "--rate-burst",
+                "1000000",
                 "--max-in-flight",
                 "4096",
                 "--db",
