@@ -111,17 +111,17 @@ impl Writer {
                 Job::Stop | Job::Forget { .. } | Job::Refresh(_) => continue,
             };
             let Some(at) = self.known(id)? else { continue };
+            // Each conversation the job writes, and whether another node wrote it lately.
+            let touched = |slot: &Slot| (slot.num, slot.read_until_ms > now);
             let slot = &self.convs.slots[at];
-            let mut touches = vec![slot.num];
+            let own = touched(slot);
             // A sub-conversation that closes reports to its parent in the same batch.
-            if let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) {
-                if let Some(p) = self.known(&parent)? {
-                    touches.push(self.convs.slots[p].num);
-                }
-            }
-            for num in touches {
+            let parent = match slot.state.parent().map(|p| p.conversation_id.clone()) {
+                Some(parent) => self.known(&parent)?.map(|p| touched(&self.convs.slots[p])),
+                None => None,
+            };
+            for (num, contended) in std::iter::once(own).chain(parent) {
                 nums.push(num);
-                let contended = self.convs.slots[self.convs.by_num[&num]].read_until_ms > now;
                 if read_all || contended {
                     read.push(num);
                 }
@@ -145,7 +145,7 @@ impl Writer {
             .collect();
         may_skip.sort_unstable();
         may_skip.dedup();
-        // Each with its view's head as it is now (a refresh above may have moved it).
+        // Each with its view's head as it is now: the read starts after it.
         let read: Vec<(i64, u64)> = read
             .into_iter()
             .filter_map(|n| {
