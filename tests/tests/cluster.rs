@@ -205,6 +205,14 @@ async fn create_with_policy(node: &TestServer, id: &str, participants: &[&str]) 
 /// pending turn: each turn runs on exactly one node (the claim), once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_internal_turn_runs_once_across_nodes() {
+    let with_commit = || {
+        orchestrator::engine::telemetry::render()
+            .lines()
+            .find(|l| l.starts_with(r#"orchestrator_cluster_claims_total{result="with_commit"}"#))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let claimed_before = with_commit();
     let agent = Arc::new(Counting::default());
     let a = TestServer::on_postgres(test_limits(), counting_agents(&agent)).await;
     let b = a.another_node().await;
@@ -237,6 +245,15 @@ async fn an_internal_turn_runs_once_across_nodes() {
     let runs = agent.runs.lock().unwrap().clone();
     let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "turns run more than once: {twice:?}");
+    // A turn is claimed by the commit that opens it, for the node whose commit that is (the
+    // creation's, or the reply's that closed the turn before): its run asks the database
+    // nothing more. (A renewal that ran between the commit and its publication makes the run
+    // ask, and it is granted its own claim again; so not every one of the 48 turns.)
+    let claimed = with_commit() - claimed_before;
+    assert!(
+        claimed >= 40.0,
+        "{claimed} turns claimed with the commit that opened them"
+    );
     // On a shared log an executor waits for its `turn_start` before the agent runs (the trace,
     // decided under the row lock, says the turn is still the agent's): the in-process client
     // offers no writes held to it (docs/decisions.md).

@@ -38,7 +38,8 @@ pub const ERRORS: &str = "orchestrator_errors_total";
 /// claims, new at every start); always 1.
 pub const NODE_INFO: &str = "orchestrator_node_info";
 /// On a cluster: claims this node asked for an internal agent's turn, by `result`: `granted`,
-/// `held` (another node holds it; tried again when its lease runs out) or `error`.
+/// `held` (another node holds it; tried again when its lease runs out), `error`, or
+/// `with_commit` (claimed by this node's commit that opened the turn: nothing to ask).
 pub const CLUSTER_CLAIMS: &str = "orchestrator_cluster_claims_total";
 /// On a cluster: runs stopped because their claim was lost, by `why`: `taken` (a renewal found
 /// another node holding it) or `expired` (no renewal in time by this node's clock).
@@ -230,7 +231,7 @@ pub fn node(backend: &'static str, name: Option<&str>) {
     }
 }
 
-/// A turn claim asked for (`result`: `granted`, `held`, `error`).
+/// A turn claim asked for (`result`: `granted`, `held`, `error`, `with_commit`).
 pub fn claim(result: &'static str) {
     counter!(CLUSTER_CLAIMS, "result" => result).increment(1);
 }

@@ -292,6 +292,27 @@ pub struct Hub {
     global: broadcast::Sender<EventBatch>,
     closing: watch::Sender<bool>,
     turn_sink: std::sync::OnceLock<TurnSink>,
+    pre_claim: std::sync::OnceLock<Box<dyn PreClaim>>,
+}
+
+/// On a store several nodes share, what the writer asks the turn dispatcher, so that a turn
+/// this node will run is claimed in the very commit that opens it (not in a commit of its own
+/// once it is open): who this node is in the claims, whether it runs an agent's turns, and the
+/// claims its commits were granted.
+pub trait PreClaim: Send + Sync {
+    /// This node's name in the turn claims.
+    fn holder(&self) -> String;
+    /// Whether this node runs `agent`'s turns in `conv` (an internal agent, with an executor).
+    fn runs_here(&self, conv: &ConvView, agent: &str) -> bool;
+    /// Turn `turn` of `conv` was claimed for this node with fence `fence` by a commit sent at
+    /// `sent`; called before the commit is published.
+    fn granted(&self, conv: &Arc<ConvView>, turn: u64, fence: i64, sent: tokio::time::Instant);
+}
+
+impl std::fmt::Debug for dyn PreClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreClaim")
+    }
 }
 
 /// A callback on a conversation.
@@ -313,6 +334,7 @@ impl Default for Hub {
             global: broadcast::channel(GLOBAL_BUFFER).0,
             closing: watch::channel(false).0,
             turn_sink: std::sync::OnceLock::new(),
+            pre_claim: std::sync::OnceLock::new(),
         }
     }
 }
@@ -352,6 +374,16 @@ impl Hub {
     /// Where conversations whose speaker changed are sent (the turn dispatcher); set once.
     pub fn set_turn_sink(&self, sink: TurnSink) {
         let _ = self.turn_sink.set(sink);
+    }
+
+    /// On a shared store: what the writer claims turns for (the turn dispatcher); set once.
+    pub fn set_pre_claim(&self, hook: Box<dyn PreClaim>) {
+        let _ = self.pre_claim.set(hook);
+    }
+
+    /// What the writer claims turns for, once the dispatcher joined a cluster.
+    pub fn pre_claim(&self) -> Option<&dyn PreClaim> {
+        self.pre_claim.get().map(|h| h.as_ref())
     }
 
     /// Tells the turn dispatcher that a policy named a speaker (publisher thread, after the

@@ -205,6 +205,17 @@ pub trait LogWriter: Send {
     fn release(&mut self) -> Result<()> {
         Ok(())
     }
+    /// On a shared store: claims `turns` (each unless it is claimed already) for `holder`, with
+    /// a lease of `lease`, in the next [`LogWriter::commit`]'s transaction: the commit that
+    /// opens a turn claims it for the node that will run it. A backend with a single node
+    /// claims nothing.
+    fn claim_with_commit(&mut self, holder: &str, turns: Vec<TurnKey>, lease: std::time::Duration) {
+        let _ = (holder, turns, lease);
+    }
+    /// The claims the last commit made, with their fences (taken once).
+    fn granted(&mut self) -> Vec<(TurnKey, i64)> {
+        Vec::new()
+    }
 }
 
 /// What a batch locks before it decides ([`LogWriter::lock`]).

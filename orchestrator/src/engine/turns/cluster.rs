@@ -38,6 +38,9 @@ struct Held {
     conv: Arc<ConvView>,
     /// Past this (this node's clock) the lease may have run out: the run stops.
     valid_until: Instant,
+    /// Claimed by the commit that opened the turn ([`Cluster::granted`]), and no run has
+    /// taken it yet.
+    waiting: bool,
 }
 
 /// This node's claims on turns, and what it claims them with.
@@ -126,18 +129,8 @@ impl Cluster {
         let sent = Instant::now();
         match tokio::task::spawn_blocking(move || store.claim_turn(&k, &holder, LEASE)).await {
             Ok(Ok(Claimed::Granted { fence })) => {
-                if let Ok(mut held) = self.held.lock() {
-                    held.insert(
-                        key,
-                        Held {
-                            fence,
-                            // Nothing runs here for a push claim: nothing to stop.
-                            stop: watch::channel(false).0,
-                            conv: conv.clone(),
-                            valid_until: sent + LEASE - MARGIN,
-                        },
-                    );
-                }
+                // Nothing runs here for a push claim: nothing to stop.
+                self.hold(key, fence, watch::channel(false).0, conv, sent, false);
                 true
             }
             Ok(Ok(Claimed::Held { .. })) => false,
@@ -179,6 +172,13 @@ impl Cluster {
             turn: a.turn,
         };
         let mut head = conv.watch();
+        if let Some((fence, stopped)) = self.take_granted(&key) {
+            crate::engine::telemetry::claim("with_commit");
+            a.claim = Some(fence);
+            a.stop = Some(stopped);
+            let _ = tx.send(a);
+            return;
+        }
         while still_pending(&conv, &a.agent_id, a.turn) {
             let sent = Instant::now();
             let (store, k, holder) = (self.store.clone(), key.clone(), self.holder.clone());
@@ -188,17 +188,7 @@ impl Cluster {
                 Ok(Ok(Claimed::Granted { fence })) => {
                     crate::engine::telemetry::claim("granted");
                     let (stop, stopped) = watch::channel(false);
-                    if let Ok(mut held) = self.held.lock() {
-                        held.insert(
-                            key,
-                            Held {
-                                fence,
-                                stop,
-                                conv: conv.clone(),
-                                valid_until: sent + LEASE - MARGIN,
-                            },
-                        );
-                    }
+                    self.hold(key, fence, stop, &conv, sent, false);
                     a.claim = Some(fence);
                     a.stop = Some(stopped);
                     let _ = tx.send(a);
@@ -223,6 +213,53 @@ impl Cluster {
                 _ = head.changed() => {}
             }
         }
+    }
+
+    /// Holds turn `turn` of `conv`, claimed by the commit (sent at `sent`) that opened it, for
+    /// the run [`Cluster::run_claimed`] is about to start; renewed as every claim held.
+    pub fn granted(&self, conv: &Arc<ConvView>, turn: u64, fence: i64, sent: Instant) {
+        let key = TurnKey {
+            conversation_id: conv.id.clone(),
+            turn,
+        };
+        self.hold(key, fence, watch::channel(false).0, conv, sent, true);
+    }
+
+    /// Holds the claim on `key` with `fence`, its lease asked for at `sent`; `stop` stops its
+    /// run; `waiting`: no run has taken it yet.
+    fn hold(
+        &self,
+        key: TurnKey,
+        fence: i64,
+        stop: watch::Sender<bool>,
+        conv: &Arc<ConvView>,
+        sent: Instant,
+        waiting: bool,
+    ) {
+        if let Ok(mut held) = self.held.lock() {
+            held.insert(
+                key,
+                Held {
+                    fence,
+                    stop,
+                    conv: conv.clone(),
+                    valid_until: sent + LEASE - MARGIN,
+                    waiting,
+                },
+            );
+        }
+    }
+
+    /// The fence of a claim a commit made for `key` that no run has taken yet, and what stops
+    /// the run. (A renewal that ran before the turn was published here forgot it: the run then
+    /// asks the database, which grants this node its own claim again, with the same fence.)
+    fn take_granted(&self, key: &TurnKey) -> Option<(i64, watch::Receiver<bool>)> {
+        let mut held = self.held.lock().ok()?;
+        let h = held.get_mut(key).filter(|h| h.waiting)?;
+        h.waiting = false;
+        let (stop, stopped) = watch::channel(false);
+        h.stop = stop;
+        Some((h.fence, stopped))
     }
 
     /// Stops the runs whose lease may have run out unrenewed (by this node's clock).

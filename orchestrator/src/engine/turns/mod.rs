@@ -22,7 +22,7 @@ use proto_spec::{ClaimTurnParams, ClaimTurnResult, ErrorCode, RequestTurnNotific
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::engine::hub::{ConvView, Hub};
+use crate::engine::hub::{ConvView, Hub, PreClaim};
 use crate::engine::store::{format_ts, now_ms};
 
 pub mod cluster;
@@ -126,9 +126,24 @@ impl Turns {
 
     /// On a store several nodes share: internal turns are claimed in it before they run (see
     /// [`cluster`]). Set before [`Turns::attach`].
-    pub fn join_cluster(&self, store: Arc<dyn crate::engine::store::Store>) {
+    pub fn join_cluster(self: &Arc<Self>, store: Arc<dyn crate::engine::store::Store>) {
         let c = cluster::Cluster::start(store, &self.runtime, self.hub.closing());
         let _ = self.cluster.set(c);
+        // Weak, as the turn sink (see `attach`).
+        self.hub
+            .set_pre_claim(Box::new(PreClaims(Arc::downgrade(self))));
+    }
+
+    /// The internal executor that runs `agent`'s turns in `conv` here, if one does.
+    fn internal_for(
+        &self,
+        conv: &ConvView,
+        agent: &str,
+    ) -> Option<mpsc::UnboundedSender<Assignment>> {
+        self.internal.lock().ok().and_then(|i| {
+            let ours = i.0.contains(agent) || conv.agent_spec(agent).is_some();
+            ours.then(|| i.1.clone()).flatten()
+        })
     }
 
     /// On a cluster, this node's name in the turn claims.
@@ -206,11 +221,7 @@ impl Turns {
         let deadline_ms = conv
             .turn_deadline_ms(&core)
             .unwrap_or_else(|| now_ms() + self.config.default_timeout.as_millis() as i64);
-        let internal = self.internal.lock().ok().and_then(|i| {
-            let ours = i.0.contains(&agent) || conv.agent_spec(&agent).is_some();
-            ours.then(|| i.1.clone()).flatten()
-        });
-        if let Some(tx) = internal {
+        if let Some(tx) = self.internal_for(conv, &agent) {
             self.stats.internal.fetch_add(1, Ordering::Relaxed);
             crate::engine::telemetry::turn("internal");
             let a = Assignment {
@@ -534,5 +545,31 @@ impl Turns {
             turn: c.turn,
             deadline: format_ts(deadline_ms),
         })
+    }
+}
+
+/// The turn dispatcher as the writer's [`PreClaim`] on a cluster: the turns this node's
+/// internal executor runs are claimed in the commit that opens them, and the run finds its
+/// claim held ([`cluster::Cluster::granted`]) instead of asking the database again.
+struct PreClaims(std::sync::Weak<Turns>);
+
+impl PreClaim for PreClaims {
+    fn holder(&self) -> String {
+        self.0
+            .upgrade()
+            .and_then(|t| t.node_name().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    fn runs_here(&self, conv: &ConvView, agent: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|t| t.cluster.get().is_some() && t.internal_for(conv, agent).is_some())
+    }
+
+    fn granted(&self, conv: &Arc<ConvView>, turn: u64, fence: i64, sent: Instant) {
+        if let Some(c) = self.0.upgrade().and_then(|t| t.cluster.get().cloned()) {
+            c.granted(conv, turn, fence, sent);
+        }
     }
 }

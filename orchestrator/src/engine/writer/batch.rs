@@ -338,6 +338,7 @@ impl Writer {
         }
         // A conversation whose appends were all refused is as it was.
         work.touched.retain(|t| !t.drafts.is_empty());
+        let opened = self.claim_opened(&work.touched);
         if work.touched.is_empty() {
             if let Err(e) = self.log.release() {
                 tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
@@ -368,6 +369,7 @@ impl Writer {
             .collect();
         let n_rows = rows.len() as u64;
         let started = std::time::Instant::now();
+        let sent = tokio::time::Instant::now();
         let committed = self.log.commit(&work.new_convs, &rows);
         self.stats
             .commit_ns
@@ -375,6 +377,7 @@ impl Writer {
         drop(rows);
         match committed {
             Ok(()) => {
+                self.hold_granted(&opened, sent);
                 self.metrics
                     .committed(jobs as usize, n_rows, started.elapsed());
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -395,6 +398,60 @@ impl Writer {
                 }
                 fail_all(work.replies, shared::failure_message(&e));
                 None
+            }
+        }
+    }
+
+    /// On a cluster: the turns `touched` opens (their conversation was in another turn before
+    /// the batch, or is new) for an agent this node runs, asked to be claimed for this node by
+    /// the batch's commit (see [`crate::engine::hub::PreClaim`]); each with its view.
+    fn claim_opened(&mut self, touched: &[Touched]) -> Vec<(Arc<ConvView>, u64)> {
+        let Some(hook) = self.hub.pre_claim() else {
+            return Vec::new();
+        };
+        let mut opened = Vec::new();
+        let mut keys = Vec::new();
+        for t in touched {
+            let slot = &self.convs.slots[t.slot];
+            let Some((agent, turn)) = slot.state.core.turn_to_hand_out() else {
+                continue;
+            };
+            let before = match &t.undo {
+                Undo::TurnState(core) => Some(core.turn),
+                Undo::Created => None,
+            };
+            if before == Some(turn) || !hook.runs_here(&slot.shared, agent) {
+                continue;
+            }
+            keys.push(crate::engine::store::TurnKey {
+                conversation_id: slot.state.id.clone(),
+                turn,
+            });
+            opened.push((slot.shared.clone(), turn));
+        }
+        if !keys.is_empty() {
+            self.log
+                .claim_with_commit(&hook.holder(), keys, crate::engine::turns::cluster::LEASE);
+        }
+        opened
+    }
+
+    /// After a commit: holds the claims it made for the turns it `opened` (before the commit
+    /// is published, so that the runs find them).
+    fn hold_granted(&mut self, opened: &[(Arc<ConvView>, u64)], sent: tokio::time::Instant) {
+        if opened.is_empty() {
+            return;
+        }
+        let granted = self.log.granted();
+        let Some(hook) = self.hub.pre_claim() else {
+            return;
+        };
+        for (key, fence) in granted {
+            let view = opened
+                .iter()
+                .find(|(v, turn)| *turn == key.turn && v.id == key.conversation_id);
+            if let Some((view, _)) = view {
+                hook.granted(view, key.turn, fence, sent);
             }
         }
     }

@@ -9,7 +9,7 @@ use crate::engine::error::{Error, Result};
 use crate::engine::state::Draft;
 use crate::engine::store::{
     finality_from, format_ts, hash_from, kind_from, ConversationRecord, NewConversation, NewRow,
-    RecoveredEvent,
+    RecoveredEvent, TurnKey,
 };
 
 /// The columns of an event read back for the state machine (the payload of system events,
@@ -29,6 +29,7 @@ pub struct Statements {
     pub existing_ids: Statement,
     pub lock_convs: Statement,
     pub try_lock_convs: Statement,
+    claim_turns: Statement,
     pub lock_fences: Statement,
     pub read_since: Statement,
     pub read_many: Statement,
@@ -67,6 +68,18 @@ impl Statements {
             try_lock_convs: c
                 .prepare(
                     "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE SKIP LOCKED",
+                )
+                .await?,
+            // A turn the batch opens, for the node that runs it (as `claim_turn` grants one,
+            // by the database's clock); one that is claimed already is left as it is.
+            claim_turns: c
+                .prepare(
+                    "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms)
+                     INSERT INTO turn_claims (conversation_id, turn, holder, fence, lease_until_ms)
+                     SELECT u.c, u.t, $3, nextval('turn_fence'), now.ms + $4
+                     FROM unnest($1::text[], $2::bigint[]) AS u(c, t), now
+                     ON CONFLICT (conversation_id, turn) DO NOTHING
+                     RETURNING conversation_id, turn, fence",
                 )
                 .await?,
             lock_fences: c
@@ -255,7 +268,8 @@ impl Batch {
         st: &Statements,
         begin: bool,
         lock: &[i64],
-    ) -> Result<()> {
+        claims: Option<&Claims>,
+    ) -> Result<Vec<(TurnKey, i64)>> {
         let ConvColumns(n, i, b, p, m) = &self.convs;
         let conv_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [n, i, b, p, m];
         let e = &self.events;
@@ -316,13 +330,58 @@ impl Batch {
             }
             Ok(())
         };
+        let claimed = async {
+            match claims {
+                Some(k) => {
+                    c.query(
+                        &st.claim_turns,
+                        &[&k.convs, &k.turns, &k.holder, &k.lease_ms],
+                    )
+                    .await
+                }
+                None => Ok(Vec::new()),
+            }
+        };
         let notified = c.execute(&st.notify, &notice_params);
         let recorded = c.execute(&st.record_commit, &commit_params);
         let committed = c.batch_execute("COMMIT");
-        futures::try_join!(
-            began, locked, convs, declare, closed, inserted, notified, recorded, committed
+        let (.., claimed, _, _, ()) = futures::try_join!(
+            began, locked, convs, declare, closed, inserted, claimed, notified, recorded, committed
         )?;
-        Ok(())
+        Ok(claimed
+            .iter()
+            .map(|r| {
+                let key = TurnKey {
+                    conversation_id: r.get(0),
+                    turn: r.get::<_, i64>(1) as u64,
+                };
+                (key, r.get(2))
+            })
+            .collect())
+    }
+}
+
+/// Turns a commit claims for the node that will run them (`LogWriter::claim_with_commit`).
+#[derive(Debug)]
+pub struct Claims {
+    convs: Vec<String>,
+    turns: Vec<i64>,
+    holder: String,
+    lease_ms: i64,
+}
+
+impl Claims {
+    pub fn new(holder: &str, turns: Vec<TurnKey>, lease: std::time::Duration) -> Claims {
+        let (convs, turns) = turns
+            .into_iter()
+            .map(|k| (k.conversation_id, k.turn as i64))
+            .unzip();
+        Claims {
+            convs,
+            turns,
+            holder: holder.to_string(),
+            lease_ms: lease.as_millis() as i64,
+        }
     }
 }
 

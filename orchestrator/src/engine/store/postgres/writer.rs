@@ -10,7 +10,7 @@ use super::{block, connect, recovered_from, rows, LATELY, NUMS_AHEAD};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::{
     now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
-    RecoveredEvent, ToLock,
+    RecoveredEvent, ToLock, TurnKey,
 };
 
 /// The writer's connection and the statements prepared on it.
@@ -39,6 +39,10 @@ pub struct PgWriter {
     /// The conversations the next commit locks before it writes (a batch that had nothing to
     /// read or check before deciding: one round trip fewer).
     lock_at_commit: Vec<i64>,
+    /// The turns the next commit claims ([`LogWriter::claim_with_commit`]).
+    claims: Option<rows::Claims>,
+    /// What the last commit claimed, with the fences.
+    granted: Vec<(TurnKey, i64)>,
 }
 
 impl PgWriter {
@@ -50,6 +54,8 @@ impl PgWriter {
             nums: Vec::new(),
             in_tx: false,
             lock_at_commit: Vec::new(),
+            claims: None,
+            granted: Vec::new(),
         };
         w.conn()?;
         Ok(w)
@@ -99,6 +105,7 @@ impl PgWriter {
     fn abort(&mut self) {
         self.in_tx = false;
         self.lock_at_commit.clear();
+        self.claims = None;
         let Some(c) = &self.conn else { return };
         if c.client.is_closed() {
             self.conn = None;
@@ -301,6 +308,7 @@ impl LogWriter for PgWriter {
 
     fn release(&mut self) -> Result<()> {
         self.lock_at_commit.clear();
+        self.claims = None;
         if !std::mem::replace(&mut self.in_tx, false) {
             return Ok(());
         }
@@ -311,7 +319,12 @@ impl LogWriter for PgWriter {
         let batch = rows::Batch::new(convs, rows);
         let began = std::mem::replace(&mut self.in_tx, false);
         let lock = std::mem::take(&mut self.lock_at_commit);
-        self.run(move |c, st| async move { batch.write(&c, &st, !began, &lock).await })
+        let claims = self.claims.take();
+        self.granted.clear();
+        let granted =
+            self.run(move |c, st| async move {
+                batch.write(&c, &st, !began, &lock, claims.as_ref()).await
+            })
             .map_err(|e| match e {
                 // A seq (or an id) another node wrote first: the batch was decided on a view
                 // that is behind the log. Nothing of it was written.
@@ -331,7 +344,17 @@ impl LogWriter for PgWriter {
                     ))
                 }
                 other => other,
-            })
+            })?;
+        self.granted = granted;
+        Ok(())
+    }
+
+    fn claim_with_commit(&mut self, holder: &str, turns: Vec<TurnKey>, lease: std::time::Duration) {
+        self.claims = (!turns.is_empty()).then(|| rows::Claims::new(holder, turns, lease));
+    }
+
+    fn granted(&mut self) -> Vec<(TurnKey, i64)> {
+        std::mem::take(&mut self.granted)
     }
 
     fn conversation_num(&mut self) -> Result<i64> {
