@@ -355,5 +355,5 @@ async fn main() -> anyhow::Result<()> {
         pct(local, 0.99)
     );
     shutdown(three).await;
-    Ok(())
+    common::drop_databases(&base).await
 }

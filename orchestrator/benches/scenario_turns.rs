@@ -304,9 +304,15 @@ fn main() -> anyhow::Result<()> {
             None
         }
     };
+    // Every database of the PostgreSQL loops (and of LangGraph's) is dropped at the end.
+    let base = pg.as_ref().map(|(base, _)| base.clone());
+    let done = |rt: &tokio::runtime::Runtime| match &base {
+        Some(base) => rt.block_on(common::drop_databases(base)),
+        None => Ok(()),
+    };
     let Ok(py) = std::env::var("BENCH_PY") else {
         println!("  (frameworks not run: set BENCH_PY, or use scripts/bench-frameworks)");
-        return Ok(());
+        return done(&rt);
     };
     println!(
         "the same exchange in the frameworks ({turns} turns; the orchestrator's ratios without its traces, which the frameworks do not write, then with them):"
@@ -350,5 +356,5 @@ fn main() -> anyhow::Result<()> {
             Err(e) => println!("  {name}: failed: {e}"),
         }
     }
-    Ok(())
+    done(&rt)
 }

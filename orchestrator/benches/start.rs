@@ -78,15 +78,7 @@ async fn sqlite(dir: &std::path::Path, conversations: usize, each: u64) -> anyho
 
 /// The start on PostgreSQL with every conversation open, then with nine in ten closed.
 async fn postgres(base: &str, conversations: usize, each: u64) -> anyhow::Result<(f64, f64)> {
-    let (c, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    let name = format!("bench_start_{}", std::process::id());
-    c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await?;
-    c.batch_execute(&format!("CREATE DATABASE {name}")).await?;
-    let mut url = url::Url::parse(base)?;
-    url.set_path(&name);
-    let db = url.to_string();
+    let db = common::fresh_database(base, "start").await?;
     create(&db, conversations).await?;
     let (c, conn) = tokio_postgres::connect(&db, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
@@ -133,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
             let (open, closed) = postgres(&base, conversations, each).await?;
             println!("PostgreSQL, every conversation open: {open:.2} s (goal <= 2 s)");
             println!("PostgreSQL, 9 in 10 closed (loaded when named): {closed:.2} s");
+            common::drop_databases(&base).await?;
         }
         Err(_) => println!("PostgreSQL: not measured (set BENCH_PG; scripts/bench-cluster does)"),
     }
