@@ -259,7 +259,11 @@ pub async fn read(
         .get_conversation(&id.conversation)
         .await
         .map_err(ReadError::from_client)?;
-    let events = events_after(client, &id.conversation, id.start.saturating_sub(1)).await?;
+    let mut events = events_after(client, &id.conversation, id.start.saturating_sub(1)).await?;
+    // The task as of the snapshot: an event appended between the two reads would show its
+    // message beside a state from before it (and a stream following from the view's seq would
+    // never announce it). The next read has it.
+    events.retain(|e| e.seq <= snapshot.latest_seq);
     view(&snapshot, &events, me, id).ok_or(ReadError::NotFound)
 }
 
