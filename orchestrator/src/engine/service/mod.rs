@@ -20,28 +20,16 @@ use crate::engine::scenario::Scenario;
 use crate::engine::state::AppendRequest;
 use crate::engine::store::Store;
 use crate::engine::turns::{TurnConfig, Turns};
-use crate::engine::writer::{Appending, WriterHandle};
+use crate::engine::writer::WriterHandle;
 
 mod access;
+mod append;
 mod create;
+
+pub use append::ForTurn;
 
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
-
-/// What a write an executor makes for a turn it runs carries besides its params (nothing, for
-/// a client's own write).
-#[derive(Debug, Clone, Default)]
-pub struct ForTurn {
-    /// On a cluster: the claim the turn is run under; the write is refused once another node
-    /// has taken the turn over.
-    pub fence: Option<crate::engine::store::Fence>,
-    /// The key of the attempt's `turn_start`, sent ahead of this write without waiting for its
-    /// answer: the write is refused unless that trace is in the log ahead of it.
-    pub after: Option<String>,
-    /// A trace nobody waits on to go on: it may wait a moment for other writes to commit with
-    /// ([`AppendRequest::trailing`]).
-    pub trailing: bool,
-}
 
 /// The orchestrator: the store, the hot state, the writer, the turn dispatcher and the limits.
 #[derive(Debug)]
@@ -616,111 +604,6 @@ impl Orchestrator {
             status: snapshot.status,
             timed_out,
         })
-    }
-
-    fn check_payload(&self, json: &str) -> Result<()> {
-        if json.len() > self.limits.max_payload_bytes {
-            return Err(Error::Rpc(
-                RpcError::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!(
-                        "payload is {} bytes; the limit is {}",
-                        json.len(),
-                        self.limits.max_payload_bytes
-                    ),
-                )
-                .with_data(
-                    serde_json::json!({"limit": self.limits.max_payload_bytes, "size": json.len()}),
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    fn check_key(key: &Option<String>) -> Result<()> {
-        match key {
-            Some(k) if k.is_empty() || k.len() > 256 => Err(refuse(
-                ErrorCode::InvalidParams,
-                "clientRequestId: 1-256 characters",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// `sendMessage`: acknowledged once durable. Existence and participation are checked by the
-    /// writer's state machine, like every other rule of an append.
-    ///
-    /// The message is checked and queued for the writer when this is called; the future only
-    /// waits for the answer (see [`crate::engine::writer::WriterHandle::append`]).
-    pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
-        self.send_message_for(who, p, ForTurn::default())
-    }
-
-    /// `sendMessage` made by an executor for a turn it runs (see [`ForTurn`]).
-    pub fn send_message_for(
-        &self,
-        who: &Identity,
-        p: SendMessageParams,
-        made: ForTurn,
-    ) -> Appending {
-        match self.message_request(who, p) {
-            Ok((conversation, req)) => self.writer.append(
-                conversation,
-                req.with_fence(made.fence).with_after(made.after),
-            ),
-            Err(e) => Appending::refused(e),
-        }
-    }
-
-    /// A `sendMessage`'s conversation and request, checked (key and payload size).
-    fn message_request(
-        &self,
-        who: &Identity,
-        p: SendMessageParams,
-    ) -> Result<(String, AppendRequest)> {
-        Self::check_key(&p.client_request_id)?;
-        self.check_writable(who, &p.conversation_id)?;
-        let payload = serde_json::value::to_raw_value(&p.payload)?;
-        let req = AppendRequest::from_raw(
-            who.agent_id.clone(),
-            EventKind::Message,
-            Some(p.finality),
-            payload,
-        )
-        .with_turn_hint(p.turn_hint.map(|h| h.turn))
-        .with_client_request_id(p.client_request_id);
-        self.check_payload(req.payload.get())?;
-        Ok((p.conversation_id, req))
-    }
-
-    /// `sendTrace`: acknowledged once durable.
-    pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
-        self.send_trace_for(who, p, ForTurn::default()).await
-    }
-
-    /// `sendTrace` made by an executor for a turn it runs (see [`ForTurn`]).
-    pub async fn send_trace_for(
-        &self,
-        who: &Identity,
-        p: SendTraceParams,
-        made: ForTurn,
-    ) -> Result<AppendResult> {
-        if p.finality.is_some() {
-            return Err(refuse(
-                ErrorCode::InvalidFinality,
-                "only messages carry finality; a trace cannot",
-            ));
-        }
-        Self::check_key(&p.client_request_id)?;
-        self.check_writable(who, &p.conversation_id)?;
-        let mut req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
-            .with_turn(p.turn)
-            .with_client_request_id(p.client_request_id)
-            .with_fence(made.fence)
-            .with_after(made.after);
-        req.trailing = made.trailing;
-        self.check_payload(req.payload.get())?;
-        self.writer.append(p.conversation_id, req).await
     }
 
     /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
