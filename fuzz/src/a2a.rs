@@ -10,6 +10,11 @@ use std::time::Duration;
 use agent_sdk::{WsConfig, WsJsonRpcClient};
 use serde_json::json;
 
+/// How many inputs one adapter and its server take before they are made again. Fewer than the
+/// other targets' [`crate::RENEW_EVERY`]: most inputs make a task (a conversation), and
+/// `ListTasks` reads every task of the peer, so an input's cost grows with the inputs before it.
+pub const RENEW_A2A: u64 = 200;
+
 /// The adapter and what it runs on.
 pub struct A2aHarness {
     /// The adapter's routes.
@@ -18,9 +23,9 @@ pub struct A2aHarness {
     pub served: crate::Served,
 }
 
-/// The adapter: the same one for [`crate::RENEW_EVERY`] inputs.
+/// The adapter: the same one for [`RENEW_A2A`] inputs.
 pub fn a2a() -> Arc<A2aHarness> {
-    static H: crate::Renewed<A2aHarness> = crate::Renewed::new();
+    static H: crate::Renewed<A2aHarness> = crate::Renewed::every(RENEW_A2A);
     H.get(A2aHarness::make, |old| {
         drop(old.app);
         old.served.stop();

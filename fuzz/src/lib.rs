@@ -50,25 +50,33 @@ pub fn scratch_store() -> (tempfile::TempDir, Arc<SqliteStore>) {
 /// How many inputs one server (or adapter) takes before it is made again.
 pub const RENEW_EVERY: u64 = 2_000;
 
-/// A value made again every [`RENEW_EVERY`] uses; the one it replaces is retired first.
+/// A value made again every [`RENEW_EVERY`] uses (or as many as [`Renewed::every`] says); the
+/// one it replaces is retired first.
 pub struct Renewed<T> {
     current: Mutex<Option<(Arc<T>, u64)>>,
+    every: u64,
 }
 
 impl<T> Renewed<T> {
-    /// None made yet.
+    /// None made yet; renewed every [`RENEW_EVERY`] uses.
     pub const fn new() -> Self {
+        Renewed::every(RENEW_EVERY)
+    }
+
+    /// None made yet; renewed every `uses` uses.
+    pub const fn every(uses: u64) -> Self {
         Renewed {
             current: Mutex::new(None),
+            every: uses,
         }
     }
 
     /// The current value, made (after `retire` has the old one, when no input holds it any
-    /// more) on first use and every [`RENEW_EVERY`] uses.
+    /// more) on first use and every `every` uses.
     pub fn get(&self, make: impl FnOnce() -> T, retire: impl FnOnce(T)) -> Arc<T> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((value, uses)) = current.as_mut() {
-            if *uses < RENEW_EVERY {
+            if *uses < self.every {
                 *uses += 1;
                 return value.clone();
             }
