@@ -107,8 +107,11 @@ fn client_factory(
             turn: a.turn,
             fence,
         });
-        let client: Arc<dyn agent_sdk::AgentClient> =
-            Arc::new(client::InProcessClient::from_weak(weak.clone(), who).with_fence(fence));
+        let client: Arc<dyn agent_sdk::AgentClient> = Arc::new(
+            client::InProcessClient::from_weak(weak.clone(), who)
+                .with_fence(fence)
+                .opened_here(a.opened_here),
+        );
         client
     })
 }

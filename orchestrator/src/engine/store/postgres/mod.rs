@@ -107,8 +107,18 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// How long PostgreSQL keeps a session of the orchestrator's that is idle inside a transaction
+/// before it ends it. A writer's transaction never waits on anything but the database (its lock,
+/// insert and commit follow each other within milliseconds), so a session idle that long in one
+/// belongs to a node cut off from the database mid-batch: ending it lets go of the rows the
+/// batch locked, which other nodes' writes to those conversations would otherwise wait for as
+/// long as the dead connection looks open to PostgreSQL (with a stalled network, for hours).
+/// The same as a turn claim's lease ([`crate::engine::turns::cluster::LEASE`]).
+pub const IDLE_IN_TRANSACTION: &str = "2s";
+
 /// Connects one client, its connection driven on the driver's runtime; every session of the
-/// orchestrator commits with `synchronous_commit=on`, whatever the database's default.
+/// orchestrator commits with `synchronous_commit=on`, whatever the database's default, and is
+/// ended by PostgreSQL when idle in a transaction for [`IDLE_IN_TRANSACTION`].
 async fn connect(config: &tokio_postgres::Config) -> Result<Client> {
     let (client, conn) = config.connect(NoTls).await?;
     tokio::spawn(async move {
@@ -117,7 +127,10 @@ async fn connect(config: &tokio_postgres::Config) -> Result<Client> {
         }
     });
     client
-        .batch_execute("SET synchronous_commit = on; SET application_name = 'orchestrator'")
+        .batch_execute(&format!(
+            "SET synchronous_commit = on; SET application_name = 'orchestrator'; \
+             SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'"
+        ))
         .await?;
     Ok(client)
 }
