@@ -35,7 +35,8 @@ fuzz_target!(|ops: Vec<Op>| {
     static N: AtomicU64 = AtomicU64::new(0);
     let h = orchestrator_fuzz::harness();
     let id = format!("s{}", N.fetch_add(1, Ordering::Relaxed));
-    let admin = h.session(4);
+    // Sessions authenticated once per harness: an input only calls methods through them.
+    let admin = h.shared_session(4);
     let made = h.call(
         &admin,
         "createConversation",
@@ -46,7 +47,7 @@ fuzz_target!(|ops: Vec<Op>| {
         }}),
     );
     assert!(made.get("result").is_some(), "{made}");
-    let sessions: Vec<_> = (1..=3).map(|who| h.session(who)).collect();
+    let sessions: Vec<_> = (1..=3).map(|who| h.shared_session(who)).collect();
     // What was acknowledged: seq → (author, text); key → seq.
     let mut acked = std::collections::BTreeMap::new();
     let mut keys = std::collections::HashMap::new();

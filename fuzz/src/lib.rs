@@ -37,6 +37,9 @@ pub struct Harness {
     pub app: axum::Router,
     /// A token of each of [`AGENTS`].
     pub tokens: Vec<String>,
+    /// A session of no one, then of each of [`AGENTS`], authenticated once: for the targets
+    /// whose inputs do not change a session (they only call methods through it).
+    sessions: Vec<Arc<Session>>,
     _dir: tempfile::TempDir,
 }
 
@@ -230,14 +233,16 @@ impl Harness {
             );
             (orch, methods, app)
         });
-        let h = Harness {
+        let mut h = Harness {
             rt,
             orch,
             methods,
             app,
             tokens,
+            sessions: Vec::new(),
             _dir: dir,
         };
+        h.sessions = (0..=AGENTS.len()).map(|who| h.session(who)).collect();
         let admin = h.session(4);
         let made = h.call(
             &admin,
@@ -258,6 +263,12 @@ impl Harness {
             assert_eq!(r["result"]["ok"], true, "{r}");
         }
         session
+    }
+
+    /// The session of [`Harness::session`]`(who)` made with the harness, the same for every
+    /// input: for calls that do not change it (no `authenticate`, no subscription).
+    pub fn shared_session(&self, who: usize) -> Arc<Session> {
+        self.sessions[who.min(AGENTS.len())].clone()
     }
 
     /// Runs one JSON-RPC frame on `session`: its answer, or none for a notification.
