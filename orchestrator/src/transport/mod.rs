@@ -9,4 +9,5 @@ pub mod push;
 pub mod rpc;
 pub mod server;
 pub mod session;
+pub mod turnstile;
 pub mod ws;

@@ -39,6 +39,8 @@ pub const DRAIN: Duration = Duration::from_secs(5);
 pub struct Connections {
     open: AtomicUsize,
     none_open: Notify,
+    /// Each identity's turn in the readers ([`super::turnstile`]).
+    turnstiles: super::turnstile::Turnstiles,
 }
 
 impl Connections {
@@ -127,7 +129,7 @@ pub fn upgrade(
     };
     let upgraded = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
-        let _counted = counted;
+        let counted = counted;
         let io = match upgraded.await {
             Ok(io) => io,
             Err(e) => {
@@ -143,7 +145,15 @@ pub fn upgrade(
         builder.set_max_message_size(limits.max_frame_bytes as usize);
         let (_sender, receiver) = builder.finish();
         session.watch(limits.auth_timeout, limits.idle_timeout);
-        serve(methods, session, frames, receiver, limits.ping_interval).await;
+        serve(
+            methods,
+            session,
+            frames,
+            receiver,
+            limits.ping_interval,
+            &counted.0.turnstiles,
+        )
+        .await;
     });
     response.map(|()| Body::empty())
 }
@@ -165,6 +175,7 @@ async fn serve(
     frames: ConnWriter,
     mut receiver: Receiver<Io>,
     ping_interval: Duration,
+    turnstiles: &super::turnstile::Turnstiles,
 ) {
     let start = Instant::now();
     let heard = Arc::new(AtomicU64::new(0));
@@ -178,6 +189,8 @@ async fn serve(
     ));
     let max_response = methods.orchestrator().limits().max_response_bytes();
     let mut buf = Vec::new();
+    // The turnstile of the identity the session speaks as (kept while it does not change).
+    let mut turnstile: Option<(String, Arc<tokio::sync::Semaphore>)> = None;
     loop {
         match receiver.receive(&mut buf).await {
             Ok(Incoming::Data(_)) => {
@@ -194,6 +207,7 @@ async fn serve(
                         // Admitted here, before the next frame is read: a connection whose
                         // identity is over its rate is read once per refusal's hold, and what
                         // it sends meanwhile waits in its socket.
+                        let mut turn = None;
                         if call.method() != names::AUTHENTICATE {
                             if let Ok(who) = session.identity() {
                                 if let Err(e) = methods.orchestrator().admit(&who).await {
@@ -204,6 +218,15 @@ async fn serve(
                                     continue;
                                 }
                                 call.set_admitted();
+                                if turnstile.as_ref().is_none_or(|(a, _)| *a != who.agent_id) {
+                                    let t = turnstiles.of(&who.agent_id);
+                                    turnstile = Some((who.agent_id.clone(), t));
+                                }
+                                if let Some((_, t)) = &turnstile {
+                                    // Its turn among the identity's readers, for the call's
+                                    // first run only (dropped below, before it waits).
+                                    turn = t.clone().acquire_owned().await.ok();
+                                }
                             }
                         }
                         let methods = methods.clone();
@@ -230,7 +253,9 @@ async fn serve(
                         // connection puts one task at a time in the runtime's queue, not one
                         // per frame. One that waits (a commit, a long wait) goes on in a task
                         // of its own, and the calls on a connection still run concurrently.
-                        if futures::poll!(running.as_mut()).is_pending() {
+                        let first = futures::poll!(running.as_mut());
+                        drop(turn);
+                        if first.is_pending() {
                             tokio::spawn(running);
                         } else {
                             // Answered here: let the other connections' tasks run before the
