@@ -295,3 +295,77 @@ async fn an_inline_scenario_over_its_size_is_refused() {
         .expect("a small scenario");
     assert_eq!(r["conversationId"], "small");
 }
+
+/// An identity's readers take turns running calls (`transport/turnstile.rs`): its connections
+/// with many calls in flight, reads and appends mixed (an append waits on the log after its
+/// turn), get every answer, each append lands once, and another identity's calls meanwhile are
+/// answered too. (What the turns do for the other identity's latency is measured by the
+/// `fairness` benchmark.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identitys_many_connections_take_turns_and_every_call_is_answered() {
+    let ts = started(Limits {
+        rate_per_identity: 0,
+        ..tests::test_limits()
+    })
+    .await;
+    const CONNECTIONS: u64 = 8;
+    const CALLS: u64 = 40;
+    let mut alices = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut raw = ts.raw().await;
+        raw.authenticate(ts.token("alice")).await;
+        alices.push(raw);
+    }
+    let mut bob = ts.raw().await;
+    bob.authenticate(ts.token("bob")).await;
+    // Every connection's calls written at once: even ids read, odd ids append.
+    for (c, raw) in alices.iter_mut().enumerate() {
+        for id in 1..=CALLS {
+            let frame = if id % 2 == 0 {
+                json!({"jsonrpc": "2.0", "id": id, "method": "getConversation",
+                       "params": {"conversationId": "c1"}})
+            } else {
+                json!({"jsonrpc": "2.0", "id": id, "method": "sendMessage",
+                       "params": {"conversationId": "c1", "payload": {"text": format!("{c}-{id}")},
+                                  "finality": "none", "clientRequestId": format!("k{c}-{id}")}})
+            };
+            raw.send_text(&frame.to_string()).await;
+        }
+    }
+    // Bob, meanwhile.
+    for id in 1..=10u64 {
+        bob.send_text(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "getConversation",
+                    "params": {"conversationId": "c1"}})
+            .to_string(),
+        )
+        .await;
+    }
+    for _ in 0..10 {
+        let r = tokio::time::timeout(tests::WAIT, bob.recv())
+            .await
+            .expect("bob is answered beside alice's calls");
+        assert_eq!(r["result"]["conversationId"], "c1", "{r}");
+    }
+    let mut seqs = Vec::new();
+    for raw in alices.iter_mut() {
+        let mut ids = Vec::new();
+        for _ in 0..CALLS {
+            let r = tokio::time::timeout(tests::WAIT, raw.recv())
+                .await
+                .expect("every call of every connection is answered");
+            assert!(r.get("result").is_some(), "{r}");
+            if let Some(seq) = r["result"]["seq"].as_u64() {
+                seqs.push(seq);
+            }
+            ids.push(r["id"].as_u64().expect("an id"));
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=CALLS).collect::<Vec<_>>());
+    }
+    seqs.sort_unstable();
+    let appended = (CONNECTIONS * CALLS / 2) as usize;
+    assert_eq!(seqs.len(), appended);
+    seqs.dedup();
+    assert_eq!(seqs.len(), appended, "each append landed once");
+}
