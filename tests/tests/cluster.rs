@@ -700,11 +700,16 @@ async fn document_versions_and_modes_hold_across_nodes() {
     };
     let refused = alice_on_b.send_message(ask("build")).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::ModeNotSupported));
-    alice_on_b
+    let asked = alice_on_b
         .send_message(ask("plan"))
         .await
         .expect("plan mode");
+    // Node a shows node b's commit once b's notification reached it: read it there once a has
+    // the policy's decision that followed the message.
     let bob_on_a = a.sdk("bob", None).await;
-    let s = bob_on_a.get_conversation("modes").await.unwrap();
+    let s = tests::wait_for(&bob_on_a, "modes", "node a shows node b's commit", |s| {
+        s.latest_seq > asked.seq
+    })
+    .await;
     assert_eq!(s.guidance.mode, Some(proto_spec::Mode::Plan));
 }
