@@ -39,6 +39,7 @@ fn drafts(n: u64) -> Vec<Draft> {
                 payload: RawValue::from_string(format!(r#"{{"text":"row {seq}"}}"#)).unwrap(),
                 client_request_id: (seq % 4 == 0).then(|| format!("key-{seq}")),
                 hash: (seq % 4 == 0).then_some([seq as u8; 16]),
+                doc: false,
             }
         })
         .collect()

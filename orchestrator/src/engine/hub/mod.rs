@@ -528,6 +528,7 @@ mod tests {
             payload: serde_json::value::RawValue::from_string(format!("{{\"n\":{seq}}}")).unwrap(),
             client_request_id: None,
             hash: None,
+            doc: false,
         }
     }
 

@@ -26,6 +26,11 @@ pub fn maybe_document(raw: &str) -> bool {
     PLAN.find(b).is_some() || DELIVERABLE.find(b).is_some()
 }
 
+/// Whether a payload may name a `mode` (a cheap test before parsing).
+pub(super) fn may_ask_mode(raw: &str) -> bool {
+    MODE.find(raw.as_bytes()).is_some()
+}
+
 /// The key versions count by (`plan.v1/TYPE`), if the payload is a plan or deliverable.
 fn document_key(payload: &Value) -> Option<String> {
     let schema = payload.get("schema").and_then(Value::as_str)?;
@@ -36,11 +41,9 @@ fn document_key(payload: &Value) -> Option<String> {
     Some(format!("{schema}/{t}"))
 }
 
-/// A committed message's document key and version, if it is a plan or deliverable.
+/// A committed message's document key and version, if it is a plan or deliverable (`raw`
+/// already found to be a possible one: [`maybe_document`]).
 pub(super) fn document_version(raw: &str) -> Option<(String, u64)> {
-    if !maybe_document(raw) {
-        return None;
-    }
     let payload: Value = serde_json::from_str(raw).ok()?;
     let key = document_key(&payload)?;
     let version = payload.pointer("/data/version").and_then(Value::as_u64)?;
@@ -79,10 +82,7 @@ impl ConvMachine {
     /// The mode a participant's message asks for, checked against the participants it is
     /// addressed to; the next speaker is checked once the policy has named it.
     pub(super) fn asked_mode(&self, req: &AppendRequest) -> Result<Option<Mode>, RpcError> {
-        if req.kind != EventKind::Message
-            || req.author == ORCHESTRATOR_AUTHOR
-            || MODE.find(req.payload.get().as_bytes()).is_none()
-        {
+        if req.kind != EventKind::Message || req.author == ORCHESTRATOR_AUTHOR || !req.marks.mode {
             return Ok(None);
         }
         let payload: Value = serde_json::from_str(req.payload.get()).unwrap_or(Value::Null);
@@ -104,7 +104,7 @@ impl ConvMachine {
     /// Gives a plan or deliverable its version (the next of its schema and type in this
     /// conversation), after checking its shape; other payloads pass untouched.
     pub(super) fn number_document(&self, req: &mut AppendRequest) -> Result<(), RpcError> {
-        if req.kind != EventKind::Message || !maybe_document(req.payload.get()) {
+        if req.kind != EventKind::Message || !req.marks.document {
             return Ok(());
         }
         let mut payload: Value = serde_json::from_str(req.payload.get()).unwrap_or(Value::Null);

@@ -72,7 +72,8 @@ impl ConvMachine {
             EventKind::Trace => {}
         }
         if d.kind == EventKind::Message {
-            if let Some((key, version)) = document_version(d.payload.get()) {
+            if let Some((key, version)) = d.doc.then(|| document_version(d.payload.get())).flatten()
+            {
                 let versions = Arc::make_mut(&mut self.core.doc_versions);
                 let v = versions.entry(key).or_insert(0);
                 *v = (*v).max(version);

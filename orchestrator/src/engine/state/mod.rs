@@ -32,7 +32,7 @@ mod request;
 pub(crate) use names::Members;
 pub(crate) use names::ShortKey;
 pub use policy::{Authority, TurnPolicy};
-pub use request::{body_hash, to_raw, AppendRequest, BodyHash};
+pub use request::{body_hash, to_raw, AppendRequest, BodyHash, Marks};
 
 /// An event decided by the state machine, not yet committed (it has no timestamp).
 #[derive(Debug, Clone)]
@@ -53,6 +53,17 @@ pub struct Draft {
     pub client_request_id: Option<String>,
     /// The body digest stored with the key.
     pub hash: Option<BodyHash>,
+    /// A message that may be a plan or a deliverable ([`maybe_document`]), tested once where
+    /// its payload was made or read: the state numbers those, and the store marks them so that
+    /// recovery reads their payload.
+    pub doc: bool,
+}
+
+impl Draft {
+    /// Whether an event of `kind` with payload `raw` may be a plan or a deliverable.
+    pub fn doc_of(kind: EventKind, raw: &RawValue) -> bool {
+        kind == EventKind::Message && maybe_document(raw.get())
+    }
 }
 
 /// What a valid request does.
@@ -348,6 +359,7 @@ impl ConvMachine {
             payload: to_raw(event),
             client_request_id: None,
             hash: None,
+            doc: false,
         }
     }
 
@@ -448,6 +460,7 @@ impl ConvMachine {
             payload: req.payload,
             client_request_id: req.client_request_id,
             hash,
+            doc: req.marks.document,
         };
         let result = AppendResult {
             seq: first.seq,
@@ -462,6 +475,7 @@ impl ConvMachine {
                 author: ORCHESTRATOR_AUTHOR.to_string(),
                 turn: self.core.turn,
                 finality: Some(Finality::None),
+                doc: Draft::doc_of(EventKind::Message, &payload),
                 payload,
                 client_request_id: None,
                 hash: None,

@@ -377,6 +377,7 @@ impl ConvMachine {
             payload: to_raw(&payload),
             client_request_id: None,
             hash: None,
+            doc: false,
         }
     }
 }

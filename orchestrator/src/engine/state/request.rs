@@ -73,6 +73,33 @@ pub struct AppendRequest {
     /// such writes only waits a moment for another write to commit with, rather than taking
     /// a sync of its own.
     pub trailing: bool,
+    /// What its payload may hold, tested once where the request is made (on the caller's
+    /// thread, not the writer's).
+    pub marks: Marks,
+}
+
+/// What a message's payload may hold, by cheap substring tests made once: a plan or a
+/// deliverable (which the state numbers and the store marks for recovery), a mode asked of the
+/// next speaker. Only a payload that may is parsed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// It may be a plan or a deliverable ([`super::maybe_document`]).
+    pub document: bool,
+    /// It may name a `mode`.
+    pub mode: bool,
+}
+
+impl Marks {
+    /// The marks of a payload of `kind` (none but a message's).
+    pub fn of(kind: EventKind, raw: &str) -> Marks {
+        if kind != EventKind::Message {
+            return Marks::default();
+        }
+        Marks {
+            document: super::maybe_document(raw),
+            mode: super::docs::may_ask_mode(raw),
+        }
+    }
 }
 
 impl AppendRequest {
@@ -105,6 +132,7 @@ impl AppendRequest {
         finality: Option<Finality>,
         payload: Box<RawValue>,
     ) -> Self {
+        let marks = Marks::of(kind, payload.get());
         AppendRequest {
             author: author.into(),
             kind,
@@ -119,6 +147,7 @@ impl AppendRequest {
             fence: None,
             after: None,
             trailing: false,
+            marks,
         }
     }
 

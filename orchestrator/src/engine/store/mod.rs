@@ -61,8 +61,7 @@ impl NewRow<'_> {
     /// Whether the row is marked as a possible plan or deliverable (the `doc` column), so that
     /// recovery reads its payload: the state numbers documents.
     pub fn document(&self) -> bool {
-        self.draft.kind == proto_spec::EventKind::Message
-            && crate::engine::state::maybe_document(self.draft.payload.get())
+        self.draft.doc
     }
 }
 

@@ -434,10 +434,12 @@ pub fn recovered_from(r: &Row, at: usize) -> Result<RecoveredEvent> {
         Some(p) => RawValue::from_string(p).map_err(|e| Error::Corrupt(e.to_string()))?,
         None => RawValue::NULL.to_owned(),
     };
+    let kind = kind_from(r.try_get(at + 1)?)?;
     Ok(RecoveredEvent {
         draft: Draft {
             seq: r.try_get::<_, i64>(at)? as u64,
-            kind: kind_from(r.try_get(at + 1)?)?,
+            kind,
+            doc: Draft::doc_of(kind, &payload),
             author: r.try_get(at + 2)?,
             turn: r.try_get::<_, i64>(at + 3)? as u64,
             finality: finality_from(r.try_get(at + 4)?)?,

@@ -539,10 +539,12 @@ impl Store for SqliteStore {
                 };
                 let seq = e.get::<_, i64>(2)? as u64;
                 self.index.push_run(Run { conv, first_seq: seq, first_pos: pos, count: 1 })?;
+                let kind = kind_from(&e.get::<_, String>(3)?)?;
                 events.push(RecoveredEvent {
                     draft: Draft {
                         seq,
-                        kind: kind_from(&e.get::<_, String>(3)?)?,
+                        kind,
+                        doc: Draft::doc_of(kind, &payload),
                         author: e.get(4)?,
                         turn: e.get::<_, i64>(5)? as u64,
                         finality: finality_from(e.get(6)?)?,
