@@ -33,10 +33,6 @@ pub struct Assignment {
     pub claim: Option<i64>,
     /// On a cluster: turns true when the claim is lost; the run stops at once.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
-    /// On a cluster: the claim was taken by this node's own commit that opened the turn, so the
-    /// node's view was current when the turn opened (as on one node), not behind another
-    /// node's answer to it.
-    pub opened_here: bool,
 }
 
 impl Assignment {

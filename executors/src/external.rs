@@ -93,7 +93,6 @@ impl ExternalExecutor {
                     traces: true,
                     claim: None,
                     stop: None,
-                    opened_here: false,
                 };
                 let report = me.core.run(me.agent.as_ref(), me.client.clone(), &a).await;
                 tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "claimed turn ran");
@@ -151,7 +150,6 @@ impl ExternalExecutor {
             traces: true,
             claim: None,
             stop: None,
-            opened_here: false,
         };
         let this = self.clone();
         tokio::spawn(async move {

@@ -27,9 +27,6 @@ pub struct InProcessClient {
     /// A conversation and the author's key whose event must be in its log ahead of every write
     /// this client makes there (an attempt's `turn_start`, not waited for).
     after: Option<(String, String)>,
-    /// On a cluster: its turn was claimed by this node's commit that opened it
-    /// ([`executors::Assignment::opened_here`]).
-    opened_here: bool,
 }
 
 fn rpc(e: Error) -> ClientError {
@@ -45,7 +42,6 @@ impl InProcessClient {
             who,
             fence: None,
             after: None,
-            opened_here: false,
         }
     }
 
@@ -58,20 +54,12 @@ impl InProcessClient {
             who,
             fence: None,
             after: None,
-            opened_here: false,
         }
     }
 
     /// Its writes carry `fence`: refused once the claim they are made under is taken.
     pub fn with_fence(mut self, fence: Option<crate::engine::store::Fence>) -> Self {
         self.fence = fence;
-        self
-    }
-
-    /// Its turn was claimed by the commit of this node's that opened it: on a shared log its
-    /// writes may then be held to a `turn_start` not waited for ([`AgentClient::after_key`]).
-    pub fn opened_here(mut self, opened_here: bool) -> Self {
-        self.opened_here = opened_here;
         self
     }
 
@@ -111,14 +99,12 @@ impl AgentClient for InProcessClient {
         &self.who.agent_id
     }
 
-    /// On one node, and on a shared log for a turn this node's own commit opened and claimed
-    /// (its view was current then: nobody else could have answered the turn before the run
-    /// starts). For a turn claimed otherwise (a takeover, a turn another node opened) the
-    /// `turn_start` is what tells the node, under the conversation's lock, that the turn is
-    /// still its agent's before the agent runs (its view may not have caught up with another
-    /// node's answer yet), so there the executor waits for it.
+    /// On one node only. On a shared log the `turn_start` is also what tells a node, under the
+    /// conversation's lock, that the turn is still its agent's before the agent runs (its view
+    /// may not have caught up with another node's answer yet), so there the executor waits
+    /// for it.
     fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
-        if !self.opened_here && self.o().ok()?.store().shared() {
+        if self.o().ok()?.store().shared() {
             return None;
         }
         let mut c = self.clone();

@@ -107,11 +107,8 @@ fn client_factory(
             turn: a.turn,
             fence,
         });
-        let client: Arc<dyn agent_sdk::AgentClient> = Arc::new(
-            client::InProcessClient::from_weak(weak.clone(), who)
-                .with_fence(fence)
-                .opened_here(a.opened_here),
-        );
+        let client: Arc<dyn agent_sdk::AgentClient> =
+            Arc::new(client::InProcessClient::from_weak(weak.clone(), who).with_fence(fence));
         client
     })
 }

@@ -176,7 +176,6 @@ impl Cluster {
             crate::engine::telemetry::claim("with_commit");
             a.claim = Some(fence);
             a.stop = Some(stopped);
-            a.opened_here = true;
             let _ = tx.send(a);
             return;
         }

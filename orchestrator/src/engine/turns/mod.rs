@@ -234,7 +234,6 @@ impl Turns {
                 traces: conv.traces(),
                 claim: None,
                 stop: None,
-                opened_here: false,
             };
             match self.cluster.get() {
                 None => {
