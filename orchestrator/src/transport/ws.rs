@@ -129,7 +129,6 @@ pub fn upgrade(
     };
     let upgraded = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
-        let counted = counted;
         let io = match upgraded.await {
             Ok(io) => io,
             Err(e) => {
@@ -225,7 +224,7 @@ async fn serve(
                                 if let Some((_, t)) = &turnstile {
                                     // Its turn among the identity's readers, for the call's
                                     // first run only (dropped below, before it waits).
-                                    turn = t.clone().acquire_owned().await.ok();
+                                    turn = t.acquire().await.ok();
                                 }
                             }
                         }

@@ -6,8 +6,7 @@ use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 use proto_spec::{
-    DocumentData, ErrorCode, EventKind, Mode, RpcError, DELIVERABLE_SCHEMA, ORCHESTRATOR_AUTHOR,
-    PLAN_SCHEMA,
+    DocumentData, ErrorCode, Mode, RpcError, DELIVERABLE_SCHEMA, ORCHESTRATOR_AUTHOR, PLAN_SCHEMA,
 };
 use serde_json::{json, Value};
 
@@ -82,7 +81,7 @@ impl ConvMachine {
     /// The mode a participant's message asks for, checked against the participants it is
     /// addressed to; the next speaker is checked once the policy has named it.
     pub(super) fn asked_mode(&self, req: &AppendRequest) -> Result<Option<Mode>, RpcError> {
-        if req.kind != EventKind::Message || req.author == ORCHESTRATOR_AUTHOR || !req.marks.mode {
+        if !req.marks.mode || req.author == ORCHESTRATOR_AUTHOR {
             return Ok(None);
         }
         let payload: Value = serde_json::from_str(req.payload.get()).unwrap_or(Value::Null);
@@ -104,7 +103,7 @@ impl ConvMachine {
     /// Gives a plan or deliverable its version (the next of its schema and type in this
     /// conversation), after checking its shape; other payloads pass untouched.
     pub(super) fn number_document(&self, req: &mut AppendRequest) -> Result<(), RpcError> {
-        if req.kind != EventKind::Message || !req.marks.document {
+        if !req.marks.document {
             return Ok(());
         }
         let mut payload: Value = serde_json::from_str(req.payload.get()).unwrap_or(Value::Null);

@@ -61,8 +61,8 @@ pub struct Draft {
 
 impl Draft {
     /// Whether an event of `kind` with payload `raw` may be a plan or a deliverable.
-    pub fn doc_of(kind: EventKind, raw: &RawValue) -> bool {
-        kind == EventKind::Message && maybe_document(raw.get())
+    pub fn doc_of(kind: EventKind, raw: &str) -> bool {
+        kind == EventKind::Message && maybe_document(raw)
     }
 }
 
@@ -475,7 +475,7 @@ impl ConvMachine {
                 author: ORCHESTRATOR_AUTHOR.to_string(),
                 turn: self.core.turn,
                 finality: Some(Finality::None),
-                doc: Draft::doc_of(EventKind::Message, &payload),
+                doc: Draft::doc_of(EventKind::Message, payload.get()),
                 payload,
                 client_request_id: None,
                 hash: None,

@@ -92,12 +92,9 @@ pub struct Marks {
 impl Marks {
     /// The marks of a payload of `kind` (none but a message's).
     pub fn of(kind: EventKind, raw: &str) -> Marks {
-        if kind != EventKind::Message {
-            return Marks::default();
-        }
         Marks {
-            document: super::maybe_document(raw),
-            mode: super::docs::may_ask_mode(raw),
+            document: super::Draft::doc_of(kind, raw),
+            mode: kind == EventKind::Message && super::docs::may_ask_mode(raw),
         }
     }
 }

@@ -96,7 +96,7 @@ fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
             author: e.author,
             turn: e.turn,
             finality: e.finality,
-            doc: Draft::doc_of(e.kind, &e.payload),
+            doc: Draft::doc_of(e.kind, e.payload.get()),
             payload: e.payload,
             client_request_id: None,
             hash: None,

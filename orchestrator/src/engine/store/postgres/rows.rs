@@ -439,7 +439,7 @@ pub fn recovered_from(r: &Row, at: usize) -> Result<RecoveredEvent> {
         draft: Draft {
             seq: r.try_get::<_, i64>(at)? as u64,
             kind,
-            doc: Draft::doc_of(kind, &payload),
+            doc: Draft::doc_of(kind, payload.get()),
             author: r.try_get(at + 2)?,
             turn: r.try_get::<_, i64>(at + 3)? as u64,
             finality: finality_from(r.try_get(at + 4)?)?,

@@ -544,7 +544,7 @@ impl Store for SqliteStore {
                     draft: Draft {
                         seq,
                         kind,
-                        doc: Draft::doc_of(kind, &payload),
+                        doc: Draft::doc_of(kind, payload.get()),
                         author: e.get(4)?,
                         turn: e.get::<_, i64>(5)? as u64,
                         finality: finality_from(e.get(6)?)?,
