@@ -18,7 +18,11 @@
 //! - **three nodes**: the same load spread over three orchestrators on the same database (in
 //!   this process: the same machine), each client on one node; once with every client writing
 //!   to every conversation (`spread`: each batch finds heads moved by the other nodes and catches
-//!   up), once with each conversation written through one node (`affinity`);
+//!   up), once with each conversation written through one node (`affinity`), and once as three
+//!   nodes that share nothing (`apart`: each on a database of its own on the same server, each
+//!   conversation written through one node as in `affinity`) — what three nodes and one
+//!   PostgreSQL make on this machine's cores with no coordination at all, the ceiling of the
+//!   other two;
 //! - **fanout**: an append through node A, delivered to a subscriber on node C: p50 and p99 of
 //!   `BENCH_PINGS` appends one after another.
 
@@ -136,6 +140,16 @@ async fn cluster(
     Ok(orchs)
 }
 
+/// Three nodes that share nothing: each on a database of its own (every conversation made on
+/// each; a node writes only those [`Routing::Affinity`] sends it), on the same server.
+async fn apart(base: &str, clients: usize) -> anyhow::Result<Vec<Arc<Orchestrator>>> {
+    let mut orchs = Vec::new();
+    for _ in 0..3 {
+        orchs.extend(cluster(base, "apart", 1, clients).await?);
+    }
+    Ok(orchs)
+}
+
 /// How clients pick their node.
 #[derive(Clone, Copy, PartialEq)]
 enum Routing {
@@ -143,6 +157,8 @@ enum Routing {
     Spread,
     /// Each append through the node `conversation % nodes`.
     Affinity,
+    /// As `Affinity`, on nodes that share nothing ([`apart`]).
+    Apart,
 }
 
 impl Routing {
@@ -150,6 +166,7 @@ impl Routing {
         match self {
             Routing::Spread => "spread",
             Routing::Affinity => "affinity",
+            Routing::Apart => "apart",
         }
     }
 }
@@ -177,7 +194,7 @@ async fn appends(
                     let conv = ((c + i * clients) * 7919) % CONVERSATIONS;
                     let node = match routing {
                         Routing::Spread => c % orchs.len(),
-                        Routing::Affinity => conv % orchs.len(),
+                        Routing::Affinity | Routing::Apart => conv % orchs.len(),
                     };
                     let p = common::message(&format!("conv-{conv}"), payload.clone());
                     if let Err(e) = orchs[node].send_message(&who, p).await {
@@ -293,8 +310,8 @@ async fn main() -> anyhow::Result<()> {
     let rounds = env("BENCH_ROUNDS", 3);
     let pings = env("BENCH_PINGS", 300) as usize;
     println!("PostgreSQL appends: {clients} clients x {depth} in flight, {CONVERSATIONS} conversations, {secs} s per phase, {rounds} rounds");
-    let (mut ceil, mut bare, mut one, mut spread, mut affinity) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut ceil, mut bare, mut one, mut spread, mut affinity, mut alone) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
         let c = ceiling(&base, secs, Shape::Log).await?;
         let b = ceiling(&base, secs, Shape::Bare).await?;
@@ -309,8 +326,11 @@ async fn main() -> anyhow::Result<()> {
         // Each on a cluster of its own: what one leaves behind (conversations other nodes wrote
         // lately, which every node locks for a while) does not slow the other.
         let mut three_nodes = Vec::new();
-        for routing in [Routing::Spread, Routing::Affinity] {
-            let three = cluster(&base, "three", 3, clients).await?;
+        for routing in [Routing::Spread, Routing::Affinity, Routing::Apart] {
+            let three = match routing {
+                Routing::Apart => apart(&base, clients).await?,
+                _ => cluster(&base, "three", 3, clients).await?,
+            };
             let before: Vec<_> = three.iter().map(|o| counters(o)).collect();
             three_nodes.push(appends(&three, routing, secs, clients, depth).await);
             for (i, o) in three.iter().enumerate() {
@@ -322,28 +342,31 @@ async fn main() -> anyhow::Result<()> {
             }
             shutdown(three).await;
         }
-        let (s, a) = (three_nodes[0], three_nodes[1]);
+        let (s, a, p) = (three_nodes[0], three_nodes[1], three_nodes[2]);
         println!(
-            "round {round}: ceiling {c:.0} rows/s (bare table {b:.0}); one node {o:.0}/s ({:.2} of the ceiling, {:.2} of the bare one); three nodes spread {s:.0}/s ({:.2} of one node), affinity {a:.0}/s ({:.2})",
+            "round {round}: ceiling {c:.0} rows/s (bare table {b:.0}); one node {o:.0}/s ({:.2} of the ceiling, {:.2} of the bare one); three nodes spread {s:.0}/s ({:.2} of one node), affinity {a:.0}/s ({:.2}), apart {p:.0}/s ({:.2})",
             o / c,
             o / b,
             s / o,
-            a / o
+            a / o,
+            p / o
         );
         ceil.push(c);
         bare.push(b);
         one.push(o);
         spread.push(s);
         affinity.push(a);
+        alone.push(p);
     }
-    let (c, b, o, s, a) = (
+    let (c, b, o, s, a, p) = (
         median(ceil),
         median(bare),
         median(one),
         median(spread),
         median(affinity),
+        median(alone),
     );
-    println!("median: ceiling {c:.0} rows/s (bare table {b:.0}) | one node {o:.0} appends/s = {:.2} of the ceiling (goal >= 0.50; {:.2} of the bare one) | three nodes spread {s:.0}/s = {:.2} of one node, affinity {a:.0}/s = {:.2} (goal >= 0.80)", o / c, o / b, s / o, a / o);
+    println!("median: ceiling {c:.0} rows/s (bare table {b:.0}) | one node {o:.0} appends/s = {:.2} of the ceiling (goal >= 0.50; {:.2} of the bare one) | three nodes spread {s:.0}/s = {:.2} of one node, affinity {a:.0}/s = {:.2} (goal >= 0.80); sharing nothing (apart) {p:.0}/s = {:.2}", o / c, o / b, s / o, a / o, p / o);
     let three = cluster(&base, "fanout", 3, 1).await?;
     let lat = fanout(&three[0], &three[2], pings).await?;
     let local = fanout(&three[0], &three[0], pings).await?;

@@ -199,13 +199,22 @@ impl TestServer {
 
     /// Another node, reaching the same database at `url` (through a proxy, say).
     pub async fn another_node_via(&self, url: String) -> TestServer {
+        self.node(url, self.agents.clone()).await
+    }
+
+    /// Another node on this server's database, running these internal agents instead.
+    pub async fn another_node_with(&self, agents: HashMap<String, Arc<dyn Agent>>) -> TestServer {
+        self.node(self.db.clone(), Agents(agents)).await
+    }
+
+    async fn node(&self, url: String, agents: Agents) -> TestServer {
         let mut node = TestServer {
             server: None,
             db: url,
             tokens: self.tokens.clone(),
             limits: self.limits.clone(),
             turn_config: self.turn_config.clone(),
-            agents: self.agents.clone(),
+            agents,
             _dir: tempfile::tempdir().expect("tempdir"),
             _pg: None,
         };

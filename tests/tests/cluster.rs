@@ -201,6 +201,90 @@ async fn create_with_policy(node: &TestServer, id: &str, participants: &[&str]) 
         .expect("create");
 }
 
+/// A node serves before it holds the open conversations, and takes them in a slice at a time
+/// after its start, turns included: here more than two slices' worth, the last of which has a
+/// pending turn of an internal agent that only the new node runs. A client that names a
+/// conversation right after the start is answered (it is loaded then); `listConversations`
+/// right after the start lists every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_serves_at_once_and_takes_the_open_conversations_in_after() {
+    const OPEN: usize = 600;
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let admin = a.client("admin").await;
+    for chunk in (0..OPEN).collect::<Vec<_>>().chunks(50) {
+        futures::future::join_all(chunk.iter().map(|i| {
+            let admin = &admin;
+            async move {
+                let _: Value = admin
+                    .request(
+                        "createConversation",
+                        P(json!({"conversationId": format!("c-{i}"), "participants": ["alice", "bob"]})),
+                    )
+                    .await
+                    .expect("create");
+            }
+        }))
+        .await;
+    }
+    // Last (the highest number): alice speaks, then bot1, whom no node runs yet.
+    create_with_policy(&a, "duo", &["alice", "bot1"]).await;
+    let alice = a.client("alice").await;
+    let _: Value = alice
+        .request(
+            "sendMessage",
+            P(
+                json!({"conversationId": "duo", "payload": {"text": "your turn"},
+                     "finality": "turn", "turnHint": {"turn": 1}}),
+            ),
+        )
+        .await
+        .expect("alice's turn");
+    let agent = Arc::new(Counting::default());
+    let b = a.another_node_with(counting_agents(&agent)).await;
+    let on_b = b.client("admin").await;
+    let snapshot: Value = on_b
+        .request("getConversation", P(json!({"conversationId": "c-0"})))
+        .await
+        .expect("named right after the start");
+    assert_eq!(snapshot["conversationId"], "c-0");
+    let listed: Value = on_b
+        .request("listConversations", P(json!({})))
+        .await
+        .expect("list");
+    assert_eq!(
+        listed["conversations"]
+            .as_array()
+            .expect("conversations")
+            .len(),
+        OPEN + 1,
+        "every open conversation listed right after the start"
+    );
+    let orch = b.running().orchestrator().clone();
+    orch.writer().swept().await;
+    assert_eq!(orch.hub().len(), OPEN + 1, "every open conversation held");
+    // bot1's turn, pending since before node b started, runs there once.
+    tests::eventually("bot1 answers turn 2 of duo", || {
+        agent
+            .runs
+            .lock()
+            .map(|r| r.get(&("duo".to_string(), 2)) == Some(&1))
+            .unwrap_or(false)
+    })
+    .await;
+    let until = tokio::time::Instant::now() + WAIT;
+    while !log(&on_b, "duo")
+        .await
+        .iter()
+        .any(|e| e["kind"] == "message" && e["author"] == "bot1" && e["turn"] == 2)
+    {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "bot1's reply never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Two internal agents take turns in conversations served by three nodes that all see every
 /// pending turn: each turn runs on exactly one node (the claim), once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

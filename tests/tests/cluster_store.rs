@@ -110,9 +110,10 @@ async fn a_refusal_is_decided_on_the_log_not_on_a_view_behind_it() {
     assert!(late.is_err(), "{late:?}");
 }
 
-/// On PostgreSQL a node holds the open conversations from its start; a closed one stays in the
-/// database until a client names it (reads it, lists it, follows every conversation from a
-/// cursor), and leaves memory again once nobody holds it and no client named it for a while.
+/// On PostgreSQL a node takes the open conversations in right after its start; a closed one
+/// stays in the database until a client names it (reads it, lists it, follows every
+/// conversation from a cursor), and leaves memory again once nobody holds it and no client
+/// named it for a while.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_conversations_are_loaded_when_named_and_let_go_when_idle() {
     let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
@@ -132,7 +133,8 @@ async fn closed_conversations_are_loaded_when_named_and_let_go_when_idle() {
     }
     let b = a.another_node().await;
     let held = |n: &TestServer| n.running().orchestrator().hub().len();
-    assert_eq!(held(&b), 1, "only the open conversation is loaded at start");
+    b.running().orchestrator().writer().swept().await;
+    assert_eq!(held(&b), 1, "only the open conversation is taken in");
     // Named: loaded, with its whole log.
     let bob = b.client("bob").await;
     let on_a = log(&alice, "done-1").await;

@@ -138,6 +138,8 @@ async fn a_second_server_on_the_same_database_refuses_on_sqlite_and_joins_on_pos
     let second = Orchestrator::open(tests::open_store(&ts.db), Limits::default());
     if tests::on_postgres() {
         let second = second.expect("a second node on the same PostgreSQL database");
+        // It serves at once and takes the open conversations in right after.
+        second.writer().swept().await;
         let view = second
             .hub()
             .get("shared")

@@ -294,10 +294,13 @@ impl Orchestrator {
 
     /// On a shared store, loads the closed conversations of `who` (every one for an admin)
     /// that this node does not hold: they stay in the database until a client names them.
+    /// Right after a start, first waits until the open ones are all held (they are taken in
+    /// while the node serves).
     async fn meet_closed(&self, who: &Identity) {
         if !self.store.shared() {
             return;
         }
+        self.writer.swept().await;
         let store = self.store.clone();
         let agent = (!who.admin).then(|| who.agent_id.clone());
         let ids =

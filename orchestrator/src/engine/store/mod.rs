@@ -195,6 +195,19 @@ pub trait LogWriter: Send {
         let _ = num;
         Ok(None)
     }
+    /// On a shared log: up to `limit` conversations that are not closed, numbered after
+    /// `after`, in number order, each with its events in seq order (read in one snapshot; the
+    /// payloads of messages left out, as [`Store::recover`] leaves them) — what a node takes in
+    /// after it starts, a slice at a time, while it already serves. None on a log one node
+    /// owns: [`Store::recover`] gave it everything at start.
+    fn open_after(
+        &mut self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let _ = (after, limit);
+        Ok(Vec::new())
+    }
     /// The conversations written lately (by any node) with their heads: what a node compares
     /// with its own view when a notification may have been lost.
     fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
@@ -266,9 +279,13 @@ pub trait Durability: Send {
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Opens the writer (once, for the writer thread).
     fn writer(&self) -> Result<Box<dyn LogWriter>>;
-    /// The conversations a node holds from its start, with their events in seq order: every
-    /// one on a store one node owns; on a [`Store::shared`] one, those not closed (a closed
-    /// conversation has no turn or timer to run; it is loaded when first touched).
+    /// The conversations a node holds before it starts serving, with their events in seq
+    /// order (the payloads of messages may be left out: the state machine does not read them):
+    /// every one on a store one node owns; none on a [`Store::shared`] one, where a node serves
+    /// at once and loads a conversation when a client first names it, and takes in the open
+    /// ones (which may have a turn or a timer to run with nobody naming them) a slice at a
+    /// time after it starts ([`LogWriter::open_after`]); a closed one stays in the database
+    /// until named.
     fn recover(&self, each: &mut dyn FnMut(ConversationRecord, Vec<RecoveredEvent>)) -> Result<()>;
     /// The closed conversations `agent` takes part in (every closed one for `None`): on a
     /// shared store, what [`Store::recover`] left in the database. None on a store one node

@@ -132,7 +132,7 @@ impl Again {
             } => Some(Again::Append(conversation.clone(), request.clone())),
             Job::Create { conv, .. } => Some(Again::Create(conv.clone())),
             Job::Meet { id, .. } => Some(Again::Meet(id.clone())),
-            Job::Refresh(_) | Job::Forget { .. } | Job::Stop => None,
+            Job::Refresh(_) | Job::Forget { .. } | Job::Sweep { .. } | Job::Stop => None,
         }
     }
 }
@@ -197,13 +197,19 @@ impl Writer {
             answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
-        if batch.iter().any(|j| matches!(j, Job::Forget { .. })) {
+        if batch
+            .iter()
+            .any(|j| matches!(j, Job::Forget { .. } | Job::Sweep { .. }))
+        {
             // Before any slot is looked up for the batch (forgetting moves slots).
             let jobs = std::mem::take(batch);
             for job in jobs {
                 match job {
                     Job::Forget { idle_ms, reply } => {
                         let _ = reply.send(self.forget_idle(idle_ms));
+                    }
+                    Job::Sweep { after, reply } => {
+                        let _ = reply.send(self.sweep(after));
                     }
                     other => batch.push(other),
                 }
@@ -281,7 +287,7 @@ impl Writer {
         let mut unverified = false;
         for job in batch.drain(..) {
             match job {
-                Job::Stop | Job::Refresh(_) | Job::Forget { .. } => {}
+                Job::Stop | Job::Refresh(_) | Job::Forget { .. } | Job::Sweep { .. } => {}
                 // Loaded before the batch (`begin_shared`); answered after what was loaded is
                 // published.
                 Job::Meet { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),

@@ -103,6 +103,15 @@ pub enum Job {
         /// How many were let go.
         reply: oneshot::Sender<usize>,
     },
+    /// On a shared store, after the start: take in the open conversations numbered after
+    /// `after` that this node has not met, a slice of them (see [`Writer::sweep`]); answered
+    /// with the last number read, or `None` when there were no more.
+    Sweep {
+        /// Where the slice starts (exclusive).
+        after: i64,
+        /// The last number read.
+        reply: oneshot::Sender<Result<Option<i64>>>,
+    },
     /// Finish the queued work and stop.
     Stop,
 }
@@ -177,6 +186,40 @@ pub struct WriterStats {
     pub put_off: AtomicU64,
 }
 
+/// How many open conversations one [`Job::Sweep`] takes in: the writer reads them (and their
+/// events) between two batches, so a slice holds appends back for a few tens of milliseconds
+/// at most.
+const SWEEP_SLICE: i64 = 256;
+
+/// On a shared store, right after the start: the open conversations taken in a slice at a
+/// time, in number order, while the node serves (a client that names one first has it loaded
+/// then); `done` says when every one is held. A slice the database could not give is asked for
+/// again a second later.
+async fn sweep(tx: mpsc::Sender<Job>, done: tokio::sync::watch::Sender<bool>) {
+    let began = std::time::Instant::now();
+    let mut after = 0;
+    loop {
+        let (reply, rx) = oneshot::channel();
+        if tx.send(Job::Sweep { after, reply }).await.is_err() {
+            return;
+        }
+        match rx.await {
+            Ok(Ok(Some(last))) => after = last,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not read the open conversations; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => return,
+        }
+    }
+    tracing::info!(
+        elapsed_ms = began.elapsed().as_millis() as u64,
+        "every open conversation is held"
+    );
+    done.send_replace(true);
+}
+
 /// A cloneable handle to the writer thread.
 #[derive(Debug, Clone)]
 pub struct WriterHandle {
@@ -184,6 +227,9 @@ pub struct WriterHandle {
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
     /// The writer's counters.
     pub stats: Arc<WriterStats>,
+    /// Whether every conversation that was open when the writer started is held (at once on a
+    /// store one node owns; on a shared one, once [`sweep`] has taken them in).
+    swept: tokio::sync::watch::Receiver<bool>,
 }
 
 struct Slot {
@@ -383,6 +429,10 @@ impl WriterHandle {
         let log_shared = store.shared();
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
+        let (swept_tx, swept) = tokio::sync::watch::channel(!log_shared);
+        if log_shared {
+            tokio::spawn(sweep(tx.clone(), swept_tx));
+        }
         {
             // Other nodes' commits, caught up on by this writer (a full queue drops the notice,
             // and the store looks at everything changed lately at its next poll).
@@ -443,6 +493,7 @@ impl WriterHandle {
             tx,
             thread: Arc::new(Mutex::new(Some(thread))),
             stats,
+            swept,
         })
     }
 
@@ -472,6 +523,8 @@ impl WriterHandle {
         policy: Option<TurnPolicy>,
         child_of: Option<ChildOf>,
     ) -> Result<()> {
+        // The caps count the creator's open conversations: every one must be held.
+        self.swept().await;
         self.send_create(|reply| Job::Create {
             conv: Box::new(CreateJob {
                 id,
@@ -496,6 +549,7 @@ impl WriterHandle {
         created_by: String,
         fork: ForkFrom,
     ) -> Result<()> {
+        self.swept().await;
         self.send_create(|reply| Job::Create {
             conv: Box::new(CreateJob {
                 id,
@@ -533,6 +587,13 @@ impl WriterHandle {
             .await
             .map_err(|_| Error::WriterGone)?;
         rx.await.map_err(|_| Error::WriterGone)
+    }
+
+    /// Returns once every conversation that was open when the writer started is held (at once
+    /// on a store one node owns; see [`sweep`]), or the writer has stopped.
+    pub async fn swept(&self) {
+        let mut swept = self.swept.clone();
+        let _ = swept.wait_for(|s| *s).await;
     }
 
     /// Loads conversation `id` if another node created it and this one has not met it yet;

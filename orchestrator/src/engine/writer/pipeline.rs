@@ -215,6 +215,10 @@ impl Reply {
                 let _ = reply.send(0);
                 None
             }
+            Job::Sweep { reply, .. } => {
+                let _ = reply.send(Err(crate::engine::error::Error::WriterGone));
+                None
+            }
             Job::Stop | Job::Refresh(_) => None,
         }
     }

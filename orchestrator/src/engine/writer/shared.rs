@@ -108,7 +108,7 @@ impl Writer {
                         None => continue,
                     }
                 }
-                Job::Stop | Job::Forget { .. } | Job::Refresh(_) => continue,
+                Job::Stop | Job::Forget { .. } | Job::Sweep { .. } | Job::Refresh(_) => continue,
             };
             let Some(at) = self.known(id)? else { continue };
             // Each conversation the job writes, and whether another node wrote it lately.
@@ -289,6 +289,30 @@ impl Writer {
             self.hand_on_committed(g, 0);
         }
         Ok(())
+    }
+
+    /// Takes in a slice of the open conversations numbered after `after` (see
+    /// [`Job::Sweep`]): each that this node has not met yet is built from its events and
+    /// registered for readers, and the turn dispatcher looks at it, as at a start that loads
+    /// everything. Read on the writer's connection between two batches, so no notice of a
+    /// later commit can have been taken in before it: one this node already heard of was
+    /// loaded then (and is skipped here), one it hears of later is caught up on. The last
+    /// number read, or `None` when there were no more.
+    pub(super) fn sweep(&mut self, after: i64) -> Result<Option<i64>> {
+        let loaded = self.log.open_after(after, SWEEP_SLICE)?;
+        let last = loaded.last().map(|(record, _)| record.num);
+        for (record, events) in loaded {
+            if self.convs.find(&record.id).is_some() {
+                continue;
+            }
+            let id = record.id.clone();
+            let slot = slot_from(record, &events);
+            let view = slot.shared.clone();
+            self.hub.register(view.clone());
+            self.convs.insert(&id, slot);
+            self.hub.turn_changed(&view);
+        }
+        Ok(last)
     }
 
     /// Lets go of the closed conversations nobody holds (only this writer and the hub have

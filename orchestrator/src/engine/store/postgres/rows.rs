@@ -35,6 +35,8 @@ pub struct Statements {
     pub read_many: Statement,
     pub find_conv: Statement,
     pub find_conv_num: Statement,
+    pub open_after: Statement,
+    pub events_of: Statement,
     pub changed_since: Statement,
     pub take_nums: Statement,
     insert_convs: Statement,
@@ -113,6 +115,19 @@ impl Statements {
                 .prepare(
                     "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE num = $1 AND NOT closed",
                 )
+                .await?,
+            // The open conversations a node takes in after it starts, a slice at a time (the
+            // partial index on the open ones).
+            open_after: c
+                .prepare(
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations \
+                     WHERE NOT closed AND num > $1 ORDER BY num LIMIT $2",
+                )
+                .await?,
+            events_of: c
+                .prepare(&format!(
+                    "SELECT conv, {RECOVER_COLUMNS} FROM events WHERE conv = ANY($1::bigint[]) ORDER BY conv, seq"
+                ))
                 .await?,
             changed_since: c
                 // Folded in the database: each conversation written lately, once, with its
@@ -465,4 +480,29 @@ pub fn event_from(conversation: &str, r: &Row) -> Result<Event> {
         ts: format_ts(r.try_get(7)?),
         json: Default::default(),
     })
+}
+
+/// Conversation rows with their events (rows of `conv, RECOVER_COLUMNS`, ordered by
+/// conversation then seq, conversations in the same order as `convs`), paired.
+pub fn with_events(
+    convs: &[Row],
+    events: Vec<Row>,
+) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
+    let mut events = events.into_iter().peekable();
+    let mut out = Vec::with_capacity(convs.len());
+    for r in convs {
+        let record = record_from(r)?;
+        let mut mine = Vec::new();
+        while let Some(e) = events.next_if(|e| e.get::<_, i64>(0) == record.num) {
+            mine.push(recovered_from(&e, 1)?);
+        }
+        out.push((record, mine));
+    }
+    if let Some(e) = events.next() {
+        return Err(Error::Corrupt(format!(
+            "events of unknown conversation {}",
+            e.get::<_, i64>(0)
+        )));
+    }
+    Ok(out)
 }

@@ -295,6 +295,27 @@ impl LogWriter for PgWriter {
         self.load_by(Key::Num(num))
     }
 
+    fn open_after(
+        &mut self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        if self.in_tx {
+            self.abort();
+        }
+        let (convs, events) = self.run(move |c, st| async move {
+            // One snapshot for the rows and their events.
+            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .await?;
+            let convs = c.query(&st.open_after, &[&after, &limit]).await?;
+            let nums: Vec<i64> = convs.iter().map(|r| r.get(0)).collect();
+            let events = c.query(&st.events_of, &[&nums]).await?;
+            c.batch_execute("COMMIT").await?;
+            Ok((convs, events))
+        })?;
+        rows::with_events(&convs, events)
+    }
+
     fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
         let since = now_ms() - LATELY.as_millis() as i64;
         self.run(move |c, st| async move {
