@@ -663,9 +663,10 @@ async fn serve(
     if !names.is_empty() {
         eprintln!("scenarios: {}", names.join(", "));
     }
-    // On a shared store, the open ones: closed conversations are loaded when first named.
+    // On a shared store the node serves at once: it takes the open conversations in after
+    // this (and logs when it holds them all), a closed one when first named.
     let conversations = if orch.store().shared() {
-        format!("{} open conversations", orch.hub().len())
+        "open conversations taken in after the start".to_string()
     } else {
         format!("{} conversations", orch.hub().len())
     };

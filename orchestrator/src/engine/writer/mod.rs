@@ -105,12 +105,13 @@ pub enum Job {
     },
     /// On a shared store, after the start: take in the open conversations numbered after
     /// `after` that this node has not met, a slice of them (see [`Writer::sweep`]); answered
-    /// with the last number read, or `None` when there were no more.
+    /// with the last number read and how many were taken in, or `None` when there were no
+    /// more.
     Sweep {
         /// Where the slice starts (exclusive).
         after: i64,
-        /// The last number read.
-        reply: oneshot::Sender<Result<Option<i64>>>,
+        /// The last number read, and how many were new here.
+        reply: oneshot::Sender<Result<Option<(i64, usize)>>>,
     },
     /// Finish the queued work and stop.
     Stop,
@@ -197,14 +198,14 @@ const SWEEP_SLICE: i64 = 256;
 /// again a second later.
 async fn sweep(tx: mpsc::Sender<Job>, done: tokio::sync::watch::Sender<bool>) {
     let began = std::time::Instant::now();
-    let mut after = 0;
+    let (mut after, mut taken) = (0, 0);
     loop {
         let (reply, rx) = oneshot::channel();
         if tx.send(Job::Sweep { after, reply }).await.is_err() {
             return;
         }
         match rx.await {
-            Ok(Ok(Some(last))) => after = last,
+            Ok(Ok(Some((last, new)))) => (after, taken) = (last, taken + new),
             Ok(Ok(None)) => break,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "could not read the open conversations; trying again");
@@ -215,6 +216,7 @@ async fn sweep(tx: mpsc::Sender<Job>, done: tokio::sync::watch::Sender<bool>) {
     }
     tracing::info!(
         elapsed_ms = began.elapsed().as_millis() as u64,
+        taken_in = taken,
         "every open conversation is held"
     );
     done.send_replace(true);

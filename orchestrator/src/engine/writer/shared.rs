@@ -297,14 +297,18 @@ impl Writer {
     /// everything. Read on the writer's connection between two batches, so no notice of a
     /// later commit can have been taken in before it: one this node already heard of was
     /// loaded then (and is skipped here), one it hears of later is caught up on. The last
-    /// number read, or `None` when there were no more.
-    pub(super) fn sweep(&mut self, after: i64) -> Result<Option<i64>> {
+    /// number read and how many were new here, or `None` when there were no more.
+    pub(super) fn sweep(&mut self, after: i64) -> Result<Option<(i64, usize)>> {
         let loaded = self.log.open_after(after, SWEEP_SLICE)?;
-        let last = loaded.last().map(|(record, _)| record.num);
+        let Some(last) = loaded.last().map(|(record, _)| record.num) else {
+            return Ok(None);
+        };
+        let mut taken = 0;
         for (record, events) in loaded {
             if self.convs.find(&record.id).is_some() {
                 continue;
             }
+            taken += 1;
             let id = record.id.clone();
             let slot = slot_from(record, &events);
             let view = slot.shared.clone();
@@ -312,7 +316,7 @@ impl Writer {
             self.convs.insert(&id, slot);
             self.hub.turn_changed(&view);
         }
-        Ok(last)
+        Ok(Some((last, taken)))
     }
 
     /// Lets go of the closed conversations nobody holds (only this writer and the hub have
