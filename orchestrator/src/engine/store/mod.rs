@@ -189,11 +189,15 @@ pub trait LogWriter: Send {
         let _ = id;
         Ok(None)
     }
-    /// A conversation that is not closed and all its events, by number (one another node
-    /// created or wrote: a closed one is left in the database until a client names it).
-    fn load_num(&mut self, num: i64) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
-        let _ = num;
-        Ok(None)
+    /// Of these conversations (by number), those that are not closed, each with all its events
+    /// (ones other nodes created or wrote: a closed one is left in the database until a client
+    /// names it), read in one snapshot.
+    fn load_open(
+        &mut self,
+        nums: &[i64],
+    ) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let _ = nums;
+        Ok(Vec::new())
     }
     /// On a shared log: up to `limit` conversations that are not closed, numbered after
     /// `after`, in number order, each with its events in seq order (read in one snapshot; the

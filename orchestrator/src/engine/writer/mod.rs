@@ -371,6 +371,10 @@ struct Writer {
     metrics: crate::engine::telemetry::CommitMetrics,
     /// The caps on open conversations each creation is checked against.
     caps: OpenCaps,
+    /// On a shared store, how far the sweep after the start has read the open conversations
+    /// (by number; `i64::MAX` once done): a notice about one it has not reached and this node
+    /// has not met is left to it (see [`Writer::heard`]).
+    swept_until: i64,
 }
 
 /// Gives a conversation's view what its state knows once, from its `created` event: the policy
@@ -487,6 +491,7 @@ impl WriterHandle {
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
             caps,
+            swept_until: if log_shared { 0 } else { i64::MAX },
         };
         let thread = std::thread::Builder::new()
             .name("log-writer".into())

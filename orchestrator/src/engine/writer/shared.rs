@@ -301,8 +301,10 @@ impl Writer {
     pub(super) fn sweep(&mut self, after: i64) -> Result<Option<(i64, usize)>> {
         let loaded = self.log.open_after(after, SWEEP_SLICE)?;
         let Some(last) = loaded.last().map(|(record, _)| record.num) else {
+            self.swept_until = i64::MAX;
             return Ok(None);
         };
+        self.swept_until = last;
         let mut taken = 0;
         for (record, events) in loaded {
             if self.convs.find(&record.id).is_some() {
@@ -348,7 +350,8 @@ impl Writer {
 
     /// Takes in what the notices among `batch` say other nodes committed (conversation
     /// numbers with their heads; everything changed lately for a notice without them): loads
-    /// the conversations this node has not met (unless closed), and answers, by number, those
+    /// the conversations this node has not met (unless closed, or the sweep after the start
+    /// will reach them), and answers, by number, those
     /// it knows and is behind on, now counted as written lately by another node
     /// ([`CONTENDED`]): the batch reads them past its view with its locks, in one round trip
     /// however many notices it holds.
@@ -372,6 +375,7 @@ impl Writer {
         heads.dedup_by_key(|h| h.0);
         let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
         let mut behind = Vec::new();
+        let mut unmet = Vec::new();
         for (num, head) in heads {
             match self.convs.by_num.get(&num) {
                 Some(&at) => {
@@ -381,11 +385,18 @@ impl Writer {
                         behind.push(num);
                     }
                 }
-                None => {
-                    if let Some((record, events)) = self.log.load_num(num)? {
-                        self.adopt(record, events)?;
-                    }
-                }
+                // One the sweep after the start has not reached yet: it will read it, after
+                // this commit (right after a start, the look at everything written lately
+                // names many such; loading each here, one by one, would hold the sweep up).
+                None if num > self.swept_until => {}
+                None => unmet.push(num),
+            }
+        }
+        // Those still open, read together (a look at everything written lately may name
+        // thousands, most of them closed).
+        if !unmet.is_empty() {
+            for (record, events) in self.log.load_open(&unmet)? {
+                self.adopt(record, events)?;
             }
         }
         Ok(behind)

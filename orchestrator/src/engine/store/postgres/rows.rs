@@ -34,9 +34,10 @@ pub struct Statements {
     pub read_since: Statement,
     pub read_many: Statement,
     pub find_conv: Statement,
-    pub find_conv_num: Statement,
+    pub open_among: Statement,
     pub open_after: Statement,
     pub events_of: Statement,
+    pub whole_events_of: Statement,
     pub changed_since: Statement,
     pub take_nums: Statement,
     insert_convs: Statement,
@@ -111,9 +112,10 @@ impl Statements {
                     "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE id = $1",
                 )
                 .await?,
-            find_conv_num: c
+            open_among: c
                 .prepare(
-                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations WHERE num = $1 AND NOT closed",
+                    "SELECT num, id, created_by, participants::text, metadata::text FROM conversations \
+                     WHERE num = ANY($1::bigint[]) AND NOT closed ORDER BY num",
                 )
                 .await?,
             // The open conversations a node takes in after it starts, a slice at a time (the
@@ -127,6 +129,11 @@ impl Statements {
             events_of: c
                 .prepare(&format!(
                     "SELECT conv, {RECOVER_COLUMNS} FROM events WHERE conv = ANY($1::bigint[]) ORDER BY conv, seq"
+                ))
+                .await?,
+            whole_events_of: c
+                .prepare(&format!(
+                    "SELECT conv, {CATCH_UP_COLUMNS} FROM events WHERE conv = ANY($1::bigint[]) ORDER BY conv, seq"
                 ))
                 .await?,
             changed_since: c
@@ -482,7 +489,8 @@ pub fn event_from(conversation: &str, r: &Row) -> Result<Event> {
     })
 }
 
-/// Conversation rows with their events (rows of `conv, RECOVER_COLUMNS`, ordered by
+/// Conversation rows with their events (rows of `conv, RECOVER_COLUMNS` or `conv,
+/// CATCH_UP_COLUMNS`, ordered by
 /// conversation then seq, conversations in the same order as `convs`), paired.
 pub fn with_events(
     convs: &[Row],

@@ -118,15 +118,20 @@ impl PgWriter {
     }
 }
 
-/// How a conversation is looked up.
-enum Key {
-    Id(String),
-    Num(i64),
+/// Which conversations [`PgWriter::with_their_events`] reads.
+enum Which {
+    /// The open ones numbered after the first, at most the second.
+    OpenAfter(i64, i64),
+    /// Those of these numbers that are open.
+    Open(Vec<i64>),
 }
 
 impl PgWriter {
     /// A conversation and all its events, read in one transaction.
-    fn load_by(&mut self, key: Key) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
+    fn load_by_id(
+        &mut self,
+        id: String,
+    ) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
         let in_tx = self.in_tx;
         let found = self.run(move |c, st| async move {
             // Outside a batch, one snapshot for the row and its events.
@@ -134,10 +139,7 @@ impl PgWriter {
                 c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     .await?;
             }
-            let conv = match &key {
-                Key::Id(id) => c.query_opt(&st.find_conv, &[id]).await?,
-                Key::Num(num) => c.query_opt(&st.find_conv_num, &[num]).await?,
-            };
+            let conv = c.query_opt(&st.find_conv, &[&id]).await?;
             let events = match &conv {
                 Some(conv) => {
                     let num: i64 = conv.get(0);
@@ -159,6 +161,39 @@ impl PgWriter {
             .map(|r| recovered_from(r, 0))
             .collect::<Result<_>>()?;
         Ok(Some((record, events)))
+    }
+
+    /// Conversations and their events, in one snapshot (outside a batch): for the sweep after
+    /// the start, the payloads of messages left out (nothing is published of them); for
+    /// conversations other nodes wrote, every payload (what is taken in is published).
+    fn with_their_events(
+        &mut self,
+        which: Which,
+    ) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        let in_tx = self.in_tx;
+        let (convs, events) = self.run(move |c, st| async move {
+            if !in_tx {
+                c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?;
+            }
+            let (convs, events_of) = match &which {
+                Which::OpenAfter(after, limit) => (
+                    c.query(&st.open_after, &[after, limit]).await?,
+                    &st.events_of,
+                ),
+                Which::Open(nums) => (c.query(&st.open_among, &[nums]).await?, &st.whole_events_of),
+            };
+            let nums: Vec<i64> = convs.iter().map(|r| r.get(0)).collect();
+            let events = match nums.is_empty() {
+                true => Vec::new(),
+                false => c.query(events_of, &[&nums]).await?,
+            };
+            if !in_tx {
+                c.batch_execute("COMMIT").await?;
+            }
+            Ok((convs, events))
+        })?;
+        rows::with_events(&convs, events)
     }
 }
 
@@ -288,11 +323,14 @@ impl LogWriter for PgWriter {
     }
 
     fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
-        self.load_by(Key::Id(id.to_string()))
+        self.load_by_id(id.to_string())
     }
 
-    fn load_num(&mut self, num: i64) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
-        self.load_by(Key::Num(num))
+    fn load_open(
+        &mut self,
+        nums: &[i64],
+    ) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
+        self.with_their_events(Which::Open(nums.to_vec()))
     }
 
     fn open_after(
@@ -300,20 +338,7 @@ impl LogWriter for PgWriter {
         after: i64,
         limit: i64,
     ) -> Result<Vec<(ConversationRecord, Vec<RecoveredEvent>)>> {
-        if self.in_tx {
-            self.abort();
-        }
-        let (convs, events) = self.run(move |c, st| async move {
-            // One snapshot for the rows and their events.
-            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                .await?;
-            let convs = c.query(&st.open_after, &[&after, &limit]).await?;
-            let nums: Vec<i64> = convs.iter().map(|r| r.get(0)).collect();
-            let events = c.query(&st.events_of, &[&nums]).await?;
-            c.batch_execute("COMMIT").await?;
-            Ok((convs, events))
-        })?;
-        rows::with_events(&convs, events)
+        self.with_their_events(Which::OpenAfter(after, limit))
     }
 
     fn changed_lately(&mut self) -> Result<Vec<(i64, u64)>> {
