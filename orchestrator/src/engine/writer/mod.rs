@@ -192,6 +192,11 @@ pub struct WriterStats {
 /// at most.
 const SWEEP_SLICE: i64 = 256;
 
+/// How long a creation waits for the sweep after the start (see [`sweep`]) before it is
+/// refused: about a second per million events of open conversations when the database
+/// answers.
+const SWEEP_WAIT: Duration = Duration::from_secs(30);
+
 /// On a shared store, right after the start: the open conversations taken in a slice at a
 /// time, in number order, while the node serves (a client that names one first has it loaded
 /// then); `done` says when every one is held. A slice the database could not give is asked for
@@ -220,6 +225,17 @@ async fn sweep(tx: mpsc::Sender<Job>, done: tokio::sync::watch::Sender<bool>) {
         "every open conversation is held"
     );
     done.send_replace(true);
+}
+
+/// Waits until `swept` says every open conversation is held (or its writer is gone), at most
+/// `wait`; then the database is taken as unavailable.
+async fn swept_within(mut swept: tokio::sync::watch::Receiver<bool>, wait: Duration) -> Result<()> {
+    match tokio::time::timeout(wait, swept.wait_for(|s| *s)).await {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Error::Unavailable(
+            "this node is still taking in the open conversations after its start".into(),
+        )),
+    }
 }
 
 /// A cloneable handle to the writer thread.
@@ -531,7 +547,7 @@ impl WriterHandle {
         child_of: Option<ChildOf>,
     ) -> Result<()> {
         // The caps count the creator's open conversations: every one must be held.
-        self.swept().await;
+        self.swept_for_creation().await?;
         self.send_create(|reply| Job::Create {
             conv: Box::new(CreateJob {
                 id,
@@ -556,7 +572,7 @@ impl WriterHandle {
         created_by: String,
         fork: ForkFrom,
     ) -> Result<()> {
-        self.swept().await;
+        self.swept_for_creation().await?;
         self.send_create(|reply| Job::Create {
             conv: Box::new(CreateJob {
                 id,
@@ -601,6 +617,13 @@ impl WriterHandle {
     pub async fn swept(&self) {
         let mut swept = self.swept.clone();
         let _ = swept.wait_for(|s| *s).await;
+    }
+
+    /// [`WriterHandle::swept`] for a creation, which is refused (the database is unavailable)
+    /// rather than left waiting when the sweep after the start has not ended within
+    /// [`SWEEP_WAIT`] (it tries again each second while the database does not answer).
+    async fn swept_for_creation(&self) -> Result<()> {
+        swept_within(self.swept.clone(), SWEEP_WAIT).await
     }
 
     /// Loads conversation `id` if another node created it and this one has not met it yet;
@@ -713,5 +736,36 @@ impl Writer {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A creation waits for the sweep after the start, and is refused as unavailable when the
+    /// sweep has not ended within the wait (the database not answering).
+    #[tokio::test(start_paused = true)]
+    async fn a_creation_waits_for_the_sweep_within_a_bound() {
+        let (done, swept) = tokio::sync::watch::channel(false);
+        let waiting = tokio::spawn(swept_within(swept.clone(), SWEEP_WAIT));
+        tokio::time::sleep(SWEEP_WAIT / 2).await;
+        done.send_replace(true);
+        assert!(
+            waiting.await.expect("joined").is_ok(),
+            "answered once swept"
+        );
+
+        let (_never, swept) = tokio::sync::watch::channel(false);
+        let refused = swept_within(swept, SWEEP_WAIT).await;
+        assert!(
+            matches!(&refused, Err(Error::Unavailable(why)) if why.contains("taking in")),
+            "{refused:?}"
+        );
+
+        // A writer that is gone does not hold a creation up: the writer itself refuses it.
+        let (gone, swept) = tokio::sync::watch::channel(false);
+        drop(gone);
+        assert!(swept_within(swept, SWEEP_WAIT).await.is_ok());
     }
 }
