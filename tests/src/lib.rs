@@ -16,6 +16,7 @@
 //! - `python/`: black-box clients in Python against the release binary.
 
 pub mod certs;
+pub mod cluster;
 pub mod pg;
 pub mod procs;
 pub mod proxy;

@@ -31,7 +31,6 @@ pub struct Statements {
     pub try_lock_convs: Statement,
     claim_turns: Statement,
     pub lock_fences: Statement,
-    pub read_since: Statement,
     pub read_many: Statement,
     pub find_conv: Statement,
     pub open_among: Statement,
@@ -91,11 +90,6 @@ impl Statements {
                      JOIN unnest($1::text[], $2::bigint[]) AS u(c, n) ON t.conversation_id = u.c AND t.turn = u.n
                      ORDER BY 1, 2 FOR SHARE OF t",
                 )
-                .await?,
-            read_since: c
-                .prepare(&format!(
-                    "SELECT {CATCH_UP_COLUMNS} FROM events WHERE conv = $1 AND seq > $2 ORDER BY seq"
-                ))
                 .await?,
             // One index range per conversation (`OFFSET 0` keeps the planner from making it a
             // join, which it would run as a scan of the whole log).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_postgres::Client;
 
-use super::{block, connect, recovered_from, rows, LATELY, NUMS_AHEAD};
+use super::{block, connect, rows, LATELY, NUMS_AHEAD};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::{
     now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
@@ -120,6 +120,8 @@ impl PgWriter {
 
 /// Which conversations [`PgWriter::with_their_events`] reads.
 enum Which {
+    /// The one of this id, open or closed.
+    Id(String),
     /// The open ones numbered after the first, at most the second.
     OpenAfter(i64, i64),
     /// Those of these numbers that are open.
@@ -127,45 +129,10 @@ enum Which {
 }
 
 impl PgWriter {
-    /// A conversation and all its events, read in one transaction.
-    fn load_by_id(
-        &mut self,
-        id: String,
-    ) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
-        let in_tx = self.in_tx;
-        let found = self.run(move |c, st| async move {
-            // Outside a batch, one snapshot for the row and its events.
-            if !in_tx {
-                c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .await?;
-            }
-            let conv = c.query_opt(&st.find_conv, &[&id]).await?;
-            let events = match &conv {
-                Some(conv) => {
-                    let num: i64 = conv.get(0);
-                    c.query(&st.read_since, &[&num, &0i64]).await?
-                }
-                None => Vec::new(),
-            };
-            if !in_tx {
-                c.batch_execute("COMMIT").await?;
-            }
-            Ok(conv.map(|conv| (conv, events)))
-        })?;
-        let Some((conv, events)) = found else {
-            return Ok(None);
-        };
-        let record = rows::record_from(&conv)?;
-        let events = events
-            .iter()
-            .map(|r| recovered_from(r, 0))
-            .collect::<Result<_>>()?;
-        Ok(Some((record, events)))
-    }
-
     /// Conversations and their events, in one snapshot (outside a batch): for the sweep after
-    /// the start, the payloads of messages left out (nothing is published of them); for
-    /// conversations other nodes wrote, every payload (what is taken in is published).
+    /// the start, the payloads of messages left out (nothing is published of them); for a
+    /// conversation named here or written by other nodes, every payload (what is taken in is
+    /// published).
     fn with_their_events(
         &mut self,
         which: Which,
@@ -177,6 +144,7 @@ impl PgWriter {
                     .await?;
             }
             let (convs, events_of) = match &which {
+                Which::Id(id) => (c.query(&st.find_conv, &[id]).await?, &st.whole_events_of),
                 Which::OpenAfter(after, limit) => (
                     c.query(&st.open_after, &[after, limit]).await?,
                     &st.events_of,
@@ -323,7 +291,10 @@ impl LogWriter for PgWriter {
     }
 
     fn load(&mut self, id: &str) -> Result<Option<(ConversationRecord, Vec<RecoveredEvent>)>> {
-        self.load_by_id(id.to_string())
+        Ok(self
+            .with_their_events(Which::Id(id.to_string()))?
+            .into_iter()
+            .next())
     }
 
     fn load_open(
