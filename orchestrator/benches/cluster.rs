@@ -140,46 +140,6 @@ async fn cluster(
     Ok(orchs)
 }
 
-/// [`cluster`] with each node listening on 127.0.0.1, so that the nodes forward each append
-/// with a key to the node that writes its conversation; returned once every node sees the
-/// others and its links to them are up.
-async fn listening(
-    base: &str,
-    nodes: usize,
-    clients: usize,
-) -> anyhow::Result<Vec<orchestrator::transport::server::RunningServer>> {
-    let orchs = cluster(base, "forwarded", nodes, clients).await?;
-    let mut servers = Vec::new();
-    for o in orchs {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        servers.push(orchestrator::transport::server::start(o, listener).await?);
-    }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let see_all = |s: &orchestrator::transport::server::RunningServer| {
-        s.orchestrator().peers().is_some_and(|p| p.nodes() == nodes)
-    };
-    while !servers.iter().all(see_all) {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the nodes did not see each other"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Links open at the first append for another node: one to each conversation from each node.
-    let who = Identity::new("agent-0", false);
-    for round in 0..2 {
-        for (n, s) in servers.iter().enumerate() {
-            for conv in 0..30 {
-                let mut p = common::message(&format!("conv-{conv}"), MessagePayload::text("warm"));
-                p.client_request_id = Some(format!("warm-{round}-{n}-{conv}"));
-                s.orchestrator().send_message(&who, p).await?;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    Ok(servers)
-}
-
 /// Three nodes that share nothing: each on a database of its own (every conversation made on
 /// each; a node writes only those [`Routing::Affinity`] sends it), on the same server.
 async fn apart(base: &str, clients: usize) -> anyhow::Result<Vec<Arc<Orchestrator>>> {
@@ -211,12 +171,10 @@ impl Routing {
     }
 }
 
-/// Acknowledged appends per second: `clients` × `depth` appends in flight for `secs`, each
-/// with a `clientRequestId` when `keyed`.
+/// Acknowledged appends per second: `clients` × `depth` appends in flight for `secs`.
 async fn appends(
     orchs: &[Arc<Orchestrator>],
     routing: Routing,
-    keyed: bool,
     secs: f64,
     clients: usize,
     depth: usize,
@@ -238,10 +196,7 @@ async fn appends(
                         Routing::Spread => c % orchs.len(),
                         Routing::Affinity | Routing::Apart => conv % orchs.len(),
                     };
-                    let mut p = common::message(&format!("conv-{conv}"), payload.clone());
-                    if keyed {
-                        p.client_request_id = Some(i.to_string());
-                    }
+                    let p = common::message(&format!("conv-{conv}"), payload.clone());
                     if let Err(e) = orchs[node].send_message(&who, p).await {
                         panic!("append failed: {e}");
                     }
@@ -357,13 +312,12 @@ async fn main() -> anyhow::Result<()> {
     println!("PostgreSQL appends: {clients} clients x {depth} in flight, {CONVERSATIONS} conversations, {secs} s per phase, {rounds} rounds");
     let (mut ceil, mut bare, mut one, mut spread, mut affinity, mut alone) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let (mut one_keyed, mut forwarded, mut spread_keyed) = (vec![], vec![], vec![]);
     for round in 0..rounds {
         let c = ceiling(&base, secs, Shape::Log).await?;
         let b = ceiling(&base, secs, Shape::Bare).await?;
         let single = cluster(&base, "one", 1, clients).await?;
         let before = counters(&single[0]);
-        let o = appends(&single, Routing::Spread, false, secs, clients, depth).await;
+        let o = appends(&single, Routing::Spread, secs, clients, depth).await;
         println!(
             "round {round}: one node: {}",
             profile(before, counters(&single[0]), secs)
@@ -378,7 +332,7 @@ async fn main() -> anyhow::Result<()> {
                 _ => cluster(&base, "three", 3, clients).await?,
             };
             let before: Vec<_> = three.iter().map(|o| counters(o)).collect();
-            three_nodes.push(appends(&three, routing, false, secs, clients, depth).await);
+            three_nodes.push(appends(&three, routing, secs, clients, depth).await);
             for (i, o) in three.iter().enumerate() {
                 println!(
                     "round {round}: three nodes, {}: node {i}: {}",
@@ -388,49 +342,6 @@ async fn main() -> anyhow::Result<()> {
             }
             shutdown(three).await;
         }
-        // The same load with a key on every append: on one node, and spread over three
-        // nodes that forward each append to the node that writes its conversation.
-        let single = cluster(&base, "onekeyed", 1, clients).await?;
-        let before = counters(&single[0]);
-        let ok = appends(&single, Routing::Spread, true, secs, clients, depth).await;
-        println!(
-            "round {round}: one node, with keys: {}",
-            profile(before, counters(&single[0]), secs)
-        );
-        shutdown(single).await;
-        // Keys on three nodes that do not listen, so forward nothing: spread as above.
-        let three = cluster(&base, "threekeyed", 3, clients).await?;
-        let sk = appends(&three, Routing::Spread, true, secs, clients, depth).await;
-        shutdown(three).await;
-        let servers = listening(&base, 3, clients).await?;
-        let three: Vec<_> = servers.iter().map(|s| s.orchestrator().clone()).collect();
-        let before: Vec<_> = three.iter().map(|o| counters(o)).collect();
-        let sent_before: Vec<_> = three
-            .iter()
-            .map(|o| o.peers().map(|p| p.forwarded()).unwrap_or_default())
-            .collect();
-        let f = appends(&three, Routing::Spread, true, secs, clients, depth).await;
-        for (i, o) in three.iter().enumerate() {
-            let (sent, made_here) = o.peers().map(|p| p.forwarded()).unwrap_or_default();
-            println!(
-                "round {round}: three nodes, forwarded: node {i}: {} sent on, {} made here after all; {}",
-                sent - sent_before[i].0,
-                made_here - sent_before[i].1,
-                profile(before[i], counters(o), secs)
-            );
-        }
-        drop(three);
-        for s in servers {
-            s.stop().await;
-        }
-        println!(
-            "round {round}: with keys: one node {ok:.0}/s; three nodes forwarding {f:.0}/s ({:.2} of one node), not forwarding {sk:.0}/s ({:.2})",
-            f / ok,
-            sk / ok
-        );
-        one_keyed.push(ok);
-        forwarded.push(f);
-        spread_keyed.push(sk);
         let (s, a, p) = (three_nodes[0], three_nodes[1], three_nodes[2]);
         println!(
             "round {round}: ceiling {c:.0} rows/s (bare table {b:.0}); one node {o:.0}/s ({:.2} of the ceiling, {:.2} of the bare one); three nodes spread {s:.0}/s ({:.2} of one node), affinity {a:.0}/s ({:.2}), apart {p:.0}/s ({:.2})",
@@ -456,8 +367,6 @@ async fn main() -> anyhow::Result<()> {
         median(alone),
     );
     println!("median: ceiling {c:.0} rows/s (bare table {b:.0}) | one node {o:.0} appends/s = {:.2} of the ceiling (goal >= 0.50; {:.2} of the bare one) | three nodes spread {s:.0}/s = {:.2} of one node, affinity {a:.0}/s = {:.2} (goal >= 0.80); sharing nothing (apart) {p:.0}/s = {:.2}", o / c, o / b, s / o, a / o, p / o);
-    let (ok, f, sk) = (median(one_keyed), median(forwarded), median(spread_keyed));
-    println!("median, with keys: one node {ok:.0} appends/s | three nodes, each append forwarded to the node that writes its conversation, {f:.0}/s = {:.2} of one node (goal >= 0.80); not forwarded (spread) {sk:.0}/s = {:.2}", f / ok, sk / ok);
     let three = cluster(&base, "fanout", 3, 1).await?;
     let lat = fanout(&three[0], &three[2], pings).await?;
     let local = fanout(&three[0], &three[0], pings).await?;

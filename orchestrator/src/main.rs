@@ -137,11 +137,6 @@ enum Command {
         /// The key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
         #[arg(long, env = "ORCHESTRATOR_TLS_KEY")]
         tls_key: Option<PathBuf>,
-        /// On PostgreSQL: the WebSocket URL of /rpc at which the other nodes reach this one
-        /// (ws://host:port/rpc or wss://…); they forward to it the appends of the conversations
-        /// it writes. Defaults to the address it listens on, unless that is a wildcard.
-        #[arg(long, env = "ORCHESTRATOR_ADVERTISE_URL")]
-        advertise_url: Option<String>,
         #[command(flatten)]
         sandbox: SandboxOpts,
     },
@@ -428,7 +423,6 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             token_recheck_ms,
             tls_cert,
             tls_key,
-            advertise_url,
             sandbox,
         } => {
             let sandbox = sandbox.sandbox()?;
@@ -462,15 +456,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 None => Vec::new(),
             };
             let runtime = serving_runtime()?;
-            runtime.block_on(serve(
-                listen,
-                db,
-                sync.into(),
-                limits,
-                named,
-                tls,
-                advertise_url,
-            ))
+            runtime.block_on(serve(listen, db, sync.into(), limits, named, tls))
         }
         Command::Run { scenario, opts } => {
             let text = std::fs::read_to_string(&scenario)
@@ -661,7 +647,6 @@ async fn serve(
     limits: Limits,
     scenarios: Vec<(String, serde_json::Value)>,
     tls: Option<std::sync::Arc<agent_sdk::tls::ServerTls>>,
-    advertise: Option<String>,
 ) -> anyhow::Result<u8> {
     agent_sdk::host::raise_open_files_limit();
     let store =
@@ -691,22 +676,6 @@ async fn serve(
         .node_name()
         .map(|n| format!(", {n}"))
         .unwrap_or_default();
-    match (advertise, orch.peers()) {
-        (Some(url), Some(peers)) => {
-            if !(url.starts_with("ws://") || url.starts_with("wss://")) {
-                anyhow::bail!(
-                    "--advertise-url {url}: a WebSocket URL (ws://host:port/rpc or wss://…)"
-                );
-            }
-            peers.advertise(url);
-        }
-        (Some(_), None) => {
-            tracing::warn!(
-                "--advertise-url is for several nodes on PostgreSQL; on SQLite it is ignored"
-            )
-        }
-        _ => {}
-    }
     let listener = server::bind(listen).with_context(|| format!("listening on {listen}"))?;
     if let Some(tls) = &tls {
         tls.reload_on_sighup()?;

@@ -376,19 +376,9 @@ async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
     db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'held' FOR UPDATE")
         .await
         .expect("hold the row");
-    // Without a key: made by node b, where it arrives (with one, it could be forwarded to the
-    // node that writes the conversation, and node b's writer would not see it).
     let waiting = tokio::spawn({
         let alice = b.client("alice").await;
-        async move {
-            alice
-                .request::<Value, _>(
-                    "sendMessage",
-                    P(json!({"conversationId": "held", "payload": {"text": "while held"}, "finality": "none"})),
-                )
-                .await
-                .expect("sendMessage")
-        }
+        async move { send(&alice, "held", "while held", "k2").await }
     });
     tests::eventually("the write is put off", || put_off() > before).await;
     // Put off once, then waited for: nothing lands while the row is held.

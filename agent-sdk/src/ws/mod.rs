@@ -180,26 +180,6 @@ impl WsJsonRpcClient {
         let _ = self.tx.send(Cmd::Cut);
     }
 
-    /// Sends a call of `method` now, in the order of the calls made before it on this handle,
-    /// and answers its result when it comes (sent again after a reconnect, like every call).
-    /// For a method this client has no typed call for.
-    pub fn send_call(
-        &self,
-        method: &'static str,
-        params: Value,
-    ) -> impl std::future::Future<Output = ClientResult<Value>> + Send + 'static {
-        let (reply, rx) = oneshot::channel();
-        let sent = self.tx.send(Cmd::Call {
-            method,
-            params,
-            reply,
-        });
-        async move {
-            sent.map_err(|_| ClientError::Closed)?;
-            rx.await.map_err(|_| ClientError::Closed)?
-        }
-    }
-
     async fn call<P: Serialize, R: DeserializeOwned>(
         &self,
         method: &'static str,

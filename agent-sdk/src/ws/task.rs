@@ -103,9 +103,6 @@ impl Task {
                 let cap = base.min(self.config.backoff_max.as_millis() as u64).max(1);
                 let delay = rand::rng().random_range(cap / 2..=cap);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
-                // Calls whose callers stopped waiting are not sent again.
-                self.waiting
-                    .retain(|_, w| !matches!(w, Waiting::Call { reply, .. } if reply.is_closed()));
                 if self.rx.is_closed() && self.subs.is_empty() && self.waiting.is_empty() {
                     return;
                 }
@@ -271,18 +268,6 @@ impl Task {
                     if self.command(ws, cmd).await.is_err() {
                         return Exit::Reconnect;
                     }
-                    // Calls queued meanwhile leave in the same write as this one.
-                    let mut more = 0;
-                    while more < 256 {
-                        let Ok(cmd) = self.rx.try_recv() else { break };
-                        if self.command(ws, cmd).await.is_err() {
-                            return Exit::Reconnect;
-                        }
-                        more += 1;
-                    }
-                    if ws.flush().await.is_err() {
-                        return Exit::Reconnect;
-                    }
                 }
                 msg = ws.next() => {
                     match msg {
@@ -303,10 +288,7 @@ impl Task {
                 reply,
             } => {
                 let frame = self.park_call(method, params, reply, 0);
-                // Flushed by the caller, with the calls queued behind it.
-                ws.feed(Message::text(frame.to_string()))
-                    .await
-                    .map_err(|_| ())
+                Self::send_frame(ws, frame).await
             }
             Cmd::Subscribe {
                 conversation_id,

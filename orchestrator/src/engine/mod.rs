@@ -6,7 +6,6 @@ pub mod config;
 pub mod error;
 pub mod fanout;
 pub mod hub;
-pub mod peers;
 pub mod rate;
 pub mod scenario;
 pub mod service;

@@ -30,8 +30,6 @@ pub const ACCEPTED: &str = "orchestrator_connections_accepted_total";
 /// WebSocket connections the server ended, by `reason`: `auth_timeout` (no `authenticate` in
 /// time), `idle_timeout` (nothing called or open for the idle timeout).
 pub const DROPPED: &str = "orchestrator_connections_dropped_total";
-/// Appends sent on to the node that writes their conversation, and those made here after all.
-pub const FORWARDED: &str = "orchestrator_appends_forwarded_total";
 /// Turns handed to an agent, by `mode`: `internal` or `push`.
 pub const TURNS: &str = "orchestrator_turns_total";
 /// Errors returned to callers, by `code` (the table's name) and `transport` (`rpc`, `http`).
@@ -114,10 +112,6 @@ fn describe() {
     );
     describe_gauge!(CONNECTIONS, "Open WebSocket sessions.");
     describe_counter!(ACCEPTED, "TCP connections accepted.");
-    describe_counter!(
-        FORWARDED,
-        "Appends sent on to the node that writes their conversation (outcome=sent), and those of them made here after all, unanswered (outcome=made_here)."
-    );
     describe_counter!(
         DROPPED,
         "WebSocket connections the server ended, by reason (auth_timeout, idle_timeout)."
@@ -276,11 +270,6 @@ pub fn resumed() {
 pub fn dropped_connection(reason: &'static str) {
     counter!(DROPPED, "reason" => reason).increment(1);
     tracing::info!(reason, "closing a connection");
-}
-
-/// An append sent on to another node (`sent`), or made here after all (`made_here`).
-pub fn forwarded(outcome: &'static str) {
-    counter!(FORWARDED, "outcome" => outcome).increment(1);
 }
 
 /// A TCP connection accepted.

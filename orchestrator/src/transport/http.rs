@@ -132,7 +132,7 @@ impl FromRequestParts<Shared> for Known {
                 )
                 .into_response()
             })?;
-        state.orch.meet_to_read(&id).await;
+        state.orch.meet(&id).await;
         Ok(Known(id))
     }
 }

@@ -113,11 +113,7 @@ impl Table {
                 // A creation names an id that is normally new: its batch finds out under the lock.
                 if name != names::CREATE_CONVERSATION {
                     if let Some(id) = conversation_named(call.params()) {
-                        if name == names::SEND_MESSAGE || name == names::SEND_TRACE {
-                            orch.meet(&id).await;
-                        } else {
-                            orch.meet_to_read(&id).await;
-                        }
+                        orch.meet(&id).await;
                     }
                 }
                 let r = f(orch, who, p).await.map_err(|e| e.to_rpc())?;
@@ -172,15 +168,6 @@ pub fn methods(orch: Ctx) -> Methods {
         |ctx: Ctx, session: Arc<Session>, call: Call| async move {
             let _guard = session.enter(ctx.limits().max_in_flight_per_connection)?;
             let p: AuthenticateParams = parse(call.params())?;
-            if let Some(node) = ctx.peers().and_then(|peers| peers.node_of(&p.token)) {
-                tracing::info!(node = %node, "another node connected to forward appends");
-                let result = AuthenticateResult {
-                    ok: true,
-                    agent_id: node.clone(),
-                };
-                session.set_node(node);
-                return serialized(&result);
-            }
             let (who, grant) = ctx
                 .authenticate_held(&p.token)
                 .await
@@ -240,10 +227,6 @@ pub fn methods(orch: Ctx) -> Methods {
                 .map(|()| Outcome::Written)
         },
     );
-    t.raw(
-        crate::engine::peers::FORWARD,
-        |o: Ctx, session: Arc<Session>, call: Call| async move { forwarded(o, session, call).await },
-    );
     for (name, of) in [
         (names::UNSUBSCRIBE, Registered::Subscriptions),
         (names::UNREGISTER_EXECUTOR, Registered::Executors),
@@ -265,45 +248,6 @@ pub fn methods(orch: Ctx) -> Methods {
         orch,
         table: Arc::new(t.0),
     }
-}
-
-/// How many forwarded appends one node may have in flight on its connection to this one (the
-/// appends of all its clients for the conversations this node writes).
-const NODE_IN_FLIGHT: usize = 1 << 16;
-
-/// An append another node sends on ([`crate::engine::peers`]): made here as the client's
-/// identity, which that node authenticated. Only a node's connection may call it; to any other
-/// the method does not exist.
-async fn forwarded(o: Ctx, session: Arc<Session>, call: Call) -> Answer {
-    if session.node().is_none() {
-        return Err(RpcError::new(
-            ErrorCode::MethodNotFound,
-            format!("no method `{}`; PROTOCOL.md lists them", call.method()),
-        ));
-    }
-    let _guard = session.enter(NODE_IN_FLIGHT)?;
-    let f: crate::engine::peers::Forwarded = parse(call.params())?;
-    let who = Identity::new(f.agent_id, f.admin);
-    let params = f.params.get();
-    let r = match f.method.as_str() {
-        names::SEND_MESSAGE => {
-            let p: SendMessageParams = parse(params)?;
-            o.meet(&p.conversation_id).await;
-            o.send_message_here(&who, p).await
-        }
-        names::SEND_TRACE => {
-            let p: SendTraceParams = parse(params)?;
-            o.meet(&p.conversation_id).await;
-            o.send_trace_here(&who, p).await
-        }
-        other => {
-            return Err(RpcError::new(
-                ErrorCode::InvalidParams,
-                format!("`{other}` is not forwarded between nodes"),
-            ))
-        }
-    };
-    serialized(&r.map_err(|e| e.to_rpc())?)
 }
 
 /// Which of a connection's registries an `un…` method ends an entry of.

@@ -64,7 +64,6 @@ impl RunningServer {
     /// Stops gracefully: open subscriptions and waits end, WebSocket sessions close, and every
     /// acknowledged event is on disk when this returns.
     pub async fn stop(self) {
-        self.orch.leave_peers().await;
         self.orch.hub().close();
         let _ = self.http_stop.send(());
         let _ = tokio::time::timeout(
@@ -131,20 +130,6 @@ pub async fn start_with(
     let connections = Arc::new(Connections::default());
     let app = app(orch.clone(), connections.clone());
     let addr = listener.local_addr()?;
-    if let Some(peers) = orch.peers() {
-        // Other nodes reach this one at the address it listens on, when that is one address
-        // (a wildcard says nothing of where: `--advertise-url` then).
-        match (peers.advertised(), addr.ip().is_unspecified()) {
-            (true, _) => {}
-            (false, true) => {
-                tracing::warn!(%addr, "listening on every address: other nodes forward no appends to this node unless --advertise-url says where they reach it")
-            }
-            (false, false) => {
-                let scheme = if tls.is_some() { "wss" } else { "ws" };
-                peers.advertise_default(format!("{scheme}://{addr}/rpc"));
-            }
-        }
-    }
     let (http_stop, stopped) = oneshot::channel::<()>();
     // Small frames (a claim, a reply) must not wait for Nagle's algorithm, and many small
     // frames to one connection leave in one write when the server is busy.

@@ -34,9 +34,6 @@ pub struct Session {
     executors: Registry,
     /// When the last call came, in milliseconds since the process started.
     last_call_ms: AtomicU64,
-    /// Set when another node of the cluster authenticated with the nodes' secret: the
-    /// connection only forwards appends ([`crate::engine::peers`]).
-    node: std::sync::OnceLock<String>,
 }
 
 /// Milliseconds since the process started (for when a connection last called).
@@ -125,16 +122,6 @@ impl Session {
                 }
             }
         });
-    }
-
-    /// The node that authenticated on this connection, if one did.
-    pub fn node(&self) -> Option<&str> {
-        self.node.get().map(String::as_str)
-    }
-
-    /// Marks the connection as another node's (it authenticated with the nodes' secret).
-    pub(crate) fn set_node(&self, name: String) {
-        let _ = self.node.set(name);
     }
 
     /// Writes frames into the connection's send buffer, for a WebSocket session.

@@ -111,10 +111,6 @@ pub struct ConvView {
     touched_ms: std::sync::atomic::AtomicI64,
     /// Live subscribers the publisher writes to itself (see [`live`]).
     pub live: live::LiveSet,
-    /// On a cluster, the highest seq another node acknowledged for an append this node
-    /// forwarded to it ([`crate::engine::peers`]): readers here wait for the head to reach it,
-    /// so that a client reads its own writes on the node it wrote through.
-    floor: std::sync::atomic::AtomicU64,
 }
 
 impl ConvView {
@@ -219,23 +215,6 @@ impl ConvView {
     /// The latest committed seq.
     pub fn head(&self) -> u64 {
         *self.head.borrow()
-    }
-
-    /// Readers here are to see at least `seq` (acknowledged through another node).
-    pub fn raise_floor(&self, seq: u64) {
-        self.floor
-            .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Waits until the head reaches what this node acknowledged through another node (at most
-    /// `limit`: past it the reader sees what is here).
-    pub async fn reach_floor(&self, limit: std::time::Duration) {
-        let floor = self.floor.load(std::sync::atomic::Ordering::Relaxed);
-        if self.head() >= floor {
-            return;
-        }
-        let mut head = self.watch();
-        let _ = tokio::time::timeout(limit, head.wait_for(|h| *h >= floor)).await;
     }
 
     /// How many waiters (long-polls, `waitForChange`, feeds) watch the head.
@@ -377,7 +356,6 @@ impl Hub {
             policy: std::sync::OnceLock::new(),
             parent: std::sync::OnceLock::new(),
             touched_ms: std::sync::atomic::AtomicI64::new(crate::engine::store::now_ms()),
-            floor: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -7,9 +7,6 @@ use proto_spec::*;
 use super::Orchestrator;
 use crate::engine::auth::Identity;
 use crate::engine::error::{refuse, Error, Result};
-use std::sync::Arc;
-
-use crate::engine::peers::{Link, Peers};
 use crate::engine::state::AppendRequest;
 use crate::engine::writer::Appending;
 
@@ -65,67 +62,8 @@ impl Orchestrator {
     ///
     /// The message is checked and queued for the writer when this is called; the future only
     /// waits for the answer (see [`crate::engine::writer::WriterHandle::append`]).
-    ///
-    /// On a cluster, a message with a `clientRequestId` is made by the node that writes its
-    /// conversation ([`crate::engine::peers`]).
     pub fn send_message(&self, who: &Identity, p: SendMessageParams) -> Appending {
-        let Some((peers, link, params)) =
-            self.forwarding(who, &p.conversation_id, &p.client_request_id, &p)
-        else {
-            return self.send_message_here(who, p);
-        };
-        match self.message_request(who, p) {
-            Ok((conversation, req)) => self.elsewhere(
-                peers.send(link, who, method::names::SEND_MESSAGE, params),
-                conversation,
-                req,
-            ),
-            Err(e) => Appending::refused(e),
-        }
-    }
-
-    /// `sendMessage` made by this node, whichever node writes the conversation (a message
-    /// another node forwarded).
-    pub fn send_message_here(&self, who: &Identity, p: SendMessageParams) -> Appending {
         self.send_message_for(who, p, ForTurn::default())
-    }
-
-    /// Where `who`'s append to `conversation` with key `key` goes, when it goes to another
-    /// node: the link, and the params to send.
-    fn forwarding(
-        &self,
-        who: &Identity,
-        conversation: &str,
-        key: &Option<String>,
-        params: &impl serde::Serialize,
-    ) -> Option<(&Arc<Peers>, Link, serde_json::Value)> {
-        key.as_ref()?;
-        let peers = self.peers.as_ref()?;
-        let link = peers.link_for(who, conversation)?;
-        Some((peers, link, serde_json::to_value(params).ok()?))
-    }
-
-    /// An append made by another node, checked here first; made here when that node does not
-    /// answer. Readers here then wait until this node has taken the append in.
-    fn elsewhere(
-        &self,
-        answer: impl std::future::Future<Output = Option<Result<AppendResult>>> + Send + 'static,
-        conversation: String,
-        req: AppendRequest,
-    ) -> Appending {
-        let (writer, hub) = (self.writer.clone(), self.hub.clone());
-        Appending::elsewhere(async move {
-            match answer.await {
-                Some(Ok(r)) => {
-                    if let Some(c) = hub.get(&conversation) {
-                        c.raise_floor(r.seq);
-                    }
-                    Ok(r)
-                }
-                Some(Err(e)) => Err(e),
-                None => writer.append(conversation, req).await,
-            }
-        })
     }
 
     /// `sendMessage` made by an executor for a turn it runs (see [`ForTurn`]).
@@ -165,29 +103,8 @@ impl Orchestrator {
         Ok((p.conversation_id, req))
     }
 
-    /// `sendTrace`: acknowledged once durable. On a cluster, made as a message is (see
-    /// [`Orchestrator::send_message`]).
+    /// `sendTrace`: acknowledged once durable.
     pub async fn send_trace(&self, who: &Identity, p: SendTraceParams) -> Result<AppendResult> {
-        let Some((peers, link, params)) =
-            self.forwarding(who, &p.conversation_id, &p.client_request_id, &p)
-        else {
-            return self.send_trace_here(who, p).await;
-        };
-        let (conversation, req) = self.trace_request(who, p, ForTurn::default())?;
-        self.elsewhere(
-            peers.send(link, who, method::names::SEND_TRACE, params),
-            conversation,
-            req,
-        )
-        .await
-    }
-
-    /// `sendTrace` made by this node (see [`Orchestrator::send_message_here`]).
-    pub async fn send_trace_here(
-        &self,
-        who: &Identity,
-        p: SendTraceParams,
-    ) -> Result<AppendResult> {
         self.send_trace_for(who, p, ForTurn::default()).await
     }
 
@@ -198,17 +115,6 @@ impl Orchestrator {
         p: SendTraceParams,
         made: ForTurn,
     ) -> Result<AppendResult> {
-        let (conversation, req) = self.trace_request(who, p, made)?;
-        self.writer.append(conversation, req).await
-    }
-
-    /// A `sendTrace`'s conversation and request, checked (finality, key, payload size).
-    fn trace_request(
-        &self,
-        who: &Identity,
-        p: SendTraceParams,
-        made: ForTurn,
-    ) -> Result<(String, AppendRequest)> {
         if p.finality.is_some() {
             return Err(refuse(
                 ErrorCode::InvalidFinality,
@@ -224,6 +130,6 @@ impl Orchestrator {
             .with_after(made.after);
         req.trailing = made.trailing;
         self.check_payload(req.payload.get())?;
-        Ok((p.conversation_id, req))
+        self.writer.append(p.conversation_id, req).await
     }
 }

@@ -46,8 +46,6 @@ pub struct Orchestrator {
     rate: crate::engine::rate::RateLimiter,
     /// Open streams, waits and subscriptions, in all and per agent.
     streams: Arc<crate::engine::streams::Streams>,
-    /// On a shared store: the other nodes, to which appends are forwarded.
-    peers: Option<Arc<crate::engine::peers::Peers>>,
 }
 
 impl Orchestrator {
@@ -83,14 +81,6 @@ impl Orchestrator {
             if store.shared() { "postgres" } else { "sqlite" },
             turns.node_name(),
         );
-        let peers = match turns.node_name() {
-            Some(name) if store.shared() => Some(crate::engine::peers::Peers::start(
-                store.clone(),
-                name.to_string(),
-                hub.closing(),
-            )?),
-            _ => None,
-        };
         crate::engine::timers::spawn(hub.clone(), writer.clone());
         let tokens = Arc::new(crate::engine::auth::Tokens::default());
         recheck_tokens(&hub, &store, &tokens, limits.token_recheck);
@@ -107,7 +97,6 @@ impl Orchestrator {
             scenarios: std::sync::RwLock::new(library),
             tokens,
             streams: Arc::default(),
-            peers,
         }))
     }
 
@@ -216,19 +205,6 @@ impl Orchestrator {
         &self.hub
     }
 
-    /// On a cluster: the other nodes, to which appends are forwarded.
-    pub fn peers(&self) -> Option<&Arc<crate::engine::peers::Peers>> {
-        self.peers.as_ref()
-    }
-
-    /// On a cluster, stops taking forwarded appends: the other nodes make them themselves at
-    /// once (the start of a graceful stop).
-    pub async fn leave_peers(&self) {
-        if let Some(p) = &self.peers {
-            p.leave().await;
-        }
-    }
-
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -242,7 +218,6 @@ impl Orchestrator {
     /// Ends waits and feeds, finishes queued appends and stops the writer. Every acknowledged
     /// event is durable before this returns.
     pub async fn shutdown(&self) {
-        self.leave_peers().await;
         self.hub.close();
         self.turns.leave_cluster().await;
         self.writer.stop().await;
@@ -307,18 +282,6 @@ impl Orchestrator {
         }
         if let Err(e) = self.writer.meet(id.to_string()).await {
             tracing::debug!(conversation = id, error = %e, "could not look the conversation up");
-        }
-    }
-
-    /// [`Orchestrator::meet`] for a read: also waits (briefly) until this node has taken in
-    /// what it acknowledged for the conversation through another node, so that a client reads
-    /// its own writes ([`crate::engine::peers`]).
-    pub async fn meet_to_read(&self, id: &str) {
-        self.meet(id).await;
-        if self.peers.is_some() {
-            if let Some(c) = self.hub.get(id) {
-                c.reach_floor(crate::engine::peers::FLOOR_WAIT).await;
-            }
         }
     }
 

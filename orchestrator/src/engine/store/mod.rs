@@ -366,29 +366,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let _ = holder;
         Ok(())
     }
-    /// The secret nodes on this store prove they are nodes with (made once, by the first node
-    /// that asks); none on a store of one node.
-    fn node_secret(&self, candidate: &str) -> Result<Option<String>> {
-        let _ = candidate;
-        Ok(None)
-    }
-    /// Says that node `name` is alive and takes forwarded appends at `url` (none: it does not),
-    /// forgets nodes silent for long, and answers the nodes seen within `alive` (the database's
-    /// clock), with their URLs.
-    fn beat(
-        &self,
-        name: &str,
-        url: Option<&str>,
-        alive: std::time::Duration,
-    ) -> Result<Vec<(String, String)>> {
-        let _ = (name, url, alive);
-        Ok(Vec::new())
-    }
-    /// Node `name` takes no more forwarded appends (a graceful stop).
-    fn leave(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Ok(())
-    }
 }
 
 /// A turn of a conversation, as claims name it.

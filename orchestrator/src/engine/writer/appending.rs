@@ -54,20 +54,6 @@ impl Appending {
         Appending { queueing, answer }
     }
 
-    /// An append another node makes ([`crate::engine::peers`]): `answer` resolves to its result.
-    pub fn elsewhere(
-        answer: impl Future<Output = Result<AppendResult>> + Send + 'static,
-    ) -> Appending {
-        let (tx, rx) = oneshot::channel();
-        Appending {
-            queueing: Some(Box::pin(async move {
-                let _ = tx.send(answer.await.map_err(|e| e.to_rpc()));
-                Ok(())
-            })),
-            answer: rx,
-        }
-    }
-
     /// An append refused before it was queued.
     pub fn refused(e: Error) -> Appending {
         let (_, answer) = oneshot::channel();

@@ -107,21 +107,6 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE events SET doc = true WHERE kind = 'message'
         AND (strpos(payload, '"plan.v1"') > 0 OR strpos(payload, '"deliverable.v1"') > 0);
     "#,
-    // 6: the nodes that take forwarded appends, each with the WebSocket URL the others reach it
-    // at and when it last said it was alive (the database's clock), and the secret a node
-    // proves it is one with when it connects to another (made by the first node that starts;
-    // no client can read it).
-    r#"
-    CREATE TABLE nodes (
-        name    TEXT PRIMARY KEY,
-        url     TEXT NOT NULL,
-        seen_ms BIGINT NOT NULL
-    );
-    CREATE TABLE node_secret (
-        one    BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
-        secret TEXT NOT NULL
-    );
-    "#,
 ];
 
 /// The schema version this build writes.

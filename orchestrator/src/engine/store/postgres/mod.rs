@@ -428,66 +428,6 @@ impl Store for PgStore {
         })
     }
 
-    fn node_secret(&self, candidate: &str) -> Result<Option<String>> {
-        let candidate = candidate.to_string();
-        self.with_client(move |c| async move {
-            c.execute(
-                "INSERT INTO node_secret (secret) VALUES ($1) ON CONFLICT DO NOTHING",
-                &[&candidate],
-            )
-            .await?;
-            let row = c.query_one("SELECT secret FROM node_secret", &[]).await?;
-            Ok(Some(row.get(0)))
-        })
-    }
-
-    fn beat(
-        &self,
-        name: &str,
-        url: Option<&str>,
-        alive: Duration,
-    ) -> Result<Vec<(String, String)>> {
-        let (name, url) = (name.to_string(), url.map(str::to_string));
-        let alive_ms = alive.as_millis() as i64;
-        self.with_client(move |c| async move {
-            const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-            if let Some(url) = &url {
-                c.execute(
-                    &format!(
-                        "INSERT INTO nodes (name, url, seen_ms) VALUES ($1, $2, {NOW})
-                         ON CONFLICT (name) DO UPDATE SET url = $2, seen_ms = {NOW}"
-                    ),
-                    &[&name, url],
-                )
-                .await?;
-            }
-            // A node gone for a minute is forgotten (a SIGKILL leaves its row behind).
-            c.execute(
-                &format!("DELETE FROM nodes WHERE seen_ms < {NOW} - 60000"),
-                &[],
-            )
-            .await?;
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT name, url FROM nodes WHERE seen_ms >= {NOW} - $1 ORDER BY name"
-                    ),
-                    &[&alive_ms],
-                )
-                .await?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-        })
-    }
-
-    fn leave(&self, name: &str) -> Result<()> {
-        let name = name.to_string();
-        self.with_client(move |c| async move {
-            c.execute("DELETE FROM nodes WHERE name = $1", &[&name])
-                .await?;
-            Ok(())
-        })
-    }
-
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
         let hash = hash.to_string();
         self.with_client(move |c| async move {
