@@ -132,7 +132,11 @@ impl Again {
             } => Some(Again::Append(conversation.clone(), request.clone())),
             Job::Create { conv, .. } => Some(Again::Create(conv.clone())),
             Job::Meet { id, .. } => Some(Again::Meet(id.clone())),
-            Job::Refresh(_) | Job::Forget { .. } | Job::Sweep { .. } | Job::Stop => None,
+            Job::Refresh(_)
+            | Job::TakeIn(_)
+            | Job::Forget { .. }
+            | Job::Sweep { .. }
+            | Job::Stop => None,
         }
     }
 }
@@ -199,7 +203,7 @@ impl Writer {
         }
         if batch
             .iter()
-            .any(|j| matches!(j, Job::Forget { .. } | Job::Sweep { .. }))
+            .any(|j| matches!(j, Job::Forget { .. } | Job::Sweep { .. } | Job::TakeIn(_)))
         {
             // Before any slot is looked up for the batch (forgetting moves slots).
             let jobs = std::mem::take(batch);
@@ -211,6 +215,7 @@ impl Writer {
                     Job::Sweep { after, reply } => {
                         let _ = reply.send(self.sweep(after));
                     }
+                    Job::TakeIn(read) => self.took_in(read),
                     other => batch.push(other),
                 }
             }
@@ -287,7 +292,11 @@ impl Writer {
         let mut unverified = false;
         for job in batch.drain(..) {
             match job {
-                Job::Stop | Job::Refresh(_) | Job::Forget { .. } | Job::Sweep { .. } => {}
+                Job::Stop
+                | Job::Refresh(_)
+                | Job::TakeIn(_)
+                | Job::Forget { .. }
+                | Job::Sweep { .. } => {}
                 // Loaded before the batch (`begin_shared`); answered after what was loaded is
                 // published.
                 Job::Meet { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),

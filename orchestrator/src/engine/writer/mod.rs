@@ -33,7 +33,9 @@ use crate::engine::hub::{ConvView, Hub};
 use crate::engine::state::{
     AppendRequest, Applied, ConvMachine, Draft, ShortKey, TurnPolicy, TurnState,
 };
-use crate::engine::store::{now_ms, Durability, Heard, LogWriter, NewConversation, NewRow, Store};
+use crate::engine::store::{
+    now_ms, Durability, Heard, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
+};
 
 mod appending;
 mod batch;
@@ -113,6 +115,10 @@ pub enum Job {
         /// The last number read, and how many were new here.
         reply: oneshot::Sender<Result<Option<(i64, usize)>>>,
     },
+    /// On a shared store: what the reader read past this node's views of conversations other
+    /// nodes committed to ([`Writer::read_behind`]), to take in; `Err` with the numbers it was
+    /// asked for when the read failed.
+    TakeIn(std::result::Result<Vec<(i64, Vec<RecoveredEvent>)>, Vec<i64>>),
     /// Finish the queued work and stop.
     Stop,
 }
@@ -391,6 +397,9 @@ struct Writer {
     /// (by number; `i64::MAX` once done): a notice about one it has not reached and this node
     /// has not met is left to it (see [`Writer::heard`]).
     swept_until: i64,
+    /// On a shared store: the reader thread, which reads what other nodes committed off the
+    /// writer's path ([`Writer::read_behind`]).
+    reader: Option<shared::Reader>,
 }
 
 /// Gives a conversation's view what its state knows once, from its `created` event: the policy
@@ -508,6 +517,10 @@ impl WriterHandle {
             metrics: crate::engine::telemetry::CommitMetrics::new(),
             caps,
             swept_until: if log_shared { 0 } else { i64::MAX },
+            reader: match log_shared {
+                true => Some(shared::Reader::start(store.writer()?, tx.clone())?),
+                false => None,
+            },
         };
         let thread = std::thread::Builder::new()
             .name("log-writer".into())
