@@ -319,12 +319,14 @@ async fn a_failed_lock_leaves_the_writer_working() {
     // Written through the other node too: node b catches up on it (and reads its head under
     // the lock from then on).
     send(&a.client("alice").await, "stuck", "from a", "k0").await;
-    tests::eventually("node b sees node a's write", || {
+    tests::eventually("node b knows of node a's write", || {
         b.running()
             .orchestrator()
             .hub()
             .get("stuck")
-            .is_some_and(|c| c.core().head == 3)
+            // Knows of it: it reads back what others write only when something there
+            // needs it, and a write of its own to a view behind reads it under the lock.
+            .is_some_and(|c| c.core().head.max(c.heard()) == 3)
     })
     .await;
     db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'stuck' FOR UPDATE")
@@ -358,11 +360,13 @@ async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
     // Written through node a too: node b catches up on it, and counts it contended.
     send(&a.client("alice").await, "held", "from a", "k0").await;
     let orchestrator = b.running().orchestrator();
-    tests::eventually("node b sees node a's write", || {
+    tests::eventually("node b knows of node a's write", || {
         orchestrator
             .hub()
             .get("held")
-            .is_some_and(|c| c.core().head == 3)
+            // Knows of it: it reads back what others write only when something there
+            // needs it, and a write of its own to a view behind reads it under the lock.
+            .is_some_and(|c| c.core().head.max(c.heard()) == 3)
     })
     .await;
     let put_off = || {
@@ -392,4 +396,90 @@ async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
         .filter_map(|e| e["seq"].as_u64())
         .collect();
     assert_eq!(seqs, [1, 2, 3, 4]);
+}
+
+/// A node reads back what other nodes commit to a conversation only when something there needs
+/// it: a view nobody on node b reads or follows stays behind the log (b knows how far), and is
+/// brought up to the log's head before a client reads it there, before a list, and before a
+/// creation is held to the caps on open conversations (which a conversation closed on another
+/// node no longer counts against).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reads_back_what_others_commit_when_something_there_needs_it() {
+    let limits = orchestrator::engine::config::Limits {
+        max_open_per_agent: 3,
+        ..test_limits()
+    };
+    let a = TestServer::on_postgres(limits, HashMap::new()).await;
+    let b = a.another_node().await;
+    let on_b = b.running().orchestrator().clone();
+    let ids = ["quiet", "listed", "closing"];
+    for id in ids {
+        a.create(id, &["alice", "bob"]).await;
+    }
+    tests::eventually("node b meets the new conversations", || {
+        ids.iter().all(|id| on_b.hub().get(id).is_some())
+    })
+    .await;
+    let alice_a = a.client("alice").await;
+    for i in 0..5 {
+        for id in ids {
+            send(&alice_a, id, "from a", &format!("{id}-{i}")).await;
+        }
+    }
+    tests::eventually("node b hears of every write", || {
+        ids.iter()
+            .all(|id| on_b.hub().get(id).is_some_and(|c| c.heard() == 6))
+    })
+    .await;
+    for id in ids {
+        let c = on_b.hub().get(id).expect("held");
+        assert!(
+            c.head() < 6,
+            "{id}: node b read back what nobody there needs"
+        );
+    }
+    let bob_b = b.client("bob").await;
+    let snap: Value = bob_b
+        .request("getConversation", P(json!({"conversationId": "quiet"})))
+        .await
+        .expect("getConversation");
+    assert_eq!(snap["latestSeq"], 6, "a read on node b: {snap}");
+    let events = log(&bob_b, "quiet").await;
+    assert_eq!(events.len(), 6);
+    let list: Value = bob_b
+        .request("listConversations", P(json!({})))
+        .await
+        .expect("listConversations");
+    let listed = list["conversations"]
+        .as_array()
+        .expect("conversations")
+        .iter()
+        .find(|c| c["conversationId"] == "listed")
+        .expect("listed")
+        .clone();
+    assert_eq!(listed["latestSeq"], 6, "a list on node b: {listed}");
+    // The admin holds three open conversations, its cap; one closes through node a, and node b
+    // (which reads nothing of it) lets the admin open another.
+    let _: Value = a
+        .client("bob")
+        .await
+        .request(
+            "sendMessage",
+            P(json!({"conversationId": "closing", "payload": {"text": "done"}, "finality": "conversation"})),
+        )
+        .await
+        .expect("closed through node a");
+    tests::eventually("node b hears of the close", || {
+        on_b.hub().get("closing").is_some_and(|c| c.heard() == 7)
+    })
+    .await;
+    let _: Value = b
+        .client("admin")
+        .await
+        .request(
+            "createConversation",
+            P(json!({"conversationId": "fourth", "participants": ["alice", "bob"]})),
+        )
+        .await
+        .expect("room on node b once it reads the close");
 }

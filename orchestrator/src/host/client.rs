@@ -88,7 +88,7 @@ impl InProcessClient {
     /// database only: [`Orchestrator::meet`]), as the WebSocket methods do.
     async fn at(&self, id: &str) -> ClientResult<Arc<Orchestrator>> {
         let o = self.o()?;
-        o.meet(id).await;
+        o.meet_to_read(id).await;
         Ok(o)
     }
 }

@@ -132,7 +132,7 @@ impl FromRequestParts<Shared> for Known {
                 )
                 .into_response()
             })?;
-        state.orch.meet(&id).await;
+        state.orch.meet_to_read(&id).await;
         Ok(Known(id))
     }
 }

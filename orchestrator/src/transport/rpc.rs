@@ -113,7 +113,13 @@ impl Table {
                 // A creation names an id that is normally new: its batch finds out under the lock.
                 if name != names::CREATE_CONVERSATION {
                     if let Some(id) = conversation_named(call.params()) {
-                        orch.meet(&id).await;
+                        // An append is decided on the log itself, under its lock (a view left
+                        // behind is read then); a read needs the view current.
+                        if name == names::SEND_MESSAGE || name == names::SEND_TRACE {
+                            orch.meet(&id).await;
+                        } else {
+                            orch.meet_to_read(&id).await;
+                        }
                     }
                 }
                 let r = f(orch, who, p).await.map_err(|e| e.to_rpc())?;

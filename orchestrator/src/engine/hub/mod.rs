@@ -111,7 +111,16 @@ pub struct ConvView {
     touched_ms: std::sync::atomic::AtomicI64,
     /// Live subscribers the publisher writes to itself (see [`live`]).
     pub live: live::LiveSet,
+    /// On a shared log: the highest head another node's notice named for it (the writer's
+    /// view may stay behind it while nothing here needs the events: [`ConvView::followed`]).
+    heard: std::sync::atomic::AtomicU64,
+    /// When a client last read it here (ms since the epoch; 0: never).
+    read_ms: std::sync::atomic::AtomicI64,
 }
+
+/// How long after a client read a conversation its node keeps taking in what other nodes
+/// commit to it as they do.
+pub const FOLLOW_AFTER_READ: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ConvView {
     /// Whether `agent` takes part.
@@ -215,6 +224,56 @@ impl ConvView {
     /// The latest committed seq.
     pub fn head(&self) -> u64 {
         *self.head.borrow()
+    }
+
+    /// On a shared log, another node's notice named `head` for it.
+    pub fn heard_of(&self, head: u64) {
+        self.heard
+            .fetch_max(head, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The highest head other nodes' notices named for it.
+    pub fn heard(&self) -> u64 {
+        self.heard.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether another node committed past this node's view of it (as far as notices said).
+    pub fn behind(&self) -> bool {
+        self.heard() > self.head()
+    }
+
+    /// A client reads it here: other nodes' commits to it are taken in as they come, for a
+    /// while ([`FOLLOW_AFTER_READ`]).
+    pub fn mark_read(&self) {
+        self.read_ms.store(
+            crate::engine::store::now_ms(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Whether this node takes in other nodes' commits to it as they come, rather than when it
+    /// writes it or a client reads it: when someone here follows it (a subscriber, a waiter,
+    /// the all-conversations subscription — `global`), read it lately, or its turns, timers or
+    /// tree may be run here (a policy, a parent).
+    pub fn followed(&self, global: bool) -> bool {
+        let read_ms = self.read_ms.load(std::sync::atomic::Ordering::Relaxed);
+        global
+            || self.policy().is_some()
+            || self.parent().is_some()
+            || self.head.receiver_count() > 0
+            || !self.live.is_empty()
+            || (read_ms > 0
+                && crate::engine::store::now_ms() - read_ms < FOLLOW_AFTER_READ.as_millis() as i64)
+    }
+
+    /// Waits until the view reaches what another node's notice named (at most `limit`).
+    pub async fn reach_heard(&self, limit: std::time::Duration) {
+        let heard = self.heard.load(std::sync::atomic::Ordering::Relaxed);
+        if self.head() >= heard {
+            return;
+        }
+        let mut head = self.watch();
+        let _ = tokio::time::timeout(limit, head.wait_for(|h| *h >= heard)).await;
     }
 
     /// How many waiters (long-polls, `waitForChange`, feeds) watch the head.
@@ -356,6 +415,8 @@ impl Hub {
             policy: std::sync::OnceLock::new(),
             parent: std::sync::OnceLock::new(),
             touched_ms: std::sync::atomic::AtomicI64::new(crate::engine::store::now_ms()),
+            heard: std::sync::atomic::AtomicU64::new(0),
+            read_ms: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -426,6 +487,11 @@ impl Hub {
     /// Whether no conversation is known.
     pub fn is_empty(&self) -> bool {
         self.convs.is_empty()
+    }
+
+    /// Whether the all-conversations subscription has a subscriber here.
+    pub fn followed_all(&self) -> bool {
+        self.global.receiver_count() > 0
     }
 
     /// A receiver of every committed event (one item per conversation per commit), for

@@ -28,6 +28,10 @@ mod create;
 
 pub use append::ForTurn;
 
+/// How long a read waits for its node to take in what other nodes committed to the
+/// conversations it reads.
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
+
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
 
@@ -285,6 +289,32 @@ impl Orchestrator {
         }
     }
 
+    /// [`Orchestrator::meet`] for a read: on a shared store, the conversation's view here is
+    /// brought up to what other nodes committed to it (a node takes in only what something here
+    /// follows: [`ConvView::followed`]), and followed for a while after.
+    pub async fn meet_to_read(&self, id: &str) {
+        self.meet(id).await;
+        if let Some(c) = self.hub.get(id) {
+            c.mark_read();
+            self.catch_up(&[c]).await;
+        }
+    }
+
+    /// Brings the views `convs` up to what other nodes' notices named (at most
+    /// [`CATCH_UP_WAIT`]: past it a reader sees what is here).
+    async fn catch_up(&self, convs: &[Arc<ConvView>]) {
+        if !self.store.shared() {
+            return;
+        }
+        let behind: Vec<&Arc<ConvView>> = convs.iter().filter(|c| c.behind()).collect();
+        if behind.is_empty() {
+            return;
+        }
+        self.writer
+            .follow(behind.iter().map(|c| c.id.clone()).collect());
+        futures::future::join_all(behind.iter().map(|c| c.reach_heard(CATCH_UP_WAIT))).await;
+    }
+
     /// `getConversation`.
     pub fn get_conversation(&self, who: &Identity, p: ConversationParams) -> Result<Snapshot> {
         Ok(self
@@ -334,6 +364,7 @@ impl Orchestrator {
         if let Some(s) = &who.scope {
             convs.retain(|c| self.within(c, &s.home));
         }
+        self.catch_up(&convs).await;
         let mut conversations: Vec<Snapshot> =
             convs.iter().map(|c| c.snapshot(&who.agent_id)).collect();
         conversations.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
@@ -612,12 +643,17 @@ impl Orchestrator {
     /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
     pub async fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
         match &p.conversation_id {
-            Some(id) => self.meet(id).await,
+            Some(id) => self.meet_to_read(id).await,
             // A backlog of every conversation: the closed ones too.
             None if p.since_seq.is_some() || p.cursors.as_ref().is_some_and(|c| !c.is_empty()) => {
                 self.meet_closed(who).await
             }
             None => {}
+        }
+        if p.conversation_id.is_none() {
+            // From now on this node takes in every commit as it comes; what it left behind
+            // before is read first.
+            self.catch_up(&self.hub.all()).await;
         }
         match p.conversation_id {
             Some(id) => {

@@ -134,6 +134,7 @@ impl Again {
             Job::Meet { id, .. } => Some(Again::Meet(id.clone())),
             Job::Refresh(_)
             | Job::TakeIn(_)
+            | Job::Follow(_)
             | Job::Forget { .. }
             | Job::Sweep { .. }
             | Job::Stop => None,
@@ -201,10 +202,12 @@ impl Writer {
             answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
-        if batch
-            .iter()
-            .any(|j| matches!(j, Job::Forget { .. } | Job::Sweep { .. } | Job::TakeIn(_)))
-        {
+        if batch.iter().any(|j| {
+            matches!(
+                j,
+                Job::Forget { .. } | Job::Sweep { .. } | Job::TakeIn(_) | Job::Follow(_)
+            )
+        }) {
             // Before any slot is looked up for the batch (forgetting moves slots).
             let jobs = std::mem::take(batch);
             for job in jobs {
@@ -216,6 +219,7 @@ impl Writer {
                         let _ = reply.send(self.sweep(after));
                     }
                     Job::TakeIn(read) => self.took_in(read),
+                    Job::Follow(ids) => self.follow(&ids),
                     other => batch.push(other),
                 }
             }
@@ -295,6 +299,7 @@ impl Writer {
                 Job::Stop
                 | Job::Refresh(_)
                 | Job::TakeIn(_)
+                | Job::Follow(_)
                 | Job::Forget { .. }
                 | Job::Sweep { .. } => {}
                 // Loaded before the batch (`begin_shared`); answered after what was loaded is

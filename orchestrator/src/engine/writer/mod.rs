@@ -119,6 +119,9 @@ pub enum Job {
     /// nodes committed to ([`Writer::read_behind`]), to take in; `Err` with the numbers it was
     /// asked for when the read failed.
     TakeIn(std::result::Result<Vec<(i64, Vec<RecoveredEvent>)>, Vec<i64>>),
+    /// On a shared store: clients read these conversations here; take in what other nodes
+    /// committed to them past this node's views ([`ConvView::followed`]).
+    Follow(Vec<String>),
     /// Finish the queued work and stop.
     Stop,
 }
@@ -400,6 +403,10 @@ struct Writer {
     /// On a shared store: the reader thread, which reads what other nodes committed off the
     /// writer's path ([`Writer::read_behind`]).
     reader: Option<shared::Reader>,
+    /// On a shared store: conversations (by number) whose views were left behind the log
+    /// because nothing here followed them (see [`Writer::heard`]); some may have caught up
+    /// since.
+    behind_views: std::collections::BTreeSet<i64>,
 }
 
 /// Gives a conversation's view what its state knows once, from its `created` event: the policy
@@ -517,6 +524,7 @@ impl WriterHandle {
             metrics: crate::engine::telemetry::CommitMetrics::new(),
             caps,
             swept_until: if log_shared { 0 } else { i64::MAX },
+            behind_views: Default::default(),
             reader: match log_shared {
                 true => Some(shared::Reader::start(store.writer()?, tx.clone())?),
                 false => None,
@@ -531,6 +539,15 @@ impl WriterHandle {
             stats,
             swept,
         })
+    }
+
+    /// Has the writer take in what other nodes committed past this node's views of
+    /// conversations `ids` (those a client reads here); the views' heads say when it is done.
+    pub fn follow(&self, ids: Vec<String>) {
+        if let Err(mpsc::error::TrySendError::Full(job)) = self.tx.try_send(Job::Follow(ids)) {
+            let tx = self.tx.clone();
+            tokio::spawn(async move { tx.send(job).await });
+        }
     }
 
     /// Appends through the state machine; the [`Appending`] answers once the event is durable.

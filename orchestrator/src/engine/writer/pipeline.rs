@@ -219,7 +219,7 @@ impl Reply {
                 let _ = reply.send(Err(crate::engine::error::Error::WriterGone));
                 None
             }
-            Job::Stop | Job::Refresh(_) | Job::TakeIn(_) => None,
+            Job::Stop | Job::Refresh(_) | Job::TakeIn(_) | Job::Follow(_) => None,
         }
     }
 }

@@ -149,6 +149,9 @@ impl Writer {
                 }
                 Job::Create { conv, .. } => {
                     new_ids.push(conv.id.clone());
+                    // The caps count the creator's open conversations: those another node may
+                    // have closed past this node's view are read first.
+                    read.extend(self.behind_of(&conv.created_by));
                     match &conv.child_of {
                         Some(c) => c.parent.as_str(),
                         None => continue,
@@ -158,11 +161,18 @@ impl Writer {
                 | Job::Forget { .. }
                 | Job::Sweep { .. }
                 | Job::Refresh(_)
-                | Job::TakeIn(_) => continue,
+                | Job::TakeIn(_)
+                | Job::Follow(_) => continue,
             };
             let Some(at) = self.known(id)? else { continue };
-            // Each conversation the job writes, and whether another node wrote it lately.
-            let touched = |slot: &Slot| (slot.num, slot.read_until_ms > now);
+            // Each conversation the job writes, and whether another node wrote it lately (or
+            // wrote past this node's view, which stays behind while nothing here follows it).
+            let touched = |slot: &Slot| {
+                (
+                    slot.num,
+                    slot.read_until_ms > now || slot.shared.heard() > slot.state.core.head,
+                )
+            };
             let slot = &self.convs.slots[at];
             let own = touched(slot);
             // A sub-conversation that closes reports to its parent in the same batch.
@@ -257,6 +267,41 @@ impl Writer {
             *batch = kept;
         }
         self.take_in_read(locked.read)
+    }
+
+    /// Conversations `creator` created whose views here are behind the log (another node
+    /// committed to them since, and nothing here followed them).
+    fn behind_of(&mut self, creator: &str) -> Vec<i64> {
+        let convs = &self.convs;
+        let mut found = Vec::new();
+        self.behind_views.retain(|num| {
+            let Some(&at) = convs.by_num.get(num) else {
+                return false;
+            };
+            let slot = &convs.slots[at];
+            if slot.shared.heard() <= slot.state.core.head {
+                return false;
+            }
+            if slot.creator == creator {
+                found.push(*num);
+            }
+            true
+        });
+        found
+    }
+
+    /// Takes in what other nodes committed past this node's views of conversations `ids`,
+    /// which a client reads here ([`Job::Follow`]).
+    pub(super) fn follow(&mut self, ids: &[String]) {
+        let nums: Vec<i64> = ids
+            .iter()
+            .filter_map(|id| {
+                let at = self.convs.find(id)?;
+                let slot = &self.convs.slots[at];
+                (slot.shared.heard() > slot.state.core.head).then_some(slot.num)
+            })
+            .collect();
+        self.read_behind(nums);
     }
 
     /// Has the reader read what the log holds past this node's views of `nums` (conversations
@@ -499,6 +544,7 @@ impl Writer {
         heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         heads.dedup_by_key(|h| h.0);
         let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
+        let global = self.hub.followed_all();
         let mut behind = Vec::new();
         let mut unmet = Vec::new();
         for (num, head) in heads {
@@ -507,7 +553,14 @@ impl Writer {
                     let slot = &mut self.convs.slots[at];
                     if head > slot.state.core.head {
                         slot.read_until_ms = until;
-                        behind.push(num);
+                        slot.shared.heard_of(head);
+                        // Read back now only if something here follows it; else when a batch
+                        // writes it or a client reads it.
+                        if slot.shared.followed(global) {
+                            behind.push(num);
+                        } else {
+                            self.behind_views.insert(num);
+                        }
                     }
                 }
                 // One the sweep after the start has not reached yet: it will read it, after
