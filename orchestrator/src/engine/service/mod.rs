@@ -650,11 +650,6 @@ impl Orchestrator {
             }
             None => {}
         }
-        if p.conversation_id.is_none() {
-            // From now on this node takes in every commit as it comes; what it left behind
-            // before is read first.
-            self.catch_up(&self.hub.all()).await;
-        }
         match p.conversation_id {
             Some(id) => {
                 let conv = self.readable(who, &id)?;
@@ -665,13 +660,20 @@ impl Orchestrator {
                 ErrorCode::Forbidden,
                 "an agent a scenario declares subscribes to one conversation at a time",
             )),
-            None => Ok(Feed::all(
-                self.store.clone(),
-                self.hub.clone(),
-                &who.agent_id,
-                p.since_seq,
-                p.cursors.unwrap_or_default(),
-            )),
+            None => {
+                let feed = Feed::all(
+                    self.store.clone(),
+                    self.hub.clone(),
+                    &who.agent_id,
+                    p.since_seq,
+                    p.cursors.unwrap_or_default(),
+                );
+                // With the feed listening, this node takes in every commit as it comes; what
+                // it left behind before (views no one here followed) is read now, and reaches
+                // the feed in order after the view's head.
+                self.catch_up(&self.hub.all()).await;
+                Ok(feed)
+            }
         }
     }
 }
