@@ -128,12 +128,12 @@ impl LiveSet {
         true
     }
 
-    /// Removes `sub`; nothing is offered to it after this returns.
     /// Whether nobody subscribes.
     pub fn is_empty(&self) -> bool {
         self.lock().subs.is_empty()
     }
 
+    /// Removes `sub`; nothing is offered to it after this returns.
     pub fn leave(&self, sub: &Arc<dyn LiveSubscriber>) {
         self.lock().subs.retain(|(s, _)| !Arc::ptr_eq(s, sub));
     }

@@ -403,9 +403,8 @@ struct Writer {
     /// On a shared store: the reader thread, which reads what other nodes committed off the
     /// writer's path ([`Writer::read_behind`]).
     reader: Option<shared::Reader>,
-    /// On a shared store: conversations (by number) whose views were left behind the log
-    /// because nothing here followed them (see [`Writer::heard`]); some may have caught up
-    /// since.
+    /// On a shared store: conversations (by number) whose views were left behind the log,
+    /// nothing here following them ([`Writer::heard`]); some may have caught up since.
     behind_views: std::collections::BTreeSet<i64>,
 }
 
@@ -541,8 +540,8 @@ impl WriterHandle {
         })
     }
 
-    /// Has the writer take in what other nodes committed past this node's views of
-    /// conversations `ids` (those a client reads here); the views' heads say when it is done.
+    /// Has the writer take in what other nodes committed past this node's views of `ids` (read
+    /// here); the views' heads say when it is done.
     pub fn follow(&self, ids: Vec<String>) {
         if let Err(mpsc::error::TrySendError::Full(job)) = self.tx.try_send(Job::Follow(ids)) {
             let tx = self.tx.clone();

@@ -76,6 +76,14 @@ impl Reader {
     }
 }
 
+impl Slot {
+    /// Whether another node committed past the writer's state of it, as far as notices said
+    /// (a view nothing here follows is left behind: [`Writer::heard`]).
+    fn behind(&self) -> bool {
+        self.shared.heard() > self.state.core.head
+    }
+}
+
 /// The refusal of a write made for a turn another node has taken over.
 pub(super) fn taken_over(conversation: &str, turn: u64) -> RpcError {
     RpcError::new(
@@ -167,12 +175,7 @@ impl Writer {
             let Some(at) = self.known(id)? else { continue };
             // Each conversation the job writes, and whether another node wrote it lately (or
             // wrote past this node's view, which stays behind while nothing here follows it).
-            let touched = |slot: &Slot| {
-                (
-                    slot.num,
-                    slot.read_until_ms > now || slot.shared.heard() > slot.state.core.head,
-                )
-            };
+            let touched = |slot: &Slot| (slot.num, slot.read_until_ms > now || slot.behind());
             let slot = &self.convs.slots[at];
             let own = touched(slot);
             // A sub-conversation that closes reports to its parent in the same batch.
@@ -279,7 +282,7 @@ impl Writer {
                 return false;
             };
             let slot = &convs.slots[at];
-            if slot.shared.heard() <= slot.state.core.head {
+            if !slot.behind() {
                 return false;
             }
             if slot.creator == creator {
@@ -298,7 +301,7 @@ impl Writer {
             .filter_map(|id| {
                 let at = self.convs.find(id)?;
                 let slot = &self.convs.slots[at];
-                (slot.shared.heard() > slot.state.core.head).then_some(slot.num)
+                slot.behind().then_some(slot.num)
             })
             .collect();
         self.read_behind(nums);
@@ -335,11 +338,9 @@ impl Writer {
         }
     }
 
-    /// Takes in what the reader read ([`Job::TakeIn`]), each conversation from the first event
-    /// past this node's view: its view may have moved on since the read was asked for (by this
-    /// node's batches, or a read under a batch's locks), never back, and the read holds every
-    /// event past the head it was asked from, so what is left follows the view. Then asks for
-    /// what was heard of meanwhile. A failed read's conversations wait for the next batch.
+    /// Takes in what the reader read ([`Job::TakeIn`]) (see [`Writer::take_in_read`]), then
+    /// asks for what was heard of meanwhile. A failed read's conversations wait for the next
+    /// batch.
     pub(super) fn took_in(
         &mut self,
         read: std::result::Result<Vec<(i64, Vec<RecoveredEvent>)>, Vec<i64>>,
@@ -348,30 +349,15 @@ impl Writer {
             return;
         };
         r.in_flight = false;
-        let read = match read {
-            Ok(read) => read,
-            Err(nums) => {
-                r.pending.extend(nums);
-                return;
+        match read {
+            Ok(read) => {
+                if let Err(e) = self.take_in_read(read) {
+                    tracing::error!(error = %e, "could not take in what another node committed");
+                }
+                self.ask_reader();
             }
-        };
-        let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
-        for (num, events) in read {
-            let Some(&at) = self.convs.by_num.get(&num) else {
-                continue;
-            };
-            let head = self.convs.slots[at].state.core.head;
-            let events: Vec<RecoveredEvent> =
-                events.into_iter().filter(|e| e.draft.seq > head).collect();
-            if events.is_empty() {
-                continue;
-            }
-            self.convs.slots[at].read_until_ms = until;
-            if let Err(e) = self.take_in(at, events, false) {
-                tracing::error!(error = %e, "could not take in what another node committed");
-            }
+            Err(nums) => r.pending.extend(nums),
         }
-        self.ask_reader();
     }
 
     /// The slot of conversation `id`, loaded from the log if this node has not met it.
@@ -405,12 +391,22 @@ impl Writer {
     /// Takes in what was read from the log past this node's views (per conversation number);
     /// another node wrote those, so their next batches read them first for a while
     /// ([`CONTENDED`]).
+    /// Each conversation is taken in from the first event past the view: a read made off the
+    /// writer's path ([`Writer::took_in`]) may find the view moved on since it was asked for
+    /// (never back), and holds every event past the head it was asked from, so what is left
+    /// follows the view.
     fn take_in_read(&mut self, read: Vec<(i64, Vec<RecoveredEvent>)>) -> Result<()> {
         let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
         for (num, events) in read {
             if let Some(&at) = self.convs.by_num.get(&num) {
-                self.convs.slots[at].read_until_ms = until;
-                self.take_in(at, events, false)?;
+                let slot = &mut self.convs.slots[at];
+                slot.read_until_ms = until;
+                let head = slot.state.core.head;
+                let events: Vec<RecoveredEvent> =
+                    events.into_iter().filter(|e| e.draft.seq > head).collect();
+                if !events.is_empty() {
+                    self.take_in(at, events, false)?;
+                }
             }
         }
         Ok(())
