@@ -483,3 +483,113 @@ async fn a_node_reads_back_what_others_commit_when_something_there_needs_it() {
         .await
         .expect("room on node b once it reads the close");
 }
+
+/// The orchestrator's counter of events this node moved past reading only their head.
+fn passed() -> f64 {
+    orchestrator::engine::telemetry::render()
+        .lines()
+        .find(|l| l.starts_with(orchestrator::engine::telemetry::CLUSTER_PASSED))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A message of `text` to conversation `passing` with `finality`, no key.
+async fn plain(
+    c: &jsonrpsee::ws_client::WsClient,
+    text: &str,
+    finality: &str,
+) -> Result<Value, jsonrpsee::core::ClientError> {
+    c.request(
+        "sendMessage",
+        P(json!({"conversationId": "passing", "payload": {"text": text}, "finality": finality})),
+    )
+    .await
+}
+
+/// A node that writes a conversation other nodes wrote, and nothing on it follows, reads of
+/// their events only what moves the conversation's state past its head (an end of turn or of
+/// the conversation, an idempotency key, the orchestrator's events); it moves past the others
+/// reading only their head. Whatever it read that way, it decides on the log: seqs dense, a
+/// key retried answered as first, a closed conversation refused, and a reader there sees every
+/// event, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_moves_past_events_that_change_nothing_but_the_head() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    let on_b = b.running().orchestrator().clone();
+    a.create("passing", &["alice", "bob"]).await;
+    tests::eventually("node b meets the conversation", || {
+        on_b.hub().get("passing").is_some()
+    })
+    .await;
+    let (alice_a, bob_b) = (a.client("alice").await, b.client("bob").await);
+    for i in 0..5 {
+        plain(&alice_a, &format!("plain {i}"), "none")
+            .await
+            .expect("a plain message through node a");
+    }
+    tests::eventually("node b hears of them", || {
+        on_b.hub().get("passing").is_some_and(|c| c.heard() == 6)
+    })
+    .await;
+    let before = passed();
+    // Node b writes next: it locks the conversation and finds five events that move only
+    // the head.
+    let r = plain(&bob_b, "from b", "none")
+        .await
+        .expect("through node b");
+    assert_eq!(r["seq"], 7, "{r}");
+    assert!(
+        passed() >= before + 5.0,
+        "node b moved past the five plain messages by their head ({before} -> {})",
+        passed()
+    );
+    // Through node a: a key, and the end of turn 1.
+    let keyed = send(&alice_a, "passing", "keyed", "k-1").await;
+    assert_eq!(keyed["seq"], 8, "{keyed}");
+    plain(&alice_a, "over to you", "turn")
+        .await
+        .expect("turn 1 ends");
+    // Node b reads those in full: the key retried there answers the first seq, and a write
+    // for turn 1 is refused while one for turn 2 lands.
+    let alice_b = b.client("alice").await;
+    let again = send(&alice_b, "passing", "keyed", "k-1").await;
+    assert_eq!(
+        again["seq"], 8,
+        "the retry on node b answers as the first: {again}"
+    );
+    let late: Result<Value, _> = bob_b
+        .request(
+            "sendMessage",
+            P(json!({"conversationId": "passing", "payload": {"text": "late"}, "finality": "none", "turnHint": {"turn": 1}})),
+        )
+        .await;
+    assert!(late.is_err(), "turn 1 is over on the log: {late:?}");
+    let r = plain(&bob_b, "in turn 2", "none").await.expect("turn 2");
+    assert_eq!(
+        (r["seq"].as_u64(), r["turn"].as_u64()),
+        (Some(10), Some(2)),
+        "{r}"
+    );
+    // More plain messages through node a, then node a closes the conversation: node b,
+    // which passes the plain ones by their head, refuses what comes after the close.
+    for i in 0..3 {
+        plain(&alice_a, &format!("more {i}"), "none")
+            .await
+            .expect("a plain message");
+    }
+    plain(&alice_a, "the end", "conversation")
+        .await
+        .expect("closed through node a");
+    let after_close = plain(&bob_b, "after the end", "none").await;
+    assert!(after_close.is_err(), "closed on the log: {after_close:?}");
+    // A reader on node b sees every event once, in order, including those passed by head.
+    let events = log(&bob_b, "passing").await;
+    let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=14).collect::<Vec<_>>());
+    let snap: Value = bob_b
+        .request("getConversation", P(json!({"conversationId": "passing"})))
+        .await
+        .expect("getConversation");
+    assert_eq!(snap["latestSeq"], 14, "{snap}");
+}

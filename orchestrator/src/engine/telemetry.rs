@@ -46,6 +46,9 @@ pub const CLUSTER_CLAIMS: &str = "orchestrator_cluster_claims_total";
 pub const CLUSTER_CLAIMS_LOST: &str = "orchestrator_cluster_claims_lost_total";
 /// On a cluster: events other nodes committed, read back and published on this one.
 pub const CLUSTER_CAUGHT_UP: &str = "orchestrator_cluster_caught_up_events_total";
+/// On a cluster: events other nodes committed that this node's writer moved past reading only
+/// their conversation's head (they move nothing else; a reader here reads them from the log).
+pub const CLUSTER_PASSED: &str = "orchestrator_cluster_passed_events_total";
 /// On a cluster: looks at other nodes' commits, by `source`: `notification` (a commit's
 /// notification named the conversations) or `scan` (the poll, or a notification too long to
 /// name them).
@@ -133,6 +136,10 @@ fn describe() {
     describe_counter!(
         CLUSTER_CAUGHT_UP,
         "Events other nodes committed, published on this one."
+    );
+    describe_counter!(
+        CLUSTER_PASSED,
+        "Events other nodes committed that this node moved past reading only the head."
     );
     describe_counter!(
         CLUSTER_REFRESHES,
@@ -244,6 +251,11 @@ pub fn claim_lost(why: &'static str) {
 /// `events` committed by other nodes, published here.
 pub fn caught_up(events: usize) {
     counter!(CLUSTER_CAUGHT_UP).increment(events as u64);
+}
+
+/// `events` committed by other nodes that the writer moved past reading only the head.
+pub fn passed(events: u64) {
+    counter!(CLUSTER_PASSED).increment(events);
 }
 
 /// A look at other nodes' commits (`source`: `notification`, `scan`).

@@ -107,7 +107,9 @@ impl LiveSet {
                 if e.event.seq < *next {
                     continue;
                 }
-                if !sub.offer(e) {
+                // Events before it were not offered here (the head moved without them): the
+                // subscriber reads on from the log.
+                if e.event.seq > *next || !sub.offer(e) {
                     sub.let_go(*next - 1);
                     return false;
                 }
@@ -136,5 +138,68 @@ impl LiveSet {
     /// Removes `sub`; nothing is offered to it after this returns.
     pub fn leave(&self, sub: &Arc<dyn LiveSubscriber>) {
         self.lock().subs.retain(|(s, _)| !Arc::ptr_eq(s, sub));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Takes every event it is offered and records how far it was let go.
+    #[derive(Debug, Default)]
+    struct Taker {
+        took: Mutex<Vec<u64>>,
+        let_go: Mutex<Option<u64>>,
+    }
+
+    impl LiveSubscriber for Taker {
+        fn offer(&self, event: &LiveEvent<'_>) -> bool {
+            self.took.lock().unwrap().push(event.event.seq);
+            true
+        }
+
+        fn let_go(&self, reached: u64) {
+            *self.let_go.lock().unwrap() = Some(reached);
+        }
+    }
+
+    fn publish(set: &LiveSet, seqs: std::ops::RangeInclusive<u64>) {
+        let head = *seqs.end();
+        let drafts = seqs
+            .map(|seq| crate::engine::state::Draft {
+                seq,
+                kind: proto_spec::EventKind::Message,
+                author: "alice".into(),
+                turn: 1,
+                finality: None,
+                payload: serde_json::value::RawValue::from_string("{}".into()).unwrap(),
+                client_request_id: None,
+                hash: None,
+                doc: false,
+            })
+            .collect();
+        set.deliver("c", head, &mut NewEvents::drafts(drafts, "t"));
+    }
+
+    #[test]
+    fn a_head_moved_without_its_events_lets_the_subscriber_go_to_the_log() {
+        let set = LiveSet::after(2);
+        let taker = Arc::new(Taker::default());
+        let sub: Arc<dyn LiveSubscriber> = taker.clone();
+        assert!(set.join(&sub, 2));
+        publish(&set, 3..=4);
+        // The head moves to 7 with no events (another node's, passed by their head), then 8.
+        set.deliver("c", 7, &mut NewEvents::drafts(Vec::new(), "t"));
+        publish(&set, 8..=8);
+        assert_eq!(*taker.took.lock().unwrap(), [3, 4]);
+        assert_eq!(
+            *taker.let_go.lock().unwrap(),
+            Some(4),
+            "it reads 5 on from the log"
+        );
+        assert!(set.is_empty());
+        // A subscriber whose cursor has reached the head joins again.
+        assert!(!set.join(&sub, 4));
+        assert!(set.join(&sub, 8));
     }
 }

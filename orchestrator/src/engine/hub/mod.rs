@@ -513,7 +513,14 @@ impl Hub {
                 .read_at
                 .is_some_and(|t| now.duration_since(t) <= READ_RECENTLY)
             {
-                for e in events.get(&conv.id) {
+                let new = events.get(&conv.id);
+                // The ring stays gapless: after a head moved with no events (the writer read
+                // another node's events only as a head), it starts over.
+                let last = recent.events.back().map(|(_, e)| e.seq);
+                if last.is_some_and(|l| new.first().is_none_or(|e| e.seq != l + 1)) {
+                    recent.events.clear();
+                }
+                for e in new {
                     recent.events.push_back((now, e.clone()));
                 }
                 trim(&mut recent.events, now);
@@ -639,6 +646,27 @@ mod tests {
             None,
             "older ones are in the store"
         );
+    }
+
+    #[test]
+    fn a_head_moved_without_its_events_starts_the_ring_over() {
+        let (hub, conv) = one_conversation();
+        let _waiter = conv.watch();
+        publish_to(&hub, &conv, 1..=2);
+        assert_eq!(seqs(conv.recent_after(0, 10)), Some(vec![1, 2]));
+        // Another node's events 3 to 5, passed by their head: no events published.
+        let mut core = conv.core();
+        core.head = 5;
+        hub.publish(&conv, core, NewEvents::drafts(Vec::new(), "t"));
+        assert_eq!(conv.head(), 5);
+        assert_eq!(
+            seqs(conv.recent_after(2, 10)),
+            None,
+            "3 to 5 are read from the store"
+        );
+        publish_to(&hub, &conv, 6..=6);
+        assert_eq!(seqs(conv.recent_after(5, 10)), Some(vec![6]));
+        assert_eq!(seqs(conv.recent_after(0, 10)), None);
     }
 
     #[test]

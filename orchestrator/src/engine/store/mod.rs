@@ -244,6 +244,10 @@ pub struct ToLock<'a> {
     /// runs again after a conflict. For the others the writer trusts its view, which the commit
     /// checks.
     pub read: &'a [(i64, u64)],
+    /// Those of `read` (sorted) whose every event is needed (a client here follows the
+    /// conversation, or the batch does not lock it). For the rest, once locked, only the events
+    /// that move more than the head ([`Locked::heads`]) are read.
+    pub whole: &'a [i64],
     /// The ids it would create.
     pub new_ids: &'a [String],
     /// The writes made for claimed turns: each turn and the fence the write carries (the claims
@@ -268,6 +272,12 @@ pub struct Locked {
     /// Those of [`ToLock::may_skip`] another transaction held: not locked, so the batch must
     /// not write them.
     pub skipped: Vec<i64>,
+    /// For each conversation of `read` not in [`ToLock::whole`] that the batch locked and
+    /// whose events past the view's head only move its head (messages and traces of
+    /// participants that end no turn, carry no idempotency key and are no plan or deliverable):
+    /// the seq of the last of them and when it was committed (ms). Nothing else is read of
+    /// them: the view's state after them is the state before them with this head.
+    pub heads: Vec<(i64, u64, i64)>,
 }
 
 /// Makes a writer's commits durable, on a thread of its own, so that the writer's next

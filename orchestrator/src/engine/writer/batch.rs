@@ -597,6 +597,7 @@ impl Writer {
                 core: slot.state.core.clone(),
                 drafts: t.drafts,
                 new,
+                heads_only: None,
             });
         }
         let committed = Committed {

@@ -30,6 +30,9 @@ pub(super) struct CommittedConv {
     pub(super) drafts: Vec<Draft>,
     /// Whether the batch created it.
     pub(super) new: bool,
+    /// No events: the writer's view moved past events of other nodes read only as a head
+    /// ([`crate::engine::store::Locked::heads`]); the last of them was committed then (ms).
+    pub(super) heads_only: Option<i64>,
 }
 
 pub(super) enum Reply {
@@ -171,9 +174,13 @@ pub(super) fn publish(hub: &Hub, batch: Committed) {
             core,
             drafts,
             new,
+            heads_only,
         } in batch.convs
         {
-            if new {
+            if let Some(ms) = heads_only {
+                // Participants' events, read only as a head (the orchestrator's are read whole).
+                shared.set_clock(0, ms);
+            } else if new {
                 shared.set_clock(batch.ts_ms, batch.ts_ms);
                 hub.register(shared.clone());
             } else if drafts

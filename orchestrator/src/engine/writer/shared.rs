@@ -221,6 +221,23 @@ impl Writer {
                 Some((n, self.convs.slots[at].state.core.head))
             })
             .collect();
+        // Every event is read of those a client here follows (they are published here), of
+        // those the batch does not lock, and of all after a conflict; of the others, once
+        // locked, only what moves more than the head.
+        let global = self.hub.followed_all();
+        let whole: Vec<i64> = read
+            .iter()
+            .map(|r| r.0)
+            .filter(|n| {
+                read_all
+                    || nums.binary_search(n).is_err()
+                    || self
+                        .convs
+                        .by_num
+                        .get(n)
+                        .is_none_or(|&at| self.convs.slots[at].shared.followed(global))
+            })
+            .collect();
         if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
             if read.is_empty() {
                 return Ok(());
@@ -231,6 +248,7 @@ impl Writer {
         let locked = self.log.lock(&crate::engine::store::ToLock {
             nums: &nums,
             read: &read,
+            whole: &whole,
             new_ids: &new_ids,
             fences: &fences,
             may_skip: &may_skip,
@@ -269,7 +287,49 @@ impl Writer {
             }
             *batch = kept;
         }
-        self.take_in_read(locked.read)
+        let read_whole: Vec<i64> = locked.read.iter().map(|r| r.0).collect();
+        self.take_in_read(locked.read)?;
+        self.skip_to_heads(locked.heads, &locked.skipped, &read_whole);
+        Ok(())
+    }
+
+    /// Moves the views of conversations the batch locked past events other nodes committed
+    /// that move nothing but the head ([`crate::engine::store::Locked::heads`]), and has the
+    /// new heads published (no events: a reader here reads them from the log). Those the
+    /// batch did not lock (`skipped`) or read whole (`read`) are left.
+    fn skip_to_heads(&mut self, heads: Vec<(i64, u64, i64)>, skipped: &[i64], read: &[i64]) {
+        let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
+        let mut convs = Vec::new();
+        for (num, head, ts_ms) in heads {
+            if skipped.binary_search(&num).is_ok() || read.binary_search(&num).is_ok() {
+                continue;
+            }
+            let Some(&at) = self.convs.by_num.get(&num) else {
+                continue;
+            };
+            let slot = &mut self.convs.slots[at];
+            slot.read_until_ms = until;
+            if head <= slot.state.core.head {
+                continue;
+            }
+            crate::engine::telemetry::passed(head - slot.state.core.head);
+            slot.state.core.head = head;
+            convs.push(CommittedConv {
+                shared: slot.shared.clone(),
+                core: slot.state.core.clone(),
+                drafts: Vec::new(),
+                new: false,
+                heads_only: Some(ts_ms),
+            });
+        }
+        if !convs.is_empty() {
+            let committed = Committed {
+                ts_ms: crate::engine::store::now_ms(),
+                convs,
+                replies: Vec::new(),
+            };
+            self.hand_on_committed(committed, 0);
+        }
     }
 
     /// Conversations `creator` created whose views here are behind the log (another node
@@ -440,6 +500,7 @@ impl Writer {
                         core,
                         drafts: vec![e.draft],
                         new: new && groups.is_empty(),
+                        heads_only: None,
                     }],
                     replies: Vec::new(),
                 }),

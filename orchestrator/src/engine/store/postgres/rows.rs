@@ -23,6 +23,11 @@ pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
 pub const CATCH_UP_COLUMNS: &str =
     "seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms";
 
+/// The events that move a conversation's state past its head, as the partial index
+/// `events_marked` (schema version 6) names them: a query must say it in these words for
+/// PostgreSQL to use the index.
+pub const MARKED: &str = "kind = 'system' OR author = 'orchestrator' OR finality IN ('turn', 'conversation') OR client_request_id IS NOT NULL OR doc";
+
 /// The writer's statements, prepared once per connection.
 pub struct Statements {
     pub lock_ids: Statement,
@@ -32,6 +37,8 @@ pub struct Statements {
     claim_turns: Statement,
     pub lock_fences: Statement,
     pub read_many: Statement,
+    pub read_marked: Statement,
+    pub read_heads: Statement,
     pub find_conv: Statement,
     pub open_among: Statement,
     pub open_after: Statement,
@@ -100,6 +107,26 @@ impl Statements {
                        WHERE conv = u.n AND seq > u.after ORDER BY seq OFFSET 0) e \
                      ORDER BY 1, 2"
                 ))
+                .await?,
+            // Under the locks: every event past the view of the conversations whose every
+            // event is needed or that have a marked one past the view ...
+            read_marked: c
+                .prepare(&format!(
+                    "SELECT u.n, e.* FROM unnest($1::bigint[], $2::bigint[], $3::bool[]) AS u(n, after, whole) \
+                     CROSS JOIN LATERAL (SELECT {CATCH_UP_COLUMNS} FROM events \
+                       WHERE conv = u.n AND seq > u.after ORDER BY seq OFFSET 0) e \
+                     WHERE u.whole OR EXISTS (SELECT 1 FROM events m \
+                       WHERE m.conv = u.n AND m.seq > u.after AND ({MARKED})) \
+                     ORDER BY 1, 2"
+                ))
+                .await?,
+            // ... and of the others, the last event's seq and time (one index entry each).
+            read_heads: c
+                .prepare(
+                    "SELECT u.n, l.seq, l.ts_ms FROM unnest($1::bigint[], $2::bigint[]) AS u(n, after) \
+                     CROSS JOIN LATERAL (SELECT seq, ts_ms FROM events \
+                       WHERE conv = u.n AND seq > u.after ORDER BY seq DESC LIMIT 1) l",
+                )
                 .await?,
             find_conv: c
                 .prepare(

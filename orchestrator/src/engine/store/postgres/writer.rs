@@ -170,12 +170,23 @@ impl LogWriter for PgWriter {
         let ToLock {
             nums,
             read,
+            whole,
             new_ids,
             fences,
             may_skip,
         } = *asked;
         let read_nums: Vec<i64> = read.iter().map(|r| r.0).collect();
         let read_after: Vec<i64> = read.iter().map(|r| r.1 as i64).collect();
+        let read_whole: Vec<bool> = read
+            .iter()
+            .map(|r| whole.binary_search(&r.0).is_ok())
+            .collect();
+        // The heads of those read in part (the writer keeps them only if it locked them).
+        let (part_nums, part_after): (Vec<i64>, Vec<i64>) = read
+            .iter()
+            .filter(|r| whole.binary_search(&r.0).is_err())
+            .map(|r| (r.0, r.1 as i64))
+            .unzip();
         let fenced: Vec<String> = fences
             .iter()
             .map(|(k, _)| k.conversation_id.clone())
@@ -239,7 +250,14 @@ impl LogWriter for PgWriter {
                 if read_nums.is_empty() {
                     return Ok(Vec::new());
                 }
-                c.query(&st.read_many, &[&read_nums, &read_after]).await
+                c.query(&st.read_marked, &[&read_nums, &read_after, &read_whole])
+                    .await
+            };
+            let heads = async {
+                if part_nums.is_empty() {
+                    return Ok(Vec::new());
+                }
+                c.query(&st.read_heads, &[&part_nums, &part_after]).await
             };
             let claims = async {
                 if asked.is_empty() {
@@ -249,12 +267,13 @@ impl LogWriter for PgWriter {
                 // writes.
                 c.query(&st.lock_fences, &[&fenced, &fenced_turns]).await
             };
-            let ((), existing, _, free, caught_up, claims) = futures::try_join!(
+            let ((), existing, _, free, caught_up, heads, claims) = futures::try_join!(
                 begin,
                 existing,
                 rows_locked,
                 tried_locked,
                 caught_up,
+                heads,
                 claims
             )?;
             let free: Vec<i64> = free.iter().map(|r| r.get(0)).collect();
@@ -262,8 +281,13 @@ impl LogWriter for PgWriter {
                 .iter()
                 .map(|r| ((r.get(0), r.get(1)), r.get(2)))
                 .collect();
+            let heads = heads
+                .iter()
+                .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64, r.get(2)))
+                .collect();
             Ok(Locked {
                 read: rows::by_conversation(&caught_up)?,
+                heads,
                 existing: existing.iter().map(|r| r.get(0)).collect(),
                 stale: asked
                     .into_iter()
