@@ -31,13 +31,18 @@ async fn written_elsewhere(db: &str, conversation: &str, finality: &str) -> i64 
     .get(0)
 }
 
-/// The orchestrator's counter of batches run again after a conflict, as `/metrics` shows it.
-fn conflicts() -> f64 {
+/// An orchestrator counter as `/metrics` shows it (0 before its first increment).
+fn counter(name: &str) -> f64 {
     orchestrator::engine::telemetry::render()
         .lines()
-        .find(|l| l.starts_with(orchestrator::engine::telemetry::CLUSTER_CONFLICTS))
+        .find(|l| l.starts_with(name))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// Batches run again after a conflict.
+fn conflicts() -> f64 {
+    counter(orchestrator::engine::telemetry::CLUSTER_CONFLICTS)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -484,15 +489,6 @@ async fn a_node_reads_back_what_others_commit_when_something_there_needs_it() {
         .expect("room on node b once it reads the close");
 }
 
-/// The orchestrator's counter of events this node moved past reading only their head.
-fn passed() -> f64 {
-    orchestrator::engine::telemetry::render()
-        .lines()
-        .find(|l| l.starts_with(orchestrator::engine::telemetry::CLUSTER_PASSED))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// A message of `text` to conversation `passing` with `finality`, no key.
 async fn plain(
     c: &jsonrpsee::ws_client::WsClient,
@@ -532,17 +528,17 @@ async fn a_node_moves_past_events_that_change_nothing_but_the_head() {
         on_b.hub().get("passing").is_some_and(|c| c.heard() == 6)
     })
     .await;
-    let before = passed();
+    let before = counter(orchestrator::engine::telemetry::CLUSTER_PASSED);
     // Node b writes next: it locks the conversation and finds five events that move only
     // the head.
     let r = plain(&bob_b, "from b", "none")
         .await
         .expect("through node b");
     assert_eq!(r["seq"], 7, "{r}");
+    let after = counter(orchestrator::engine::telemetry::CLUSTER_PASSED);
     assert!(
-        passed() >= before + 5.0,
-        "node b moved past the five plain messages by their head ({before} -> {})",
-        passed()
+        after >= before + 5.0,
+        "node b moved past the five plain messages by their head ({before} -> {after})"
     );
     // Through node a: a key, and the end of turn 1.
     let keyed = send(&alice_a, "passing", "keyed", "k-1").await;

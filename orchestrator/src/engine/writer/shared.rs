@@ -287,21 +287,20 @@ impl Writer {
             }
             *batch = kept;
         }
-        let read_whole: Vec<i64> = locked.read.iter().map(|r| r.0).collect();
         self.take_in_read(locked.read)?;
-        self.skip_to_heads(locked.heads, &locked.skipped, &read_whole);
+        self.skip_to_heads(locked.heads, &locked.skipped);
         Ok(())
     }
 
     /// Moves the views of conversations the batch locked past events other nodes committed
     /// that move nothing but the head ([`crate::engine::store::Locked::heads`]), and has the
     /// new heads published (no events: a reader here reads them from the log). Those the
-    /// batch did not lock (`skipped`) or read whole (`read`) are left.
-    fn skip_to_heads(&mut self, heads: Vec<(i64, u64, i64)>, skipped: &[i64], read: &[i64]) {
+    /// batch did not lock (`skipped`) are left; those it read whole are at their head already.
+    fn skip_to_heads(&mut self, heads: Vec<(i64, u64, i64)>, skipped: &[i64]) {
         let until = crate::engine::store::now_ms() + CONTENDED.as_millis() as i64;
         let mut convs = Vec::new();
         for (num, head, ts_ms) in heads {
-            if skipped.binary_search(&num).is_ok() || read.binary_search(&num).is_ok() {
+            if skipped.binary_search(&num).is_ok() {
                 continue;
             }
             let Some(&at) = self.convs.by_num.get(&num) else {
