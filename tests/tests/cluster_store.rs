@@ -305,7 +305,7 @@ async fn old_commits_and_claims_are_trimmed() {
 }
 
 /// A batch whose lock fails in the database (here: a lock timeout while a test connection holds
-/// the conversation's row) is refused, and the node's next batch works: the failed
+/// the conversation's lock) is refused, and the node's next batch works: the failed
 /// transaction, begun in the same round trip as the lock, is ended, not left aborted under
 /// every later statement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,9 +334,9 @@ async fn a_failed_lock_leaves_the_writer_working() {
             .is_some_and(|c| c.core().head.max(c.heard()) == 3)
     })
     .await;
-    db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'stuck' FOR UPDATE")
+    db.batch_execute(&hold_conversation("stuck"))
         .await
-        .expect("hold the row");
+        .expect("hold the lock");
     let refused = alice
         .request::<Value, _>(
             "sendMessage",
@@ -351,9 +351,15 @@ async fn a_failed_lock_leaves_the_writer_working() {
     assert_eq!(r["seq"], 5, "{r}");
 }
 
-/// A conversation another node wrote lately, whose row another transaction holds when a batch
+/// Begins a transaction that holds conversation `id`'s lock as a node's batch takes it.
+fn hold_conversation(id: &str) -> String {
+    let key = orchestrator::engine::store::postgres::CONV_LOCK_KEY;
+    format!("BEGIN; SELECT pg_advisory_xact_lock({key}) FROM (SELECT num AS n FROM conversations WHERE id = '{id}') c")
+}
+
+/// A conversation another node wrote lately, whose lock another transaction holds when a batch
 /// begins, is not waited for by that batch: its write is put off to the next batch, which waits
-/// for the row, and lands in order once it is let go.
+/// for the lock, and lands in order once it is let go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
     let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
@@ -382,15 +388,15 @@ async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let before = put_off();
-    db.batch_execute("BEGIN; SELECT * FROM conversations WHERE id = 'held' FOR UPDATE")
+    db.batch_execute(&hold_conversation("held"))
         .await
-        .expect("hold the row");
+        .expect("hold the lock");
     let waiting = tokio::spawn({
         let alice = b.client("alice").await;
         async move { send(&alice, "held", "while held", "k2").await }
     });
     tests::eventually("the write is put off", || put_off() > before).await;
-    // Put off once, then waited for: nothing lands while the row is held.
+    // Put off once, then waited for: nothing lands while the lock is held.
     assert!(!waiting.is_finished());
     db.batch_execute("COMMIT").await.expect("let go");
     let r = waiting.await.expect("the write");

@@ -49,7 +49,7 @@ use pipeline::{
 };
 pub use tally::OpenCaps;
 
-/// The most jobs one transaction takes.
+/// The most jobs one transaction takes (on a shared store, `shared::MAX_SHARED_BATCH`).
 pub const MAX_BATCH: usize = 4096;
 /// Jobs that may wait for the writer; past this, an append waits for room (see
 /// [`WriterHandle::append`]).
@@ -683,15 +683,15 @@ impl Job {
 /// trailing, then takes what else is queued with it. An executor's `turn_start`, which its
 /// agent does not wait for, comes a hundred microseconds or so before the agent's reply:
 /// committed alone, it would take a sync of its own.
-fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, max: usize) {
     let until = std::time::Instant::now() + TRAILING_WAIT;
-    while batch.len() < MAX_BATCH {
+    while batch.len() < max {
         match rx.try_recv() {
             Ok(job) => {
                 let trailing = job.trailing();
                 batch.push(job);
                 if !trailing {
-                    while batch.len() < MAX_BATCH {
+                    while batch.len() < max {
                         match rx.try_recv() {
                             Ok(job) => batch.push(job),
                             Err(_) => break,
@@ -740,14 +740,14 @@ impl Writer {
             }
             // Group commit: see `SYNC_AHEAD`.
             self.syncer.wait_room();
-            while batch.len() < MAX_BATCH {
+            while batch.len() < self.max_batch() {
                 match rx.try_recv() {
                     Ok(job) => batch.push(job),
                     Err(_) => break,
                 }
             }
             if batch.iter().all(Job::trailing) {
-                keep_company(&mut rx, &mut batch);
+                keep_company(&mut rx, &mut batch, self.max_batch());
             }
             let stop = batch.iter().any(|j| matches!(j, Job::Stop));
             self.process(&mut batch);

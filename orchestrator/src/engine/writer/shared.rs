@@ -29,6 +29,12 @@ pub(super) const CONTENDED: std::time::Duration = std::time::Duration::from_secs
 /// its batch waits for the lock.
 pub(super) const MAX_PUT_OFF: u8 = 3;
 
+/// The most jobs one batch takes on a shared store. Each conversation a batch writes is a
+/// lock in PostgreSQL's shared lock table until it commits (a job writes its conversation and
+/// at most its parent: 1,024 locks a node at most), which every session of the server shares
+/// (`max_locks_per_transaction` × `max_connections`, 6,400 by default; docs/cluster.md).
+pub(super) const MAX_SHARED_BATCH: usize = 512;
+
 /// The most times one batch runs: after a conflict it runs again with every head read under the
 /// locks, which no other node can get ahead of; a further conflict would be a fault.
 pub(super) const MAX_ATTEMPTS: usize = 4;
@@ -103,6 +109,15 @@ pub(super) fn failure_message(e: &Error) -> &'static str {
 }
 
 impl Writer {
+    /// The most jobs one batch takes: fewer on a shared store (see [`MAX_SHARED_BATCH`]).
+    pub(super) fn max_batch(&self) -> usize {
+        if self.shared {
+            MAX_SHARED_BATCH
+        } else {
+            MAX_BATCH
+        }
+    }
+
     /// Loads the conversations `batch` may touch that this node has not met yet (created by
     /// another node) and the ids it would create that another node has taken meanwhile (so that
     /// the creation is refused); locks its conversations, the ids it would create and the

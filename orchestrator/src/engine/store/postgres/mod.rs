@@ -36,7 +36,7 @@ use super::{
     TokenRecord, TokenSelector, TurnKey, TOKEN_ID_LEN,
 };
 use crate::engine::error::{Error, Result};
-pub use rows::event_from;
+pub use rows::{event_from, CONV_LOCK_KEY};
 pub use writer::PgWriter;
 
 /// The channel every node listens on: each commit notifies it with the numbers and new heads

@@ -28,6 +28,11 @@ pub const CATCH_UP_COLUMNS: &str =
 /// PostgreSQL to use the index.
 pub const MARKED: &str = "kind = 'system' OR author = 'orchestrator' OR finality IN ('turn', 'conversation') OR client_request_id IS NOT NULL OR doc";
 
+/// A conversation's lock key, from its number `n`: two 32-bit keys (numbers below 2^62 map one
+/// to one), a space of PostgreSQL's advisory locks apart from the one-key locks on ids and on
+/// the migration.
+pub const CONV_LOCK_KEY: &str = "(n / 2147483648)::int4, (n % 2147483648)::int4";
+
 /// The writer's statements, prepared once per connection.
 pub struct Statements {
     pub lock_ids: Statement,
@@ -66,18 +71,24 @@ impl Statements {
             existing_ids: c
                 .prepare("SELECT id FROM conversations WHERE id = ANY($1::text[])")
                 .await?,
-            // Locks the rows only (waiting for another node's batch that holds one): the events
-            // past the writer's view are read by the next statement, whose snapshot is taken
-            // once these are held, so that it sees what that batch committed.
+            // A conversation's lock is a transaction advisory lock on its number (in the
+            // two-key space, apart from the ids' one-key locks): no tuple written, no WAL, held
+            // until the transaction ends, taken in the order of the numbers. Only the locks
+            // (waiting for another node's batch that holds one): the events past the writer's
+            // view are read by the next statement, whose snapshot is taken once these are held,
+            // so that it sees what that batch committed.
             lock_convs: c
-                .prepare(
-                    "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE",
-                )
+                .prepare(&format!(
+                    "SELECT pg_advisory_xact_lock({CONV_LOCK_KEY}) FROM \
+                     (SELECT DISTINCT n FROM unnest($1::bigint[]) n ORDER BY 1) l"
+                ))
                 .await?,
+            // The same, each only if no other transaction holds it: answers those it took.
             try_lock_convs: c
-                .prepare(
-                    "SELECT num FROM conversations WHERE num = ANY($1::bigint[]) ORDER BY num FOR UPDATE SKIP LOCKED",
-                )
+                .prepare(&format!(
+                    "SELECT n FROM (SELECT DISTINCT n FROM unnest($1::bigint[]) n ORDER BY 1) l \
+                     WHERE pg_try_advisory_xact_lock({CONV_LOCK_KEY})"
+                ))
                 .await?,
             // A turn the batch opens, for the node that runs it (as `claim_turn` grants one,
             // by the database's clock); one that is claimed already is left as it is.
