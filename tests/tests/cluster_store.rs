@@ -1,7 +1,7 @@
 //! What a node keeps in, reads from and writes to the shared database, and how it stays right
 //! when its view is behind: closed conversations loaded when named and let go when idle, the
-//! poll that covers lost notifications, trimming, a failed lock, and a node whose view of a
-//! conversation is behind the log (another node committed, and the notification has not
+//! poll that covers lost notifications, trimming, a failed lock, the bound on a batch's jobs
+//! (its locks), and a node whose view of a conversation is behind the log (another node committed, and the notification has not
 //! reached it yet), which never writes or refuses from that view: the database refuses a batch
 //! that inserts a seq another node wrote, and the node catches up and runs the batch again; an
 //! answer that writes nothing is decided again on a view read from the log. There the other
@@ -594,4 +594,48 @@ async fn a_node_moves_past_events_that_change_nothing_but_the_head() {
         .await
         .expect("getConversation");
     assert_eq!(snap["latestSeq"], 14, "{snap}");
+}
+
+/// A batch on a shared log takes at most `MAX_SHARED_BATCH` jobs: each conversation it writes
+/// is a lock in PostgreSQL's shared lock table until it commits, which every session shares.
+/// Here the writer is held at a commit (a test connection holds the conversation's lock) while
+/// 3,000 appends queue behind it; once let go, the queue is written in batches of at most 512.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_on_a_shared_log_takes_a_bounded_number_of_jobs() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("many", &["alice"]).await;
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let orchestrator = a.running().orchestrator().clone();
+    let stats = orchestrator.writer().stats.clone();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let alice = orchestrator::engine::auth::Identity::new("alice", false);
+    let message = |i: usize| proto_spec::SendMessageParams {
+        conversation_id: "many".into(),
+        payload: proto_spec::MessagePayload::text(format!("message {i}")),
+        finality: proto_spec::Finality::None,
+        turn_hint: None,
+        client_request_id: None,
+    };
+    db.batch_execute(&hold_conversation("many"))
+        .await
+        .expect("hold the lock");
+    let first = tokio::spawn(orchestrator.send_message(&alice, message(0)));
+    tests::eventually("the writer waits at the held lock", || {
+        count(&stats.jobs) >= 1
+    })
+    .await;
+    let queued: Vec<_> = (1..=3000)
+        .map(|i| tokio::spawn(orchestrator.send_message(&alice, message(i))))
+        .collect();
+    let batches_before = count(&stats.batches);
+    db.batch_execute("COMMIT").await.expect("let go");
+    first.await.expect("joined").expect("the first append");
+    for q in queued {
+        q.await.expect("joined").expect("an append");
+    }
+    let batches = count(&stats.batches) - batches_before;
+    // The held batch, then 3,000 jobs in batches of at most 512: six at least after it.
+    assert!(batches > 3000_u64.div_ceil(512), "{batches} batches");
+    let r = send(&a.client("alice").await, "many", "after", "k-after").await;
+    assert_eq!(r["seq"], 3003, "{r}");
 }
