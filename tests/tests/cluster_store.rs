@@ -1,12 +1,13 @@
 //! What a node keeps in, reads from and writes to the shared database, and how it stays right
 //! when its view is behind: closed conversations loaded when named and let go when idle, the
 //! poll that covers lost notifications, trimming, a failed lock, the bound on a batch's jobs
-//! (its locks), and a node whose view of a conversation is behind the log (another node committed, and the notification has not
-//! reached it yet), which never writes or refuses from that view: the database refuses a batch
-//! that inserts a seq another node wrote, and the node catches up and runs the batch again; an
-//! answer that writes nothing is decided again on a view read from the log. There the other
-//! node's commit is a row written straight into the database, without a notification, so the
-//! node's view is behind for certain when the request comes.
+//! (its locks), and a node whose view of a conversation is behind the log (another node
+//! committed, and the notification has not reached it yet), which never writes or refuses from
+//! that view: the database refuses a batch that inserts a seq another node wrote, and the node
+//! catches up and runs the batch again; an answer that writes nothing is decided again on a
+//! view read from the log. There the other node's commit is a row written straight into the
+//! database, without a notification, so the node's view is behind for certain when the request
+//! comes.
 
 use std::collections::HashMap;
 
