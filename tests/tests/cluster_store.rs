@@ -620,9 +620,11 @@ async fn a_batch_on_a_shared_log_takes_a_bounded_number_of_jobs() {
     db.batch_execute(&hold_conversation("many"))
         .await
         .expect("hold the lock");
+    // A batch counts its jobs once decided, before its commit: then it waits at the lock.
+    let jobs_before = count(&stats.jobs);
     let first = tokio::spawn(orchestrator.send_message(&alice, message(0)));
     tests::eventually("the writer waits at the held lock", || {
-        count(&stats.jobs) >= 1
+        count(&stats.jobs) > jobs_before
     })
     .await;
     let queued: Vec<_> = (1..=3000)
