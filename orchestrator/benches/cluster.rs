@@ -220,8 +220,8 @@ async fn appends(
 }
 
 /// The writer's counters: batches, events, busy, lock and commit nanoseconds, conflicts,
-/// rechecks and writes put off.
-fn counters(o: &Orchestrator) -> [u64; 8] {
+/// rechecks, writes put off and batches sent behind one committing.
+fn counters(o: &Orchestrator) -> [u64; 9] {
     let s = &o.writer().stats;
     [
         s.batches.load(Ordering::Relaxed),
@@ -232,12 +232,13 @@ fn counters(o: &Orchestrator) -> [u64; 8] {
         s.conflicts.load(Ordering::Relaxed),
         s.rechecks.load(Ordering::Relaxed),
         s.put_off.load(Ordering::Relaxed),
+        s.overlapped.load(Ordering::Relaxed),
     ]
 }
 
 /// Where one node's writer spent the phase: events per batch, and the shares of the wall time
 /// it spent locking and catching up, committing, on the rest of the batch, and waiting for work.
-fn profile(before: [u64; 8], after: [u64; 8], secs: f64) -> String {
+fn profile(before: [u64; 9], after: [u64; 9], secs: f64) -> String {
     let d: Vec<f64> = after
         .iter()
         .zip(before)
@@ -245,13 +246,14 @@ fn profile(before: [u64; 8], after: [u64; 8], secs: f64) -> String {
         .collect();
     let wall = secs * 1e9;
     format!(
-        "{:.0} events per batch, {} batches run again after a conflict, {} writes put off; writer time: lock and catch-up {:.0}%, commit {:.0}%, deciding and handing on {:.0}%, waiting for work {:.0}%",
+        "{:.0} events per batch, {:.0}% of batches sent behind one committing, {} batches run again after a conflict, {} writes put off; writer time: lock and catch-up {:.0}%, waiting for commits {:.0}%, deciding and handing on {:.0}%, waiting for work {:.0}%",
         d[1] / d[0].max(1.0),
+        100.0 * d[8] / d[0].max(1.0),
         d[5] + d[6],
         d[7],
         100.0 * d[3] / wall,
         100.0 * d[4] / wall,
-        100.0 * (d[2] - d[3] - d[4]) / wall,
+        100.0 * (d[2] - d[3] - d[4]).max(0.0) / wall,
         100.0 * (wall - d[2]).max(0.0) / wall
     )
 }

@@ -642,3 +642,79 @@ async fn a_batch_on_a_shared_log_takes_a_bounded_number_of_jobs() {
     let r = send(&a.client("alice").await, "many", "after", "k-after").await;
     assert_eq!(r["seq"], 3003, "{r}");
 }
+
+/// On PostgreSQL the writer decides and sends a batch while the one before it commits; the
+/// second commits only after the first has. Here the first waits at a conversation's lock held
+/// by a test connection, the second is decided on the state the first left and sent behind
+/// it; then the test connection writes the seq the first would write, as another node would,
+/// and lets go: the first fails, the second is rolled back with it, both states are put back,
+/// and both run again on the log as it is, in their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_sent_behind_one_that_fails_is_undone_with_it() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    a.create("pair", &["alice", "bob"]).await;
+    let alice = a.client("alice").await;
+    assert_eq!(send(&alice, "pair", "before", "k0").await["seq"], 2);
+    let orchestrator = a.running().orchestrator().clone();
+    let stats = orchestrator.writer().stats.clone();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let (overlapped, conflicted) = (count(&stats.overlapped), conflicts());
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    db.batch_execute(&hold_conversation("pair"))
+        .await
+        .expect("hold the lock");
+    let jobs = count(&stats.jobs);
+    let first = tokio::spawn({
+        let alice = a.client("alice").await;
+        async move { send(&alice, "pair", "first", "k1").await }
+    });
+    tests::eventually("the first batch is decided", || count(&stats.jobs) > jobs).await;
+    let second = tokio::spawn({
+        let alice = a.client("alice").await;
+        async move { send(&alice, "pair", "second", "k2").await }
+    });
+    tests::eventually("the second batch is sent behind the first", || {
+        count(&stats.overlapped) > overlapped
+    })
+    .await;
+    assert!(!first.is_finished() && !second.is_finished());
+    // Seq 3, which the first batch writes, written first by "another node".
+    db.batch_execute(
+        "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, ts_ms)
+         SELECT e.conv, e.seq + 1, 'message', 'bob', e.turn, NULL, '{\"text\":\"from elsewhere\"}', e.ts_ms
+         FROM events e JOIN conversations c ON c.num = e.conv
+         WHERE c.id = 'pair' ORDER BY e.seq DESC LIMIT 1;
+         COMMIT",
+    )
+    .await
+    .expect("seq 3 written elsewhere, the lock let go");
+    let (first, second) = (first.await.expect("joined"), second.await.expect("joined"));
+    assert_eq!(first["seq"], 4, "{first}");
+    assert_eq!(second["seq"], 5, "{second}");
+    assert!(conflicts() > conflicted, "the first batch conflicted");
+    // Retries answer what was committed; the state goes on from the log's head.
+    assert_eq!(send(&alice, "pair", "second", "k2").await["seq"], 5);
+    assert_eq!(send(&alice, "pair", "after", "k3").await["seq"], 6);
+    let texts: Vec<(u64, String)> = log(&alice, "pair")
+        .await
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["seq"].as_u64()?,
+                e["payload"]["text"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let expected = [
+        (2, "before"),
+        (3, "from elsewhere"),
+        (4, "first"),
+        (5, "second"),
+        (6, "after"),
+    ];
+    assert_eq!(
+        texts,
+        expected.map(|(s, t)| (s, t.to_string())),
+        "every event once, in order, seq dense"
+    );
+}

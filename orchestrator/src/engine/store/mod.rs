@@ -11,7 +11,7 @@ pub mod sqlite;
 use proto_spec::{Event, EventKind, Finality};
 use serde_json::Value;
 
-use crate::engine::error::Result;
+use crate::engine::error::{Error, Result};
 use crate::engine::state::{BodyHash, Draft};
 
 /// A conversation as stored.
@@ -232,6 +232,42 @@ pub trait LogWriter: Send {
     fn granted(&mut self) -> Vec<(TurnKey, i64)> {
         Vec::new()
     }
+    /// Whether this backend can have a batch in flight while the writer decides the next
+    /// ([`LogWriter::send`]); when not, none of the calls below is made.
+    fn overlaps(&self) -> bool {
+        false
+    }
+    /// What to call each time a batch in flight has its answer (from another thread; at once,
+    /// [`LogWriter::outcome`] no longer waits for it): the writer then settles it when nothing
+    /// else came meanwhile.
+    fn on_landed(&mut self, wake: Box<dyn Fn() + Send + Sync>) {
+        let _ = wake;
+    }
+    /// Sends a batch's writes as [`LogWriter::commit`] makes them, without waiting for them:
+    /// with its COMMIT (`commit`), or leaving its transaction open until
+    /// [`LogWriter::send_commit`] or [`LogWriter::abandon`] (one batch at most, sent behind
+    /// every batch in flight: it commits after them or not at all). Its outcome (and, with it,
+    /// [`LogWriter::granted`]) is [`LogWriter::outcome`]'s, in the order the batches were sent.
+    fn send(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>], commit: bool) -> Result<()> {
+        let _ = (convs, rows, commit);
+        Err(not_overlapping())
+    }
+    /// Sends the COMMIT of the batch sent without one.
+    fn send_commit(&mut self) -> Result<()> {
+        Err(not_overlapping())
+    }
+    /// Rolls the batch sent without a COMMIT back (the batch before it failed).
+    fn abandon(&mut self) {}
+    /// Waits for the oldest batch in flight: `Ok` once it committed; an error as
+    /// [`LogWriter::commit`]'s when nothing of it was written.
+    fn outcome(&mut self) -> Result<()> {
+        Err(not_overlapping())
+    }
+}
+
+/// What a backend that has no batch in flight answers when asked about one.
+fn not_overlapping() -> Error {
+    Error::Setup("this log commits one batch at a time".into())
 }
 
 /// What a batch locks before it decides ([`LogWriter::lock`]).

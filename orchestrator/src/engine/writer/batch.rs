@@ -15,7 +15,7 @@ struct BatchWork {
 
 /// A conversation touched by a batch: the events the batch appends to it, and its state before
 /// the batch (to roll back to if the commit fails).
-struct Touched {
+pub(super) struct Touched {
     slot: usize,
     drafts: Vec<Draft>,
     undo: Undo,
@@ -35,7 +35,7 @@ fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<Touched>) -> usize {
     s.mark - 1
 }
 
-enum Undo {
+pub(super) enum Undo {
     Created,
     TurnState(TurnState),
 }
@@ -116,7 +116,7 @@ fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
 
 /// What a job asks, without its answer's channel (which stays in the batch's replies): what
 /// runs again after a conflict.
-enum Again {
+pub(super) enum Again {
     Append(String, Box<AppendRequest>),
     Create(Box<CreateJob>),
     Meet(String),
@@ -137,6 +137,7 @@ impl Again {
             | Job::Follow(_)
             | Job::Forget { .. }
             | Job::Sweep { .. }
+            | Job::Landed
             | Job::Stop => None,
         }
     }
@@ -144,7 +145,7 @@ impl Again {
 
 /// The jobs of a batch to run again: each request with the reply it owes (the replies are in
 /// job order, one per job that [`Again::of`] kept).
-fn again_with(again: Vec<Again>, replies: Vec<Reply>) -> Vec<Job> {
+pub(super) fn again_with(again: Vec<Again>, replies: Vec<Reply>) -> Vec<Job> {
     let mut jobs = Vec::with_capacity(again.len());
     let mut unmatched = Vec::new();
     for (a, r) in again.into_iter().zip(replies) {
@@ -199,6 +200,7 @@ impl Writer {
 
     pub(super) fn process(&mut self, batch: &mut Vec<Job>) {
         if self.stopped.load(Ordering::Acquire) {
+            self.settle();
             answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
@@ -209,6 +211,7 @@ impl Writer {
             )
         }) {
             // Before any slot is looked up for the batch (forgetting moves slots).
+            self.settle();
             let jobs = std::mem::take(batch);
             for job in jobs {
                 match job {
@@ -224,8 +227,13 @@ impl Writer {
                 }
             }
         }
+        self.attempts(batch, 1);
+    }
+
+    /// Runs `batch` until it is done, at most [`shared::MAX_ATTEMPTS`] times counting from
+    /// `attempt` (from the second on, every conversation is caught up on from the log first).
+    pub(super) fn attempts(&mut self, batch: &mut Vec<Job>, mut attempt: usize) {
         let began = std::time::Instant::now();
-        let mut attempt = 1;
         loop {
             let Some((again, replies, conflict)) = self.process_once(batch, attempt > 1) else {
                 break;
@@ -262,6 +270,11 @@ impl Writer {
         batch: &mut Vec<Job>,
         read_all: bool,
     ) -> Option<(Vec<Again>, Vec<Reply>, bool)> {
+        // Decided while the batch before commits, or once it has settled (see `overlap`).
+        let overlap = self.shared && !read_all && self.log.overlaps() && self.plain(batch);
+        if !overlap {
+            self.settle();
+        }
         if self.shared {
             // The conversations are locked, and those other nodes wrote lately caught up on,
             // before anything is decided (see `shared`).
@@ -278,6 +291,8 @@ impl Writer {
                 return None;
             }
         }
+        // The batch in flight this one is decided on, if any.
+        let mut prior = self.pending.take();
         // On a shared store, what each job asks, to run the batch again if another node gets
         // ahead of it (once the jobs put off for the next batch have left it).
         let again: Vec<Again> = match self.shared {
@@ -297,6 +312,7 @@ impl Writer {
         for job in batch.drain(..) {
             match job {
                 Job::Stop
+                | Job::Landed
                 | Job::Refresh(_)
                 | Job::TakeIn(_)
                 | Job::Follow(_)
@@ -349,13 +365,28 @@ impl Writer {
                         .binary_search(&self.convs.slots[t.slot].num)
                         .is_err()
             });
-            if unverified {
-                if let Err(e) = self.log.release() {
-                    tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
+        }
+        let writes = work.touched.iter().any(|t| !t.drafts.is_empty());
+        if unverified || !writes {
+            // Nothing of this batch is sent: the one it was decided on must have committed
+            // before it answers anything (or runs again).
+            if let Some(p) = prior.take() {
+                match self.outcome() {
+                    Ok(()) => self.committed_pending(p),
+                    Err(e) => {
+                        self.roll_back(work.touched, slots_before, false);
+                        self.failed_pending(p, e);
+                        return Some((again, work.replies, false));
+                    }
                 }
-                self.roll_back(work.touched, slots_before, false);
-                return Some((again, work.replies, false));
             }
+        }
+        if self.shared && !read_all && unverified {
+            if let Err(e) = self.log.release() {
+                tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
+            }
+            self.roll_back(work.touched, slots_before, false);
+            return Some((again, work.replies, false));
         }
         // A conversation whose appends were all refused is as it was.
         work.touched.retain(|t| !t.drafts.is_empty());
@@ -391,6 +422,60 @@ impl Writer {
         let n_rows = rows.len() as u64;
         let started = std::time::Instant::now();
         let sent = tokio::time::Instant::now();
+        if overlap {
+            // Left in flight; behind a batch in flight, committed only once that one has.
+            let staged = self.log.send(&work.new_convs, &rows, prior.is_none());
+            drop(rows);
+            let failed = match (staged, prior) {
+                (Err(e), prior) => {
+                    tracing::warn!(error = %e, "a batch could not be sent; it runs again");
+                    self.roll_back(work.touched, slots_before, false);
+                    // The batch before it, settled as any other.
+                    self.pending = prior;
+                    self.settle();
+                    return Some((again, work.replies, false));
+                }
+                (Ok(()), None) => None,
+                (Ok(()), Some(p)) => {
+                    self.stats.overlapped.fetch_add(1, Ordering::Relaxed);
+                    match self.outcome() {
+                        Ok(()) => {
+                            let committing = self.log.send_commit();
+                            self.committed_pending(p);
+                            committing.err().map(|e| (e, None))
+                        }
+                        Err(e) => Some((e, Some(p))),
+                    }
+                }
+            };
+            if let Some((e, prior)) = failed {
+                // This batch's writes are rolled back, and its state put back before the state
+                // of the batch it was decided on.
+                self.log.abandon();
+                self.roll_back(work.touched, slots_before, false);
+                match prior {
+                    Some(p) => self.failed_pending(p, e),
+                    None => {
+                        tracing::warn!(error = %e, "a batch could not be committed; it runs again")
+                    }
+                }
+                return Some((again, work.replies, false));
+            }
+            let committed = self.committed_of(ts_ms, &mut work);
+            self.pending = Some(overlap::Pending {
+                committed,
+                touched: work.touched,
+                slots_before,
+                again,
+                jobs,
+                rows: n_rows,
+                opened,
+                sent,
+                started,
+            });
+            return None;
+        }
+        debug_assert!(prior.is_none(), "a batch in flight left unsettled");
         let committed = self.log.commit(&work.new_convs, &rows);
         self.stats
             .commit_ns
@@ -459,7 +544,11 @@ impl Writer {
 
     /// After a commit: holds the claims it made for the turns it `opened` (before the commit
     /// is published, so that the runs find them).
-    fn hold_granted(&mut self, opened: &[(Arc<ConvView>, u64)], sent: tokio::time::Instant) {
+    pub(super) fn hold_granted(
+        &mut self,
+        opened: &[(Arc<ConvView>, u64)],
+        sent: tokio::time::Instant,
+    ) {
         if opened.is_empty() {
             return;
         }
@@ -480,7 +569,12 @@ impl Writer {
     /// Puts every conversation a batch touched back as it was before it, and forgets those it
     /// created; `contended`: another node wrote one of them first, so their heads are read
     /// before deciding for a while.
-    fn roll_back(&mut self, touched: Vec<Touched>, slots_before: usize, contended: bool) {
+    pub(super) fn roll_back(
+        &mut self,
+        touched: Vec<Touched>,
+        slots_before: usize,
+        contended: bool,
+    ) {
         let read_until = now_ms() + shared::CONTENDED.as_millis() as i64;
         for t in touched {
             if let Undo::TurnState(core) = t.undo {
@@ -587,25 +681,31 @@ impl Writer {
     /// of a lone turn; larger ones go down the pipeline, so that syncing and publishing overlap
     /// the next commit. Commit order holds either way: the pipeline is empty when this thread
     /// publishes.
-    fn hand_on(&mut self, ts_ms: i64, jobs: usize, work: BatchWork) {
+    fn hand_on(&mut self, ts_ms: i64, jobs: usize, mut work: BatchWork) {
+        let committed = self.committed_of(ts_ms, &mut work);
+        self.hand_on_committed(committed, jobs);
+    }
+
+    /// What is handed on of a batch once it has committed: its events, the views as it leaves
+    /// them, its answers (taken out of `work`, which keeps what rolls it back).
+    fn committed_of(&self, ts_ms: i64, work: &mut BatchWork) -> Committed {
         let mut convs = Vec::with_capacity(work.touched.len());
-        for t in work.touched {
+        for t in &mut work.touched {
             let slot = &self.convs.slots[t.slot];
             let new = matches!(t.undo, Undo::Created);
             convs.push(CommittedConv {
                 shared: slot.shared.clone(),
                 core: slot.state.core.clone(),
-                drafts: t.drafts,
+                drafts: std::mem::take(&mut t.drafts),
                 new,
                 heads_only: None,
             });
         }
-        let committed = Committed {
+        Committed {
             ts_ms,
             convs,
-            replies: work.replies,
-        };
-        self.hand_on_committed(committed, jobs);
+            replies: std::mem::take(&mut work.replies),
+        }
     }
 
     /// Publishes a committed batch of `jobs` jobs here when it is small and nothing is ahead

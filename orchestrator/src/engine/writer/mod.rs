@@ -39,6 +39,8 @@ use crate::engine::store::{
 
 mod appending;
 mod batch;
+mod gather;
+mod overlap;
 mod pipeline;
 mod shared;
 mod tally;
@@ -122,6 +124,8 @@ pub enum Job {
     /// On a shared store: clients read these conversations here; take in what other nodes
     /// committed to them past this node's views ([`ConvView::followed`]).
     Follow(Vec<String>),
+    /// The batch in flight has its answer (see `overlap`): settle it if nothing else came.
+    Landed,
     /// Finish the queued work and stop.
     Stop,
 }
@@ -194,6 +198,9 @@ pub struct WriterStats {
     /// On a shared store: jobs put off to the next batch because another node's batch held
     /// their conversation.
     pub put_off: AtomicU64,
+    /// On PostgreSQL: batches decided and sent while the batch before them was committing
+    /// (see `overlap`).
+    pub overlapped: AtomicU64,
 }
 
 /// How many open conversations one [`Job::Sweep`] takes in: the writer reads them (and their
@@ -406,6 +413,8 @@ struct Writer {
     /// On a shared store: conversations (by number) whose views were left behind the log,
     /// nothing here following them ([`Writer::heard`]); some may have caught up since.
     behind_views: std::collections::BTreeSet<i64>,
+    /// A batch whose commit is in flight while the next is decided ([`overlap`]).
+    pending: Option<overlap::Pending>,
 }
 
 /// Gives a conversation's view what its state knows once, from its `created` event: the policy
@@ -466,6 +475,13 @@ impl WriterHandle {
         let log_shared = store.shared();
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);
+        let landed = tx.downgrade();
+        log.on_landed(Box::new(move || {
+            // A full queue has jobs enough to wake the writer.
+            if let Some(tx) = landed.upgrade() {
+                let _ = tx.try_send(Job::Landed);
+            }
+        }));
         let (swept_tx, swept) = tokio::sync::watch::channel(!log_shared);
         if log_shared {
             tokio::spawn(sweep(tx.clone(), swept_tx));
@@ -524,6 +540,7 @@ impl WriterHandle {
             caps,
             swept_until: if log_shared { 0 } else { i64::MAX },
             behind_views: Default::default(),
+            pending: None,
             reader: match log_shared {
                 true => Some(shared::Reader::start(store.writer()?, tx.clone())?),
                 false => None,
@@ -667,103 +684,6 @@ impl WriterHandle {
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
-        }
-    }
-}
-
-impl Job {
-    /// An append that may wait a moment for other writes to commit with
-    /// ([`AppendRequest::trailing`]).
-    fn trailing(&self) -> bool {
-        matches!(self, Job::Append { request, .. } if request.trailing)
-    }
-}
-
-/// A batch of trailing writes only waits up to [`TRAILING_WAIT`] for a job that is not
-/// trailing, then takes what else is queued with it. An executor's `turn_start`, which its
-/// agent does not wait for, comes a hundred microseconds or so before the agent's reply:
-/// committed alone, it would take a sync of its own.
-fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, max: usize) {
-    let until = std::time::Instant::now() + TRAILING_WAIT;
-    while batch.len() < max {
-        match rx.try_recv() {
-            Ok(job) => {
-                let trailing = job.trailing();
-                batch.push(job);
-                if !trailing {
-                    while batch.len() < max {
-                        match rx.try_recv() {
-                            Ok(job) => batch.push(job),
-                            Err(_) => break,
-                        }
-                    }
-                    return;
-                }
-            }
-            Err(mpsc::error::TryRecvError::Empty) if std::time::Instant::now() < until => {
-                std::thread::sleep(Duration::from_micros(20));
-            }
-            Err(_) => return,
-        }
-    }
-}
-
-impl Writer {
-    /// Begins `batch` with the jobs the last one put off, in their order.
-    fn take_carried(&mut self, batch: &mut Vec<Job>) {
-        self.put_off.clear();
-        for (job, times) in self.carried.drain(..) {
-            batch.push(job);
-            self.put_off.push(times);
-        }
-    }
-
-    fn run(&mut self, rx: mpsc::Receiver<Job>) {
-        self.serve(rx);
-        // Every committed batch is synced, published and answered before the writer is gone.
-        self.syncer.close();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-
-    fn serve(&mut self, mut rx: mpsc::Receiver<Job>) {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        loop {
-            if self.carried.is_empty() {
-                let Some(first) = rx.blocking_recv() else {
-                    return;
-                };
-                batch.push(first);
-            } else {
-                self.take_carried(&mut batch);
-            }
-            // Group commit: see `SYNC_AHEAD`.
-            self.syncer.wait_room();
-            while batch.len() < self.max_batch() {
-                match rx.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-            if batch.iter().all(Job::trailing) {
-                keep_company(&mut rx, &mut batch, self.max_batch());
-            }
-            let stop = batch.iter().any(|j| matches!(j, Job::Stop));
-            self.process(&mut batch);
-            if stop {
-                rx.close();
-                while let Ok(job) = rx.try_recv() {
-                    batch.push(job);
-                }
-                self.process(&mut batch);
-                // A job is put off a few times at most, then waited for: this ends.
-                while !self.carried.is_empty() {
-                    self.take_carried(&mut batch);
-                    self.process(&mut batch);
-                }
-                return;
-            }
         }
     }
 }

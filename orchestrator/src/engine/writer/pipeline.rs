@@ -226,7 +226,7 @@ impl Reply {
                 let _ = reply.send(Err(crate::engine::error::Error::WriterGone));
                 None
             }
-            Job::Stop | Job::Refresh(_) | Job::TakeIn(_) | Job::Follow(_) => None,
+            Job::Stop | Job::Landed | Job::Refresh(_) | Job::TakeIn(_) | Job::Follow(_) => None,
         }
     }
 }

@@ -54,6 +54,14 @@ pub(super) struct Reader {
 }
 
 impl Reader {
+    /// Whether the next batch would ask for a read (from the writer's views, which must then
+    /// be the log's: see [`Writer::plain`]).
+    pub(super) fn would_ask(&self) -> bool {
+        !self.in_flight && !self.pending.is_empty()
+    }
+}
+
+impl Reader {
     /// Starts the thread, reading on `log`'s connection and queueing what it reads on `jobs`;
     /// it ends with the writer (when the writer's end of its requests is dropped).
     pub(super) fn start(
@@ -85,7 +93,7 @@ impl Reader {
 impl Slot {
     /// Whether another node committed past the writer's state of it, as far as notices said
     /// (a view nothing here follows is left behind: [`Writer::heard`]).
-    fn behind(&self) -> bool {
+    pub(super) fn behind(&self) -> bool {
         self.shared.heard() > self.state.core.head
     }
 }
@@ -181,6 +189,7 @@ impl Writer {
                     }
                 }
                 Job::Stop
+                | Job::Landed
                 | Job::Forget { .. }
                 | Job::Sweep { .. }
                 | Job::Refresh(_)
@@ -393,7 +402,7 @@ impl Writer {
 
     fn ask_reader(&mut self) {
         let nums = match self.reader.as_mut() {
-            Some(r) if !r.in_flight && !r.pending.is_empty() => std::mem::take(&mut r.pending),
+            Some(r) if r.would_ask() => std::mem::take(&mut r.pending),
             _ => return,
         };
         let mut from: Vec<(i64, u64)> = nums

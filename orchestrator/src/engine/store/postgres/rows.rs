@@ -315,7 +315,8 @@ impl Batch {
     /// Writes the batch in the open transaction (or one it begins): conversations,
     /// declarations, events (failing, as a whole, when another node has written one of their
     /// seqs: the (conversation, seq) primary key is the compare-and-set on each head), the
-    /// conversations it closes, the record of the commit and the notification.
+    /// conversations it closes, the record of the commit and the notification; then, with
+    /// `commit`, the COMMIT (without it, the transaction is left open for the caller to end).
     pub async fn write(
         &self,
         c: &Client,
@@ -323,6 +324,7 @@ impl Batch {
         begin: bool,
         lock: &[i64],
         claims: Option<&Claims>,
+        commit: bool,
     ) -> Result<Vec<(TurnKey, i64)>> {
         let ConvColumns(n, i, b, p, m) = &self.convs;
         let conv_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [n, i, b, p, m];
@@ -398,7 +400,12 @@ impl Batch {
         };
         let notified = c.execute(&st.notify, &notice_params);
         let recorded = c.execute(&st.record_commit, &commit_params);
-        let committed = c.batch_execute("COMMIT");
+        let committed = async {
+            if commit {
+                c.batch_execute("COMMIT").await?;
+            }
+            Ok(())
+        };
         let (.., claimed, _, _, ()) = futures::try_join!(
             began, locked, convs, declare, closed, inserted, claimed, notified, recorded, committed
         )?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio_postgres::Client;
 
-use super::{block, connect, rows, LATELY, NUMS_AHEAD};
+use super::{answer_of, block, connect, launch, rows, Launched, Wake, LATELY, NUMS_AHEAD};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::{
     now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
@@ -28,7 +28,6 @@ impl std::fmt::Debug for WriterConn {
 }
 
 /// The writer thread's side: one connection, one transaction per batch.
-#[derive(Debug)]
 pub struct PgWriter {
     config: tokio_postgres::Config,
     conn: Option<WriterConn>,
@@ -43,6 +42,43 @@ pub struct PgWriter {
     claims: Option<rows::Claims>,
     /// What the last commit claimed, with the fences.
     granted: Vec<(TurnKey, i64)>,
+    /// Batches sent and not answered yet ([`LogWriter::send`]), oldest first; only the last
+    /// may be without its COMMIT.
+    in_flight: std::collections::VecDeque<InFlight>,
+    /// Called once a batch in flight has its answer ([`LogWriter::on_landed`]).
+    wake: Option<Wake>,
+}
+
+impl std::fmt::Debug for PgWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgWriter")
+            .field("conn", &self.conn)
+            .field("in_tx", &self.in_tx)
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A batch sent without waiting for it.
+struct InFlight {
+    /// The connection it was sent on (its COMMIT or ROLLBACK goes there).
+    client: Arc<Client>,
+    /// Its statements' answer: the claims it made.
+    writes: Launched<Vec<(TurnKey, i64)>>,
+    /// That answer when it came before the statements were all sent (one failed as it was
+    /// sent, or its answer came back while the rest were being sent): the batch is not
+    /// committed then.
+    early: Option<Result<Vec<(TurnKey, i64)>>>,
+    /// Its COMMIT's, once sent.
+    commit: Option<Launched<()>>,
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlight")
+            .field("committing", &self.commit.is_some())
+            .finish()
+    }
 }
 
 impl PgWriter {
@@ -56,6 +92,8 @@ impl PgWriter {
             lock_at_commit: Vec::new(),
             claims: None,
             granted: Vec::new(),
+            in_flight: Default::default(),
+            wake: None,
         };
         w.conn()?;
         Ok(w)
@@ -106,6 +144,12 @@ impl PgWriter {
         self.in_tx = false;
         self.lock_at_commit.clear();
         self.claims = None;
+        self.end_tx();
+    }
+
+    /// Rolls back whatever transaction the connection holds, or drops the connection when even
+    /// that fails (the server then rolls it back itself).
+    fn end_tx(&mut self) {
         let Some(c) = &self.conn else { return };
         if c.client.is_closed() {
             self.conn = None;
@@ -208,6 +252,10 @@ impl LogWriter for PgWriter {
             self.lock_at_commit = nums;
             return Ok(Locked::default());
         }
+        debug_assert!(
+            self.in_flight.is_empty(),
+            "a batch that reads before deciding, behind a batch in flight"
+        );
         self.lock_at_commit.clear();
         // Waited for, then tried (see `ToLock::may_skip`).
         let (tried, nums): (Vec<i64>, Vec<i64>) = nums
@@ -357,37 +405,151 @@ impl LogWriter for PgWriter {
     }
 
     fn commit(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>]) -> Result<()> {
+        debug_assert!(
+            self.in_flight.is_empty(),
+            "a commit behind batches in flight"
+        );
         let batch = rows::Batch::new(convs, rows);
         let began = std::mem::replace(&mut self.in_tx, false);
         let lock = std::mem::take(&mut self.lock_at_commit);
         let claims = self.claims.take();
         self.granted.clear();
-        let granted =
-            self.run(move |c, st| async move {
-                batch.write(&c, &st, !began, &lock, claims.as_ref()).await
+        let granted = self
+            .run(move |c, st| async move {
+                batch
+                    .write(&c, &st, !began, &lock, claims.as_ref(), true)
+                    .await
             })
-            .map_err(|e| match e {
-                // A seq (or an id) another node wrote first: the batch was decided on a view
-                // that is behind the log. Nothing of it was written.
-                // (Or, should two batches ever wait on each other in a circle, the one the
-                // database chose to end.)
-                Error::Postgres(p)
-                    if [
-                        tokio_postgres::error::SqlState::UNIQUE_VIOLATION,
-                        tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED,
-                    ]
-                    .iter()
-                    .any(|c| p.code() == Some(c)) =>
-                {
-                    Error::Conflict(p.as_db_error().map_or_else(
-                        || p.to_string(),
-                        |d| d.detail().unwrap_or(d.message()).to_string(),
-                    ))
-                }
-                other => other,
-            })?;
+            .map_err(refused)?;
         self.granted = granted;
         Ok(())
+    }
+
+    fn overlaps(&self) -> bool {
+        true
+    }
+
+    fn on_landed(&mut self, wake: Box<dyn Fn() + Send + Sync>) {
+        self.wake = Some(wake.into());
+    }
+
+    fn send(&mut self, convs: &[NewConversation], rows: &[NewRow<'_>], commit: bool) -> Result<()> {
+        debug_assert!(
+            self.in_flight.back().is_none_or(|b| b.commit.is_some()),
+            "a batch sent behind one without its COMMIT"
+        );
+        let batch = rows::Batch::new(convs, rows);
+        let began = std::mem::replace(&mut self.in_tx, false);
+        let lock = std::mem::take(&mut self.lock_at_commit);
+        let claims = self.claims.take();
+        let (client, st) = match self.conn() {
+            Ok(c) => c,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        let c = client.clone();
+        // Woken by the answer that ends it: with its COMMIT, that of its writes.
+        let wake = self.wake.clone().filter(|_| commit);
+        let writes = launch(
+            async move {
+                batch
+                    .write(&c, &st, !began, &lock, claims.as_ref(), commit)
+                    .await
+            },
+            wake,
+        )?;
+        let early = writes.try_recv().ok();
+        self.in_flight.push_back(InFlight {
+            client,
+            writes,
+            early,
+            commit: None,
+        });
+        if commit {
+            // Answered with the writes (the COMMIT was among them).
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let _ = tx.send(Ok(()));
+            if let Some(b) = self.in_flight.back_mut() {
+                b.commit = Some(rx);
+            }
+        }
+        Ok(())
+    }
+
+    fn send_commit(&mut self) -> Result<()> {
+        let Some(b) = self.in_flight.back_mut().filter(|b| b.commit.is_none()) else {
+            return Err(Error::Setup("no batch waits for its COMMIT".into()));
+        };
+        let c = b.client.clone();
+        let wake = self.wake.clone();
+        // A batch whose writes failed before they were all sent may hold a transaction some of
+        // them began well: it is rolled back, never committed (its outcome is their error).
+        let end = match &b.early {
+            Some(Err(_)) => "ROLLBACK",
+            _ => "COMMIT",
+        };
+        b.commit = Some(launch(
+            async move { Ok(c.batch_execute(end).await?) },
+            wake,
+        )?);
+        Ok(())
+    }
+
+    fn abandon(&mut self) {
+        let Some(b) = self.in_flight.pop_back() else {
+            return;
+        };
+        debug_assert!(
+            b.commit.is_none(),
+            "abandoning a batch whose COMMIT was sent"
+        );
+        let c = b.client.clone();
+        if block(async move { Ok(c.batch_execute("ROLLBACK").await?) }).is_err() {
+            self.conn = None;
+        }
+        if b.early.is_none() {
+            let _ = answer_of(&b.writes);
+        }
+    }
+
+    fn outcome(&mut self) -> Result<()> {
+        let Some(b) = self.in_flight.pop_front() else {
+            return Err(Error::Setup("no batch in flight".into()));
+        };
+        self.granted.clear();
+        let writes = match b.early {
+            Some(early) => early,
+            None => answer_of(&b.writes),
+        };
+        let committed = match &b.commit {
+            Some(rx) => answer_of(rx),
+            None => Err(Error::Setup(
+                "a batch's outcome asked before its COMMIT".into(),
+            )),
+        };
+        match (writes, committed) {
+            (Ok(granted), Ok(())) => {
+                self.granted = granted;
+                Ok(())
+            }
+            (Err(e), _) | (Ok(_), Err(e)) => {
+                // A statement refused by the server aborted the transaction; an answer that
+                // came while the batch was still being sent may have left its COMMIT unsent, so
+                // the transaction is ended here (unless a batch is sent behind it, which is
+                // rolled back: see `LogWriter::abandon`). Anything else (a lost connection, no
+                // answer in time) leaves the connection in a state nothing here knows: it is
+                // not used again.
+                let answered = matches!(&e, Error::Postgres(p) if p.as_db_error().is_some());
+                if !answered {
+                    self.conn = None;
+                } else if self.in_flight.is_empty() {
+                    self.end_tx();
+                }
+                Err(refused(e))
+            }
+        }
     }
 
     fn claim_with_commit(&mut self, holder: &str, turns: Vec<TurnKey>, lease: std::time::Duration) {
@@ -417,6 +579,28 @@ impl LogWriter for PgWriter {
 
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
         Ok(Box::new(Committed))
+    }
+}
+
+/// A batch's failure, as the writer is told of it: a seq (or an id) another node wrote first is
+/// a conflict (the batch was decided on a view behind the log; nothing of it was written), as
+/// is being the one of two batches waiting on each other that the database chose to end.
+fn refused(e: Error) -> Error {
+    match e {
+        Error::Postgres(p)
+            if [
+                tokio_postgres::error::SqlState::UNIQUE_VIOLATION,
+                tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED,
+            ]
+            .iter()
+            .any(|c| p.code() == Some(c)) =>
+        {
+            Error::Conflict(p.as_db_error().map_or_else(
+                || p.to_string(),
+                |d| d.detail().unwrap_or(d.message()).to_string(),
+            ))
+        }
+        other => other,
     }
 }
 

@@ -1,0 +1,109 @@
+//! How the writer thread gathers its batches: everything queued, up to the batch's bound; a
+//! batch of trailing writes waits a moment for company; the jobs the last batch put off go
+//! first.
+
+use super::*;
+
+impl Job {
+    /// An append that may wait a moment for other writes to commit with
+    /// ([`AppendRequest::trailing`]).
+    fn trailing(&self) -> bool {
+        matches!(self, Job::Append { request, .. } if request.trailing)
+    }
+}
+
+/// A batch of trailing writes only waits up to [`TRAILING_WAIT`] for a job that is not
+/// trailing, then takes what else is queued with it. An executor's `turn_start`, which its
+/// agent does not wait for, comes a hundred microseconds or so before the agent's reply:
+/// committed alone, it would take a sync of its own.
+fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, max: usize) {
+    let until = std::time::Instant::now() + TRAILING_WAIT;
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(job) => {
+                let trailing = job.trailing();
+                batch.push(job);
+                if !trailing {
+                    while batch.len() < max {
+                        match rx.try_recv() {
+                            Ok(job) => batch.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    return;
+                }
+            }
+            Err(mpsc::error::TryRecvError::Empty) if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+impl Writer {
+    /// Begins `batch` with the jobs the last one put off, in their order.
+    fn take_carried(&mut self, batch: &mut Vec<Job>) {
+        self.put_off.clear();
+        for (job, times) in self.carried.drain(..) {
+            batch.push(job);
+            self.put_off.push(times);
+        }
+    }
+
+    pub(super) fn run(&mut self, rx: mpsc::Receiver<Job>) {
+        self.serve(rx);
+        self.settle();
+        // Every committed batch is synced, published and answered before the writer is gone.
+        self.syncer.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    fn serve(&mut self, mut rx: mpsc::Receiver<Job>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        loop {
+            if self.carried.is_empty() {
+                // While a batch is in flight, the next is decided as soon as a job comes; the
+                // batch is settled when its answer comes first.
+                let Some(first) = rx.blocking_recv() else {
+                    return;
+                };
+                if matches!(first, Job::Landed) {
+                    self.settle();
+                    continue;
+                }
+                batch.push(first);
+            } else {
+                self.take_carried(&mut batch);
+            }
+            // Group commit: see `SYNC_AHEAD`.
+            self.syncer.wait_room();
+            while batch.len() < self.max_batch() {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            if batch.iter().all(Job::trailing) {
+                keep_company(&mut rx, &mut batch, self.max_batch());
+            }
+            let stop = batch.iter().any(|j| matches!(j, Job::Stop));
+            self.process(&mut batch);
+            if stop {
+                rx.close();
+                while let Ok(job) = rx.try_recv() {
+                    batch.push(job);
+                }
+                self.process(&mut batch);
+                // A job is put off a few times at most, then waited for: this ends.
+                while !self.carried.is_empty() {
+                    self.take_carried(&mut batch);
+                    self.process(&mut batch);
+                }
+                return;
+            }
+        }
+    }
+}
