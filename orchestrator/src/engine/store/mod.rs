@@ -258,6 +258,11 @@ pub trait LogWriter: Send {
     }
     /// Rolls the batch sent without a COMMIT back (the batch before it failed).
     fn abandon(&mut self) {}
+    /// Whether the oldest batch in flight has its answer ([`LogWriter::outcome`] then does not
+    /// wait for it).
+    fn landed(&mut self) -> bool {
+        false
+    }
     /// Waits for the oldest batch in flight: `Ok` once it committed; an error as
     /// [`LogWriter::commit`]'s when nothing of it was written.
     fn outcome(&mut self) -> Result<()> {

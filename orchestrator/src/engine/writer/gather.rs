@@ -65,16 +65,35 @@ impl Writer {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
             if self.carried.is_empty() {
-                // While a batch is in flight, the next is decided as soon as a job comes; the
-                // batch is settled when its answer comes first.
+                // While a batch is in flight, the next gathers as many jobs as it has before it
+                // is decided (a batch as large as the last, so that overlapping costs no more
+                // transactions); the batch in flight is settled first when its answer comes
+                // before them (a wake-up for one settled already is passed over).
                 let Some(first) = rx.blocking_recv() else {
                     return;
                 };
                 if matches!(first, Job::Landed) {
-                    self.settle();
+                    if self.log.landed() {
+                        self.settle();
+                    }
                     continue;
                 }
                 batch.push(first);
+                let want = self.pending.as_ref().map_or(0, |p| p.jobs as usize);
+                while batch.len() < want.min(self.max_batch()) {
+                    match rx.blocking_recv() {
+                        Some(Job::Landed) if self.log.landed() => break,
+                        Some(Job::Landed) => {}
+                        Some(job) => {
+                            let stop = matches!(job, Job::Stop);
+                            batch.push(job);
+                            if stop {
+                                break;
+                            }
+                        }
+                        None => break,
+                    }
+                }
             } else {
                 self.take_carried(&mut batch);
             }

@@ -6,12 +6,15 @@
 //! seqs that follow the head it decided on, so it commits only if no other node appended to
 //! any of its conversations since ([`Error::Conflict`] otherwise: nothing is written, and the
 //! writer catches up and runs the batch again). Every conversation a batch writes is locked
-//! before it decides (`SELECT … FOR UPDATE`, in the order of their numbers, so that two nodes
-//! never wait on each other in a circle), so that its writers take turns; what the log has past
-//! the writer's view of those another node wrote lately is read once the locks are held. The commit inserts
-//! the events, marks the conversations it closes, records the commit and notifies the other
-//! nodes (`pg_notify`, ids and heads only) in the same transaction. `synchronous_commit=on`: the
-//! commit is durable when it returns, so [`Durability::sync`] has nothing left to do.
+//! (a transaction advisory lock on its number, taken in the order of the numbers, so that two
+//! nodes never wait on each other in a circle) before the batch decides, or with its commit when
+//! it has nothing to read first, so that its writers take turns; what the log has past the
+//! writer's view of those another node wrote lately is read once the locks are held. The commit
+//! inserts the events, marks the conversations it closes, records the commit and notifies the
+//! other nodes (`pg_notify`, ids and heads only) in the same transaction.
+//! `synchronous_commit=on`: the commit is durable when it returns, so [`Durability::sync`] has
+//! nothing left to do. Two batches may be in flight on the writer's connection, the second's
+//! COMMIT held back until the first's has succeeded ([`LogWriter::send`]).
 //! ARCHITECTURE.md ("Several nodes") has the argument for why no interleaving of two nodes
 //! breaks an invariant.
 //!

@@ -71,6 +71,10 @@ struct InFlight {
     early: Option<Result<Vec<(TurnKey, i64)>>>,
     /// Its COMMIT's, once sent.
     commit: Option<Launched<()>>,
+    /// Whether it was sent with its COMMIT (its writes' answer is then the last to come).
+    whole: bool,
+    /// Its COMMIT's answer, once taken by [`LogWriter::landed`].
+    committed: Option<Result<()>>,
 }
 
 impl std::fmt::Debug for InFlight {
@@ -466,6 +470,8 @@ impl LogWriter for PgWriter {
             writes,
             early,
             commit: None,
+            whole: commit,
+            committed: None,
         });
         if commit {
             // Answered with the writes (the COMMIT was among them).
@@ -514,6 +520,24 @@ impl LogWriter for PgWriter {
         }
     }
 
+    fn landed(&mut self) -> bool {
+        let Some(b) = self.in_flight.front_mut() else {
+            return false;
+        };
+        if b.whole {
+            if b.early.is_none() {
+                b.early = b.writes.try_recv().ok();
+            }
+            return b.early.is_some();
+        }
+        // Its COMMIT was answered after its writes were (the answer of the writes may still be
+        // on its way: `outcome` waits for it).
+        if b.committed.is_none() {
+            b.committed = b.commit.as_ref().and_then(|rx| rx.try_recv().ok());
+        }
+        b.committed.is_some()
+    }
+
     fn outcome(&mut self) -> Result<()> {
         let Some(b) = self.in_flight.pop_front() else {
             return Err(Error::Setup("no batch in flight".into()));
@@ -523,9 +547,10 @@ impl LogWriter for PgWriter {
             Some(early) => early,
             None => answer_of(&b.writes),
         };
-        let committed = match &b.commit {
-            Some(rx) => answer_of(rx),
-            None => Err(Error::Setup(
+        let committed = match (b.committed, &b.commit) {
+            (Some(committed), _) => committed,
+            (None, Some(rx)) => answer_of(rx),
+            (None, None) => Err(Error::Setup(
                 "a batch's outcome asked before its COMMIT".into(),
             )),
         };
