@@ -644,40 +644,70 @@ async fn a_batch_on_a_shared_log_takes_a_bounded_number_of_jobs() {
 }
 
 /// On PostgreSQL the writer decides and sends a batch while the one before it commits; the
-/// second commits only after the first has. Here the first waits at a conversation's lock held
-/// by a test connection, the second is decided on the state the first left and sent behind
-/// it; then the test connection writes the seq the first would write, as another node would,
-/// and lets go: the first fails, the second is rolled back with it, both states are put back,
-/// and both run again on the log as it is, in their order.
+/// second commits only after the first has. Here the writer is first held at another
+/// conversation's lock while two appends queue up, so that they make one batch, which is left in
+/// flight and waits at the conversation's lock (held by a test connection); two more appends make
+/// a second batch, decided on the state the first left and sent behind it. Then the test
+/// connection writes the seq the first would write, as another node would, and lets go: the first
+/// fails, the second is rolled back with it, both states are put back, and both run again on
+/// the log as it is, in their order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_sent_behind_one_that_fails_is_undone_with_it() {
     let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
     a.create("pair", &["alice", "bob"]).await;
+    a.create("gate", &["alice"]).await;
     let alice = a.client("alice").await;
     assert_eq!(send(&alice, "pair", "before", "k0").await["seq"], 2);
     let orchestrator = a.running().orchestrator().clone();
-    let stats = orchestrator.writer().stats.clone();
+    let writer = orchestrator.writer();
+    let stats = writer.stats.clone();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     let (overlapped, conflicted) = (count(&stats.overlapped), conflicts());
-    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let (gate, db) = (
+        tests::pg::connect(&a.db).await.expect("a connection"),
+        tests::pg::connect(&a.db).await.expect("a connection"),
+    );
+    gate.batch_execute(&hold_conversation("gate"))
+        .await
+        .expect("hold the gate");
     db.batch_execute(&hold_conversation("pair"))
         .await
         .expect("hold the lock");
+    let spawn_send = |conv: &'static str, text: &'static str, key: &'static str| {
+        let client = a.client("alice");
+        async move {
+            let client = client.await;
+            tokio::spawn(async move { send(&client, conv, text, key).await })
+        }
+    };
+    // The writer waits at the gate's lock (a lone write is committed and waited for).
     let jobs = count(&stats.jobs);
-    let first = tokio::spawn({
-        let alice = a.client("alice").await;
-        async move { send(&alice, "pair", "first", "k1").await }
-    });
-    tests::eventually("the first batch is decided", || count(&stats.jobs) > jobs).await;
-    let second = tokio::spawn({
-        let alice = a.client("alice").await;
-        async move { send(&alice, "pair", "second", "k2").await }
-    });
+    let gated = spawn_send("gate", "gate", "g1").await;
+    tests::eventually("the writer waits at the gate", || count(&stats.jobs) > jobs).await;
+    let first = [
+        spawn_send("pair", "first a", "k1").await,
+        spawn_send("pair", "first b", "k2").await,
+    ];
+    tests::eventually("the first batch's appends are queued", || {
+        writer.queued() >= 2
+    })
+    .await;
+    let jobs = count(&stats.jobs);
+    gate.batch_execute("COMMIT").await.expect("open the gate");
+    gated.await.expect("joined");
+    tests::eventually("the first batch is decided", || {
+        count(&stats.jobs) >= jobs + 2
+    })
+    .await;
+    let second = [
+        spawn_send("pair", "second a", "k3").await,
+        spawn_send("pair", "second b", "k4").await,
+    ];
     tests::eventually("the second batch is sent behind the first", || {
         count(&stats.overlapped) > overlapped
     })
     .await;
-    assert!(!first.is_finished() && !second.is_finished());
+    assert!(first.iter().chain(&second).all(|t| !t.is_finished()));
     // Seq 3, which the first batch writes, written first by "another node".
     db.batch_execute(
         "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, ts_ms)
@@ -688,13 +718,27 @@ async fn a_batch_sent_behind_one_that_fails_is_undone_with_it() {
     )
     .await
     .expect("seq 3 written elsewhere, the lock let go");
-    let (first, second) = (first.await.expect("joined"), second.await.expect("joined"));
-    assert_eq!(first["seq"], 4, "{first}");
-    assert_eq!(second["seq"], 5, "{second}");
+    let mut answered = Vec::new();
+    for (t, text) in first
+        .into_iter()
+        .chain(second)
+        .zip(["first a", "first b", "second a", "second b"])
+    {
+        let seq = t.await.expect("joined")["seq"].as_u64().expect("a seq");
+        answered.push((seq, text.to_string()));
+    }
+    // The first batch's appends (in the order they came), then the second's.
+    let mut by_batch = [answered[0].0, answered[1].0, answered[2].0, answered[3].0];
+    by_batch[..2].sort_unstable();
+    by_batch[2..].sort_unstable();
+    assert_eq!(by_batch, [4, 5, 6, 7], "{answered:?}");
     assert!(conflicts() > conflicted, "the first batch conflicted");
     // Retries answer what was committed; the state goes on from the log's head.
-    assert_eq!(send(&alice, "pair", "second", "k2").await["seq"], 5);
-    assert_eq!(send(&alice, "pair", "after", "k3").await["seq"], 6);
+    assert_eq!(
+        send(&alice, "pair", "second b", "k4").await["seq"],
+        answered[3].0
+    );
+    assert_eq!(send(&alice, "pair", "after", "k5").await["seq"], 8);
     let texts: Vec<(u64, String)> = log(&alice, "pair")
         .await
         .iter()
@@ -705,16 +749,9 @@ async fn a_batch_sent_behind_one_that_fails_is_undone_with_it() {
             ))
         })
         .collect();
-    let expected = [
-        (2, "before"),
-        (3, "from elsewhere"),
-        (4, "first"),
-        (5, "second"),
-        (6, "after"),
-    ];
-    assert_eq!(
-        texts,
-        expected.map(|(s, t)| (s, t.to_string())),
-        "every event once, in order, seq dense"
-    );
+    let mut expected = vec![(2, "before".to_string()), (3, "from elsewhere".to_string())];
+    answered.sort_unstable();
+    expected.extend(answered);
+    expected.push((8, "after".to_string()));
+    assert_eq!(texts, expected, "every event once, as answered, seq dense");
 }

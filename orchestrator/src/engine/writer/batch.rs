@@ -271,7 +271,8 @@ impl Writer {
         read_all: bool,
     ) -> Option<(Vec<Again>, Vec<Reply>, bool)> {
         // Decided while the batch before commits, or once it has settled (see `overlap`).
-        let overlap = self.shared && !read_all && self.log.overlaps() && self.plain(batch);
+        let overlap =
+            self.shared && self.busy && !read_all && self.log.overlaps() && self.plain(batch);
         if !overlap {
             self.settle();
         }

@@ -79,7 +79,8 @@ impl Writer {
                     continue;
                 }
                 batch.push(first);
-                let want = self.pending.as_ref().map_or(0, |p| p.jobs as usize);
+                // (Its writes, that is: notices and wake-ups count for nothing.)
+                let want = self.pending.as_ref().map_or(0, |p| p.again.len());
                 while batch.len() < want.min(self.max_batch()) {
                     match rx.blocking_recv() {
                         Some(Job::Landed) if self.log.landed() => break,
@@ -109,6 +110,7 @@ impl Writer {
                 keep_company(&mut rx, &mut batch, self.max_batch());
             }
             let stop = batch.iter().any(|j| matches!(j, Job::Stop));
+            self.busy = batch.len() > 1 || self.pending.is_some() || !rx.is_empty();
             self.process(&mut batch);
             if stop {
                 rx.close();

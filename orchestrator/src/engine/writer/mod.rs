@@ -415,6 +415,10 @@ struct Writer {
     behind_views: std::collections::BTreeSet<i64>,
     /// A batch whose commit is in flight while the next is decided ([`overlap`]).
     pending: Option<overlap::Pending>,
+    /// Whether the current batch may be left in flight: it has more than one job, jobs were
+    /// queued behind it, or a batch is in flight already (a lone write left in flight would
+    /// only gain a wake-up on its path).
+    busy: bool,
 }
 
 /// Gives a conversation's view what its state knows once, from its `created` event: the policy
@@ -541,6 +545,7 @@ impl WriterHandle {
             swept_until: if log_shared { 0 } else { i64::MAX },
             behind_views: Default::default(),
             pending: None,
+            busy: false,
             reader: match log_shared {
                 true => Some(shared::Reader::start(store.writer()?, tx.clone())?),
                 false => None,
@@ -670,6 +675,11 @@ impl WriterHandle {
     /// [`SWEEP_WAIT`] (it tries again each second while the database does not answer).
     async fn swept_for_creation(&self) -> Result<()> {
         swept_within(self.swept.clone(), SWEEP_WAIT).await
+    }
+
+    /// How many jobs wait for the writer to take them.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
     }
 
     /// Loads conversation `id` if another node created it and this one has not met it yet;
