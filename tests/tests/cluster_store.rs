@@ -673,20 +673,19 @@ async fn a_batch_sent_behind_one_that_fails_is_undone_with_it() {
     db.batch_execute(&hold_conversation("pair"))
         .await
         .expect("hold the lock");
-    let spawn_send = |conv: &'static str, text: &'static str, key: &'static str| {
-        let client = a.client("alice");
-        async move {
-            let client = client.await;
-            tokio::spawn(async move { send(&client, conv, text, key).await })
-        }
+    let spawn_send = |client: jsonrpsee::ws_client::WsClient,
+                      conv: &'static str,
+                      text: &'static str,
+                      key: &'static str| {
+        tokio::spawn(async move { send(&client, conv, text, key).await })
     };
     // The writer waits at the gate's lock (a lone write is committed and waited for).
     let jobs = count(&stats.jobs);
-    let gated = spawn_send("gate", "gate", "g1").await;
+    let gated = spawn_send(a.client("alice").await, "gate", "gate", "g1");
     tests::eventually("the writer waits at the gate", || count(&stats.jobs) > jobs).await;
     let first = [
-        spawn_send("pair", "first a", "k1").await,
-        spawn_send("pair", "first b", "k2").await,
+        spawn_send(a.client("alice").await, "pair", "first a", "k1"),
+        spawn_send(a.client("alice").await, "pair", "first b", "k2"),
     ];
     tests::eventually("the first batch's appends are queued", || {
         writer.queued() >= 2
@@ -700,8 +699,8 @@ async fn a_batch_sent_behind_one_that_fails_is_undone_with_it() {
     })
     .await;
     let second = [
-        spawn_send("pair", "second a", "k3").await,
-        spawn_send("pair", "second b", "k4").await,
+        spawn_send(a.client("alice").await, "pair", "second a", "k3"),
+        spawn_send(a.client("alice").await, "pair", "second b", "k4"),
     ];
     tests::eventually("the second batch is sent behind the first", || {
         count(&stats.overlapped) > overlapped
