@@ -5,6 +5,11 @@
 use super::*;
 
 impl Job {
+    /// An append or a creation (not a notice, a wake-up or housekeeping).
+    fn writes(&self) -> bool {
+        matches!(self, Job::Append { .. } | Job::Create { .. })
+    }
+
     /// An append that may wait a moment for other writes to commit with
     /// ([`AppendRequest::trailing`]).
     fn trailing(&self) -> bool {
@@ -110,7 +115,8 @@ impl Writer {
                 keep_company(&mut rx, &mut batch, self.max_batch());
             }
             let stop = batch.iter().any(|j| matches!(j, Job::Stop));
-            self.busy = batch.len() > 1 || self.pending.is_some() || !rx.is_empty();
+            let writes = batch.iter().filter(|j| Job::writes(j)).count();
+            self.busy = writes > 1 || self.pending.is_some() || !rx.is_empty();
             self.process(&mut batch);
             if stop {
                 rx.close();
