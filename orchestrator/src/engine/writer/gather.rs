@@ -70,10 +70,10 @@ impl Writer {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
             if self.carried.is_empty() {
-                // While a batch is in flight, the next gathers as many jobs as it has before it
-                // is decided (a batch as large as the last, so that overlapping costs no more
-                // transactions); the batch in flight is settled first when its answer comes
-                // before them (a wake-up for one settled already is passed over).
+                // While a batch is in flight, the next gathers as many jobs as it took writes
+                // before it is decided (a batch as large as the last, so that overlapping costs
+                // no more transactions); the batch in flight is settled first when its answer
+                // comes before them (a wake-up for one settled already is passed over).
                 let Some(first) = rx.blocking_recv() else {
                     return;
                 };
@@ -84,7 +84,6 @@ impl Writer {
                     continue;
                 }
                 batch.push(first);
-                // (Its writes, that is: notices and wake-ups count for nothing.)
                 let want = self.pending.as_ref().map_or(0, |p| p.again.len());
                 while batch.len() < want.min(self.max_batch()) {
                     match rx.blocking_recv() {

@@ -65,9 +65,9 @@ struct InFlight {
     client: Arc<Client>,
     /// Its statements' answer: the claims it made.
     writes: Launched<Vec<(TurnKey, i64)>>,
-    /// That answer when it came before the statements were all sent (one failed as it was
-    /// sent, or its answer came back while the rest were being sent): the batch is not
-    /// committed then.
+    /// That answer once taken: at once when it came before the statements were all sent (one
+    /// failed as it was sent, or its answer came back while the rest were being sent: such a
+    /// batch is never committed, see `send_commit`), or by [`LogWriter::landed`].
     early: Option<Result<Vec<(TurnKey, i64)>>>,
     /// Its COMMIT's, once sent.
     commit: Option<Launched<()>>,
