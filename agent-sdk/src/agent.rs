@@ -177,6 +177,7 @@ impl AgentContext {
                 finality,
                 turn_hint: Some(TurnHint { turn: self.turn }),
                 client_request_id: Some(self.next_key("m")),
+                after_key: None,
             })
             .await
     }
@@ -199,6 +200,7 @@ impl AgentContext {
                 turn: Some(self.turn),
                 client_request_id: Some(self.next_key("x")),
                 finality: None,
+                after_key: None,
             })
             .await
     }

@@ -33,6 +33,10 @@ pub struct Assignment {
     pub claim: Option<i64>,
     /// On a cluster: turns true when the claim is lost; the run stops at once.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The server granted this turn to this executor a moment ago (a push claim's answer, which
+    /// it gives only while the turn is the agent's): the first attempt runs without asking it
+    /// again.
+    pub granted: bool,
 }
 
 impl Assignment {
@@ -263,7 +267,10 @@ impl ExecutorCore {
             let mut holding: Option<Arc<dyn AgentClient>> = None;
             let mut started = None;
             if !a.traces {
-                if attempt == 1 && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
+                if attempt == 1
+                    && !a.granted
+                    && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await
+                {
                     return RunReport::NotMine;
                 }
             } else {
@@ -274,6 +281,7 @@ impl ExecutorCore {
                     turn: Some(a.turn),
                     client_request_id: Some(key.clone()),
                     finality: None,
+                    after_key: None,
                 };
                 let answer = match client.after_key(&a.conversation_id, &key) {
                     // The trace no longer says, before the agent runs, that the turn moved on
@@ -281,6 +289,7 @@ impl ExecutorCore {
                     // it does for a turn that is not traced.
                     Some(_)
                         if attempt == 1
+                            && !a.granted
                             && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await =>
                     {
                         return RunReport::NotMine;
@@ -459,6 +468,7 @@ impl ExecutorCore {
             turn: in_turn.then_some(a.turn),
             client_request_id: Some(key),
             finality: None,
+            after_key: None,
         };
         if let Some(held) = held {
             // Into the current turn, through a client that lets it trail: it is queued here

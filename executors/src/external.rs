@@ -93,6 +93,7 @@ impl ExternalExecutor {
                     traces: true,
                     claim: None,
                     stop: None,
+                    granted: true,
                 };
                 let report = me.core.run(me.agent.as_ref(), me.client.clone(), &a).await;
                 tracing::debug!(conversation = %a.conversation_id, turn = a.turn, ?report, "claimed turn ran");
@@ -150,6 +151,7 @@ impl ExternalExecutor {
             traces: true,
             claim: None,
             stop: None,
+            granted: false,
         };
         let this = self.clone();
         tokio::spawn(async move {

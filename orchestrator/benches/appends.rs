@@ -256,6 +256,7 @@ async fn in_process(
             finality: Finality::None,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         };
         let (o, agents) = (o.clone(), agents.clone());
         async move {

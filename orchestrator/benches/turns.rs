@@ -118,6 +118,7 @@ async fn measure(mode: Mode, turns: usize, sync: Synchronous) -> anyhow::Result<
                     finality: Finality::Turn,
                     turn_hint: Some(TurnHint { turn: core.turn }),
                     client_request_id: None,
+                    after_key: None,
                 },
             )
             .await?;

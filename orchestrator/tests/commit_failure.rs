@@ -130,6 +130,7 @@ fn msg(text: &str, key: Option<&str>) -> SendMessageParams {
         finality: Finality::Turn,
         turn_hint: None,
         client_request_id: key.map(str::to_string),
+        after_key: None,
     }
 }
 

@@ -44,6 +44,7 @@ async fn post_plan(path: &std::path::Path, create: bool) -> u64 {
                 finality: Finality::None,
                 turn_hint: None,
                 client_request_id: None,
+                after_key: None,
             },
         )
         .await

@@ -22,6 +22,7 @@ fn trace(key: &str) -> SendTraceParams {
         turn: None,
         client_request_id: Some(key.into()),
         finality: None,
+        after_key: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn message(key: &str) -> SendMessageParams {
         finality: Finality::None,
         turn_hint: None,
         client_request_id: Some(key.into()),
+        after_key: None,
     }
 }
 
@@ -53,7 +55,7 @@ async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
         .send_message(message("t1.a1.m1"))
         .await
         .expect_err("held to a write not in the log");
-    assert_eq!(code(refused), Some(ErrorCode::Internal));
+    assert_eq!(code(refused), Some(ErrorCode::InvalidParams));
     // The same key written by another agent does not stand for alice's.
     let bob = InProcessClient::new(orch.clone(), Identity::new("bob", false));
     bob.send_trace(trace("t1.a1.x0"))
@@ -63,7 +65,7 @@ async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
         .send_message(message("t1.a1.m1"))
         .await
         .expect_err("bob's key is not alice's");
-    assert_eq!(code(refused), Some(ErrorCode::Internal));
+    assert_eq!(code(refused), Some(ErrorCode::InvalidParams));
 
     // The write it names, then the held one, queued in that order without waiting in between
     // (as an executor does): both land, in that order.

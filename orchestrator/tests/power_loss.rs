@@ -122,6 +122,7 @@ async fn workload(
             finality,
             turn_hint: None,
             client_request_id: Some(key.clone()),
+            after_key: None,
         };
         match orch.send_message(&Identity::new(author, false), p).await {
             Ok(r) => {
@@ -251,6 +252,7 @@ async fn check(seed: u64, orch: &Orchestrator, ledger: &Ledger) -> Outcome {
             finality: *finality,
             turn_hint: None,
             client_request_id: Some(key.clone()),
+            after_key: None,
         };
         let r = orch
             .send_message(&Identity::new(*author, false), p)
@@ -549,6 +551,7 @@ fn power_losses_under_concurrent_appends() {
                                 finality: Finality::None,
                                 turn_hint: None,
                                 client_request_id: Some(key.clone()),
+                                after_key: None,
                             };
                             match orch.send_message(&Identity::new(author, false), p).await {
                                 Ok(r) => {
@@ -613,6 +616,7 @@ fn a_damaged_log_is_refused_at_start() {
                         finality: Finality::None,
                         turn_hint: None,
                         client_request_id: None,
+                        after_key: None,
                     };
                     orch.send_message(&Identity::new("alice", false), p)
                         .await

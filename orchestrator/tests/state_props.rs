@@ -392,12 +392,20 @@ fn a_write_held_to_its_turn_start_lands_only_after_it() {
     // Its turn_start is not in the log: refused, and nothing moved.
     let head = s.core.head;
     let refused = s.apply(reply("t1.a1.m1"));
-    assert_eq!(code(&refused), Some(ErrorCode::Internal), "{refused:?}");
+    assert_eq!(
+        code(&refused),
+        Some(ErrorCode::InvalidParams),
+        "{refused:?}"
+    );
     assert_eq!(s.core.head, head);
     // Another author's key of the same name does not stand for alice's.
     s.apply(start("bob")).unwrap();
     let refused = s.apply(reply("t1.a1.m1"));
-    assert_eq!(code(&refused), Some(ErrorCode::Internal), "{refused:?}");
+    assert_eq!(
+        code(&refused),
+        Some(ErrorCode::InvalidParams),
+        "{refused:?}"
+    );
     // Once alice's turn_start is ahead of it (in the log, or earlier in the same batch), it
     // lands, after it.
     s.apply(start("alice")).unwrap();

@@ -25,6 +25,7 @@ fn message(text: &str, key: String) -> SendMessageParams {
         finality: Finality::Turn,
         turn_hint: None,
         client_request_id: Some(key),
+        after_key: None,
     }
 }
 

@@ -218,6 +218,13 @@ pub struct SendMessageParams {
     /// Idempotency key: a retry with the same key appends nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_id: Option<String>,
+    /// Append only if this agent's own earlier write to the conversation with this
+    /// `clientRequestId` is in the log ahead of this one (committed, or in the same batch
+    /// before it); refused with `InvalidParams` otherwise, and nothing is written. An executor
+    /// sends an attempt's `turn_start` trace and starts the agent without waiting for its
+    /// answer, naming the trace's key here on each write the attempt makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_key: Option<String>,
 }
 
 impl SendMessageParams {
@@ -233,6 +240,7 @@ impl SendMessageParams {
             finality,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         }
     }
 }
@@ -255,6 +263,13 @@ pub struct SendTraceParams {
     /// sent with one is answered `InvalidFinality` rather than ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finality: Option<Value>,
+    /// Append only if this agent's own earlier write to the conversation with this
+    /// `clientRequestId` is in the log ahead of this one (committed, or in the same batch
+    /// before it); refused with `InvalidParams` otherwise, and nothing is written. An executor
+    /// sends an attempt's `turn_start` trace and starts the agent without waiting for its
+    /// answer, naming the trace's key here on each write the attempt makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_key: Option<String>,
 }
 
 /// `sendMessage` and `sendTrace` result.

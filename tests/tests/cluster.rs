@@ -300,6 +300,7 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
                 turn: Some(1),
                 client_request_id: None,
                 finality: None,
+                after_key: None,
             },
             orchestrator::engine::service::ForTurn {
                 fence: Some(orchestrator::engine::store::Fence { turn: 1, fence: 1 }),
@@ -605,7 +606,7 @@ async fn document_versions_and_modes_hold_across_nodes() {
                 let payload = json!({"text": "plan", "schema": "plan.v1",
                     "data": {"type": "launch", "format": "markdown", "content": format!("# {who} {i}")}});
                 client
-                    .send_message(SendMessageParams {
+                    .send_message(SendMessageParams { after_key: None,
                         conversation_id: "plans".into(),
                         payload: serde_json::from_value(payload).unwrap(),
                         finality: Finality::None,
@@ -644,6 +645,7 @@ async fn document_versions_and_modes_hold_across_nodes() {
         finality: Finality::Turn,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     };
     let refused = alice_on_b.send_message(ask("build")).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::ModeNotSupported));

@@ -43,6 +43,7 @@ async fn writer(
             finality: Finality::None,
             turn_hint: None,
             client_request_id: Some(format!("{id}-{i}")),
+            after_key: None,
         };
         // A node being killed answers with an error or not at all: try again, same key.
         let mut answers = Vec::new();

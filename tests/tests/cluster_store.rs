@@ -616,6 +616,7 @@ async fn a_batch_on_a_shared_log_takes_a_bounded_number_of_jobs() {
         finality: proto_spec::Finality::None,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     };
     db.batch_execute(&hold_conversation("many"))
         .await

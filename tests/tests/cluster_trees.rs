@@ -161,6 +161,7 @@ async fn the_caps_on_open_conversations_count_what_other_nodes_opened() {
             finality: Finality::Conversation,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         })
         .await
         .expect("closed on A");

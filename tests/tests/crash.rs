@@ -118,6 +118,7 @@ async fn ext_answers(ext: &WsJsonRpcClient, child: &str, text: &str) {
         finality: Finality::Turn,
         turn_hint: None,
         client_request_id: Some(format!("answer-{child}")),
+        after_key: None,
     })
     .await
     .expect("ext answers");

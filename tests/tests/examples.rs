@@ -110,6 +110,7 @@ async fn approve(who: &WsJsonRpcClient, conv: &str) {
         finality: Finality::Turn,
         turn_hint: Some(TurnHint { turn: s.turn }),
         client_request_id: None,
+        after_key: None,
     })
     .await
     .expect("approve");
@@ -162,6 +163,7 @@ async fn the_planner_runs_researchers_in_parallel_then_the_writer_after_approval
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         })
         .await
         .expect("alice gives the topic");
@@ -184,6 +186,7 @@ async fn the_planner_runs_researchers_in_parallel_then_the_writer_after_approval
             finality: Finality::Turn,
             turn_hint: Some(TurnHint { turn: s.turn }),
             client_request_id: None,
+            after_key: None,
         })
         .await
         .expect("approve");
@@ -385,6 +388,7 @@ async fn a_tool_participant_reaches_an_mcp_server_over_streamable_http() {
         finality: Finality::Turn,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     })
     .await
     .expect("the request");

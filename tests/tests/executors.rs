@@ -149,6 +149,7 @@ async fn run_suite(server: &TestServer) -> BTreeMap<String, Vec<Value>> {
                 finality: Finality::Turn,
                 turn_hint: Some(TurnHint { turn: 1 }),
                 client_request_id: Some(format!("ask-{b}")),
+                after_key: None,
             })
             .await
             .expect("ask");
@@ -491,6 +492,7 @@ fn spawn_writers(
                             finality: Finality::None,
                             turn_hint: None,
                             client_request_id: None,
+                            after_key: None,
                         })
                         .await
                         .expect("append survives the cuts");
@@ -645,6 +647,7 @@ async fn a_long_wait_outlives_a_cut_connection_and_sees_the_change() {
         finality: Finality::None,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     })
     .await
     .expect("post");
@@ -689,6 +692,7 @@ async fn pull_executor_across_cut_connections_misses_no_turn_and_takes_none_twic
                 finality: Finality::Turn,
                 turn_hint: Some(TurnHint { turn }),
                 client_request_id: Some(format!("ask-{round}")),
+                after_key: None,
             })
             .await
             .expect("ask");

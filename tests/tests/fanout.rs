@@ -60,6 +60,7 @@ async fn append_many(
                     finality: Finality::None,
                     turn_hint: None,
                     client_request_id: None,
+                    after_key: None,
                 };
                 let orch = orch.clone();
                 let who = who.clone();

@@ -248,6 +248,7 @@ async fn plans_and_deliverables_show_as_documents_in_export_and_tail() {
                 finality: proto_spec::Finality::None,
                 turn_hint: None,
                 client_request_id: None,
+                after_key: None,
             })
             .await
             .expect("a document");

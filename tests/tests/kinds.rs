@@ -89,6 +89,7 @@ async fn notes_to_read(server: &TestServer, alice: &agent_sdk::WsJsonRpcClient) 
                 finality: Finality::None,
                 turn_hint: None,
                 client_request_id: None,
+                after_key: None,
             })
             .await
             .unwrap();
@@ -133,6 +134,7 @@ async fn context_sources_assemble_exactly_what_they_declare() {
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         };
         let who = who.clone();
         async move { who.send_message(p).await.unwrap() }

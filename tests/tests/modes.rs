@@ -161,6 +161,7 @@ async fn ask(user: &WsJsonRpcClient, conv: &str, agent: &str, mode: Mode, extra:
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         })
         .await
         .unwrap_or_else(|e| panic!("asking {agent} for {mode}: {e}"));
@@ -270,6 +271,7 @@ async fn a_mode_an_agent_does_not_declare_is_refused_when_posted() {
         finality,
         turn_hint: None,
         client_request_id: Some(format!("{to}-{mode}")),
+        after_key: None,
     };
     // Addressed, or named next speaker: refused before anything is appended.
     let before = full_log(&user, "refuse").await.len();
@@ -387,6 +389,7 @@ async fn documents_are_versioned_by_the_log_and_checked_when_posted() {
         finality: Finality::None,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     };
     let plan =
         |t: &str, v: u64| json!({"type": t, "format": "markdown", "version": v, "content": "# A"});

@@ -181,6 +181,77 @@ async fn idempotent_retries_and_invariant_errors() {
     );
 }
 
+/// `afterKey`: a write held to the same agent's earlier write lands only once that write is in
+/// the log; sent right behind it on one connection without waiting (as an executor sends its
+/// `turn_start`, then runs the agent), both land, in that order.
+#[tokio::test]
+async fn a_write_held_to_an_earlier_one_lands_only_after_it() {
+    let ts = TestServer::start().await;
+    ts.create("c1", &["alice", "bob"]).await;
+    let alice = ts.client("alice").await;
+    let held = |key: &str| {
+        json!({"conversationId": "c1", "payload": {"text": "held"}, "finality": "none",
+               "clientRequestId": key, "afterKey": "t1.a1.x0"})
+    };
+    let refused = |method: &'static str, p: Value| {
+        let alice = &alice;
+        async move { error_code(alice.request::<Value, _>(method, P(p)).await) }
+    };
+    // Nothing with that key in the log: refused, nothing appended.
+    assert_eq!(
+        refused("sendMessage", held("m1")).await,
+        codes::INVALID_PARAMS
+    );
+    // Another agent's write with that key does not stand for alice's.
+    let bob = ts.client("bob").await;
+    let _: Value = bob
+        .request(
+            "sendTrace",
+            P(json!({"conversationId": "c1", "payload": {"type": "turn_start"}, "clientRequestId": "t1.a1.x0"})),
+        )
+        .await
+        .expect("bob's trace");
+    assert_eq!(
+        refused("sendMessage", held("m1")).await,
+        codes::INVALID_PARAMS
+    );
+    let trace =
+        json!({"conversationId": "c1", "payload": {"type": "note"}, "afterKey": "t1.a1.x0"});
+    assert_eq!(refused("sendTrace", trace).await, codes::INVALID_PARAMS);
+    // A key that could never name a write.
+    for bad in [String::new(), "k".repeat(257)] {
+        let mut p = held("m2");
+        p["afterKey"] = json!(bad);
+        assert_eq!(refused("sendMessage", p).await, codes::INVALID_PARAMS);
+    }
+    let log = tests::ws_log(&alice, "c1").await;
+    assert_eq!(log.len(), 2, "`created` and bob's trace only: {log:?}");
+
+    // The SDK's client holds its writes through `after_key`: the trace and a write held to it,
+    // queued one behind the other without waiting, land in that order.
+    use agent_sdk::AgentClient;
+    let sdk = ts.sdk("alice", None).await;
+    let through = sdk.after_key("c1", "t1.a1.x0").expect("over WebSocket");
+    let start = proto_spec::SendTraceParams {
+        conversation_id: "c1".into(),
+        payload: json!({"type": "turn_start"}),
+        turn: None,
+        client_request_id: Some("t1.a1.x0".into()),
+        finality: None,
+        after_key: None,
+    };
+    let reply = proto_spec::SendMessageParams::text("c1", "held", proto_spec::Finality::None);
+    let (start, reply) = tokio::join!(through.send_trace(start), through.send_message(reply));
+    let (start, reply) = (start.expect("the trace"), reply.expect("the held write"));
+    assert_eq!(reply.seq, start.seq + 1);
+    // The same held write again, now that the trace is in: it lands.
+    let again: Value = alice
+        .request("sendMessage", P(held("m3")))
+        .await
+        .expect("held to a write in the log");
+    assert_eq!(again["seq"], reply.seq + 1);
+}
+
 /// A wrong token is refused, and so is every call on that connection.
 async fn a_wrong_token_is_refused(ts: &TestServer) {
     let c = jsonrpsee::ws_client::WsClientBuilder::default()

@@ -58,6 +58,7 @@ async fn turn_timeouts_skip_end_and_retry_on_the_server() {
             finality: Finality::Turn,
             turn_hint: Some(TurnHint { turn: 1 }),
             client_request_id: None,
+            after_key: None,
         })
         .await
         .expect("answer");
@@ -91,6 +92,7 @@ async fn idle_timeout_and_max_duration_close_the_conversation() {
                 finality: Finality::None,
                 turn_hint: None,
                 client_request_id: None,
+                after_key: None,
             })
             .await;
         if matches!(&r, Err(ClientError::Rpc(e)) if e.code == ErrorCode::ConversationClosed) {
@@ -170,6 +172,7 @@ async fn pause_and_resume() {
         finality: Finality::Turn,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     };
     assert_eq!(
         alice.send_message(msg()).await.unwrap_err().code(),
@@ -314,6 +317,7 @@ async fn fork_starts_a_new_conversation_from_a_prefix_and_leaves_the_original() 
                 finality: Finality::Turn,
                 turn_hint: None,
                 client_request_id: None,
+                after_key: None,
             },
         );
         async move { who.send_message(p).await }

@@ -115,6 +115,7 @@ async fn a_claim_lost_to_another_replica_through_a_cut_lands_one_reply() {
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: Some("q0".into()),
+            after_key: None,
         })
         .await
         .expect("alice's turn");

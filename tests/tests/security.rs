@@ -335,6 +335,7 @@ async fn an_agent_id_names_one_principal() {
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         })
         .await
         .unwrap();

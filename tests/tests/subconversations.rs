@@ -195,6 +195,7 @@ async fn parallel_children_are_open_at_once_and_whoever_takes_part_above_may_fol
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         })
         .await
         .expect("bob answers");
@@ -317,6 +318,7 @@ async fn close_by_bob(bob: &dyn AgentClient, id: &str, text: &str) {
         finality: Finality::Conversation,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     })
     .await
     .unwrap();
@@ -513,6 +515,7 @@ async fn an_approval_between_steps_goes_on_when_approved_and_stops_when_rejected
                 finality: Finality::Turn,
                 turn_hint: None,
                 client_request_id: None,
+                after_key: None,
             })
             .await
             .expect("alice answers");

@@ -46,6 +46,7 @@ async fn say(c: &WsJsonRpcClient, text: &str) -> Result<AppendResult, ClientErro
         finality: Finality::None,
         turn_hint: None,
         client_request_id: Some(format!("tls {text}")),
+        after_key: None,
     })
     .await
 }

@@ -24,6 +24,7 @@ async fn append(ts: &TestServer, conv: &str, n: usize, size: usize) {
             finality: Finality::None,
             turn_hint: None,
             client_request_id: None,
+            after_key: None,
         };
         let orch = orch.clone();
         let alice = alice.clone();
@@ -62,6 +63,7 @@ async fn the_answer_to_subscribe_comes_before_any_of_its_events() {
                     finality: Finality::None,
                     turn_hint: None,
                     client_request_id: None,
+                    after_key: None,
                 };
                 orch.send_message(&alice, p).await.expect("append");
                 tokio::time::sleep(Duration::from_millis(1)).await;

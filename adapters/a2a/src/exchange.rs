@@ -132,6 +132,7 @@ pub(crate) async fn start_exchange(
             finality: Finality::Turn,
             turn_hint: None,
             client_request_id: Some(format!("{KEY_PREFIX}{message_id}")),
+            after_key: None,
         })
         .await
         .map_err(A2aError::upstream)?;
@@ -255,6 +256,7 @@ pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aE
             turn: None,
             client_request_id: Some(format!("a2a-cancel:{task}")),
             finality: None,
+            after_key: None,
         })
         .await
         .map_err(A2aError::upstream)?;

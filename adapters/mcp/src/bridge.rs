@@ -230,6 +230,7 @@ impl Bridge {
             finality: a.finality.unwrap_or(Finality::Turn),
             turn_hint: None,
             client_request_id: a.client_request_id,
+            after_key: None,
         };
         Ok(match client.send_message(p).await {
             Ok(r) => answer(json!({"seq": r.seq, "turn": r.turn, "duplicate": r.duplicate})),

@@ -79,6 +79,9 @@ pub struct WsJsonRpcClient {
     agent_id: Arc<str>,
     token: Arc<str>,
     stats: Arc<WsStats>,
+    /// The conversation and key this client's writes there are held to
+    /// ([`AgentClient::after_key`]): each carries it as `afterKey`, but the write it names.
+    after: Option<(Arc<str>, Arc<str>)>,
 }
 
 type Reply = oneshot::Sender<ClientResult<Value>>;
@@ -166,7 +169,17 @@ impl WsJsonRpcClient {
             agent_id: agent_id.into(),
             token,
             stats,
+            after: None,
         })
+    }
+
+    /// The key a write with idempotency key `key` into `conversation_id` is held to, if any
+    /// (never the write's own: the one the condition names is not held).
+    fn held_to(&self, conversation_id: &str, key: &str) -> Option<String> {
+        self.after
+            .as_ref()
+            .filter(|(c, after)| &**c == conversation_id && &**after != key)
+            .map(|(_, after)| after.to_string())
     }
 
     /// The connection's counters.
@@ -211,6 +224,15 @@ fn cancel(tx: &mpsc::UnboundedSender<Cmd>, local: u64) -> Cancel {
 impl AgentClient for WsJsonRpcClient {
     fn agent_id(&self) -> &str {
         &self.agent_id
+    }
+
+    /// The same connection, its writes into `conversation_id` carrying `afterKey` (calls on a
+    /// connection reach the server's writer in the order they are sent, so the trace an
+    /// executor sends first lands ahead of them, or they are refused).
+    fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
+        let mut held = self.clone();
+        held.after = Some((conversation_id.into(), key.into()));
+        Some(Arc::new(held))
     }
 
     async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult> {
@@ -275,12 +297,18 @@ impl AgentClient for WsJsonRpcClient {
     }
 
     async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
-        p.client_request_id.get_or_insert_with(new_request_id);
+        let key = p.client_request_id.get_or_insert_with(new_request_id);
+        if p.after_key.is_none() {
+            p.after_key = self.held_to(&p.conversation_id, key);
+        }
         self.call(names::SEND_MESSAGE, &p).await
     }
 
     async fn send_trace(&self, mut p: SendTraceParams) -> ClientResult<AppendResult> {
-        p.client_request_id.get_or_insert_with(new_request_id);
+        let key = p.client_request_id.get_or_insert_with(new_request_id);
+        if p.after_key.is_none() {
+            p.after_key = self.held_to(&p.conversation_id, key);
+        }
         self.call(names::SEND_TRACE, &p).await
     }
 

@@ -65,6 +65,7 @@ pub fn message(
         finality: proto_spec::Finality::None,
         turn_hint: None,
         client_request_id: None,
+        after_key: None,
     }
 }
 

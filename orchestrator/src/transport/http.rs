@@ -442,6 +442,7 @@ async fn post_message(
                 finality: b.finality,
                 turn_hint: b.turn_hint,
                 client_request_id,
+                after_key: None,
             },
         )
         .await?;

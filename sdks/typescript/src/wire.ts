@@ -471,6 +471,14 @@ export interface ScenarioParticipant {
 
 /** `sendMessage` params. */
 export interface SendMessageParams {
+  /**
+   * Append only if this agent's own earlier write to the conversation with this
+   * `clientRequestId` is in the log ahead of this one (committed, or in the same batch
+   * before it); refused with `InvalidParams` otherwise, and nothing is written. An executor
+   * sends an attempt's `turn_start` trace and starts the agent without waiting for its
+   * answer, naming the trace's key here on each write the attempt makes.
+   */
+  afterKey?: string | null;
   /** Idempotency key: a retry with the same key appends nothing. */
   clientRequestId?: string | null;
   /** The conversation. */
@@ -485,6 +493,14 @@ export interface SendMessageParams {
 
 /** `sendTrace` params. */
 export interface SendTraceParams {
+  /**
+   * Append only if this agent's own earlier write to the conversation with this
+   * `clientRequestId` is in the log ahead of this one (committed, or in the same batch
+   * before it); refused with `InvalidParams` otherwise, and nothing is written. An executor
+   * sends an attempt's `turn_start` trace and starts the agent without waiting for its
+   * answer, naming the trace's key here on each write the attempt makes.
+   */
+  afterKey?: string | null;
   /** Idempotency key. */
   clientRequestId?: string | null;
   /** The conversation. */

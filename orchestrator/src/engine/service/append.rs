@@ -46,15 +46,23 @@ impl Orchestrator {
         Ok(())
     }
 
-    /// Refuses a `clientRequestId` that is empty or longer than 256 characters.
-    fn check_key(key: &Option<String>) -> Result<()> {
+    /// Refuses a `clientRequestId` (or an `afterKey`, which names one) that is empty or longer
+    /// than 256 characters.
+    fn check_key(key: &Option<String>, field: &str) -> Result<()> {
         match key {
             Some(k) if k.is_empty() || k.len() > 256 => Err(refuse(
                 ErrorCode::InvalidParams,
-                "clientRequestId: 1-256 characters",
+                format!("{field}: 1-256 characters"),
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The key a write is held to: the params' `afterKey` (a client over the wire), else the
+    /// one an executor inside the server holds its writes to.
+    fn held_to(after_key: Option<String>, made: Option<String>) -> Result<Option<String>> {
+        Self::check_key(&after_key, "afterKey")?;
+        Ok(after_key.or(made))
     }
 
     /// `sendMessage`: acknowledged once durable. Existence and participation are checked by the
@@ -70,14 +78,15 @@ impl Orchestrator {
     pub fn send_message_for(
         &self,
         who: &Identity,
-        p: SendMessageParams,
+        mut p: SendMessageParams,
         made: ForTurn,
     ) -> Appending {
-        match self.message_request(who, p) {
-            Ok((conversation, req)) => self.writer.append(
-                conversation,
-                req.with_fence(made.fence).with_after(made.after),
-            ),
+        let request = Self::held_to(p.after_key.take(), made.after)
+            .and_then(|after| Ok((self.message_request(who, p)?, after)));
+        match request {
+            Ok(((conversation, req), after)) => self
+                .writer
+                .append(conversation, req.with_fence(made.fence).with_after(after)),
             Err(e) => Appending::refused(e),
         }
     }
@@ -88,7 +97,7 @@ impl Orchestrator {
         who: &Identity,
         p: SendMessageParams,
     ) -> Result<(String, AppendRequest)> {
-        Self::check_key(&p.client_request_id)?;
+        Self::check_key(&p.client_request_id, "clientRequestId")?;
         self.check_writable(who, &p.conversation_id)?;
         let payload = serde_json::value::to_raw_value(&p.payload)?;
         let req = AppendRequest::from_raw(
@@ -121,13 +130,14 @@ impl Orchestrator {
                 "only messages carry finality; a trace cannot",
             ));
         }
-        Self::check_key(&p.client_request_id)?;
+        Self::check_key(&p.client_request_id, "clientRequestId")?;
+        let after = Self::held_to(p.after_key, made.after)?;
         self.check_writable(who, &p.conversation_id)?;
         let mut req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id)
             .with_fence(made.fence)
-            .with_after(made.after);
+            .with_after(after);
         req.trailing = made.trailing;
         self.check_payload(req.payload.get())?;
         self.writer.append(p.conversation_id, req).await

@@ -427,12 +427,13 @@ impl ConvMachine {
         if let Some(after) = &req.after {
             if !self.idem.contains_key(&(req.author.clone(), after.clone())) {
                 return Err(err(
-                    ErrorCode::Internal,
+                    ErrorCode::InvalidParams,
                     format!(
-                        "this attempt's turn_start ({after:?}) is not in the log: nothing was \
-                         written; the executor tries again"
+                        "afterKey {after:?}: no write of this agent with that clientRequestId \
+                         is in the log ahead of this one (an executor's turn_start that did not \
+                         land); nothing was written"
                     ),
-                    json!({"after": after}),
+                    json!({"afterKey": after}),
                 ));
             }
         }

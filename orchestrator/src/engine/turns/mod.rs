@@ -234,6 +234,7 @@ impl Turns {
                 traces: conv.traces(),
                 claim: None,
                 stop: None,
+                granted: false,
             };
             match self.cluster.get() {
                 None => {

@@ -542,6 +542,13 @@ class _SendMessageParamsRequired(TypedDict):
 
 class SendMessageParams(_SendMessageParamsRequired, total=False):
     """`sendMessage` params."""
+    afterKey: str | None
+    """Append only if this agent's own earlier write to the conversation with this
+    `clientRequestId` is in the log ahead of this one (committed, or in the same batch
+    before it); refused with `InvalidParams` otherwise, and nothing is written. An executor
+    sends an attempt's `turn_start` trace and starts the agent without waiting for its
+    answer, naming the trace's key here on each write the attempt makes.
+    """
     clientRequestId: str | None
     """Idempotency key: a retry with the same key appends nothing."""
     turnHint: TurnHint | None
@@ -557,6 +564,13 @@ class _SendTraceParamsRequired(TypedDict):
 
 class SendTraceParams(_SendTraceParamsRequired, total=False):
     """`sendTrace` params."""
+    afterKey: str | None
+    """Append only if this agent's own earlier write to the conversation with this
+    `clientRequestId` is in the log ahead of this one (committed, or in the same batch
+    before it); refused with `InvalidParams` otherwise, and nothing is written. An executor
+    sends an attempt's `turn_start` trace and starts the agent without waiting for its
+    answer, naming the trace's key here on each write the attempt makes.
+    """
     clientRequestId: str | None
     """Idempotency key."""
     finality: Any
