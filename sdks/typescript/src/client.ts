@@ -283,7 +283,7 @@ export class Client {
     conversationId: string,
     payload: MessagePayload | string,
     finality: Finality = "turn",
-    options: { turnHint?: number; clientRequestId?: string } = {},
+    options: { turnHint?: number; clientRequestId?: string; afterKey?: string } = {},
   ): Promise<AppendResult> {
     const params: Json = {
       conversationId,
@@ -292,19 +292,56 @@ export class Client {
       clientRequestId: options.clientRequestId ?? newKey(),
     };
     if (options.turnHint !== undefined) params.turnHint = { turn: options.turnHint };
+    if (options.afterKey !== undefined) params.afterKey = options.afterKey;
     return this.call("sendMessage", params);
   }
 
-  /** `sendTrace`: `{seq, turn, duplicate}`, with an idempotency key as `sendMessage`. */
+  /**
+   * `sendTrace`: `{seq, turn, duplicate}`, with an idempotency key as `sendMessage`. Its frame
+   * is sent when this is called (or, while reconnecting, with the calls parked before and
+   * after it, in order): a write made after it reaches the server after it.
+   */
   sendTrace(
     conversationId: string,
     payload: unknown,
-    options: { turn?: number; clientRequestId?: string } = {},
+    options: { turn?: number; clientRequestId?: string; afterKey?: string } = {},
   ): Promise<AppendResult> {
     return this.call(
       "sendTrace",
-      some({ conversationId, payload, turn: options.turn, clientRequestId: options.clientRequestId ?? newKey() }),
+      some({
+        conversationId,
+        payload,
+        turn: options.turn,
+        clientRequestId: options.clientRequestId ?? newKey(),
+        afterKey: options.afterKey,
+      }),
     );
+  }
+
+  /**
+   * This client, its writes into `conversationId` carrying `afterKey: key` (all but the write
+   * with that key itself): each is appended only after this agent's write with that key, or
+   * refused (`InvalidParams`) and nothing written (PROTOCOL.md, "Held writes"). An executor
+   * sends an attempt's `turn_start` and runs the agent at once through it.
+   */
+  heldTo(conversationId: string, key: string): Client {
+    const held = (options: { clientRequestId?: string; afterKey?: string }, id: string) =>
+      options.afterKey === undefined && id === conversationId && options.clientRequestId !== key
+        ? { ...options, afterKey: key }
+        : options;
+    return new Proxy(this, {
+      get(target, prop) {
+        if (prop === "sendMessage") {
+          return (id: string, payload: MessagePayload | string, finality?: Finality, options = {}) =>
+            target.sendMessage(id, payload, finality, held(options, id));
+        }
+        if (prop === "sendTrace") {
+          return (id: string, payload: unknown, options = {}) => target.sendTrace(id, payload, held(options, id));
+        }
+        const v: unknown = Reflect.get(target, prop, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
   }
 
   /** `pauseConversation` (admins). */

@@ -6,7 +6,9 @@
  * - one invocation per (conversation, agent) at a time: a second call for the turn running
  *   returns `already_running`; a call for a later turn waits for the running one to finish;
  * - each attempt is traced (`turn_start`, then `turn_end` or `turn_error`), each trace under the
- *   key `t{turn}.a{attempt}.{start|end|err}` so a repeated run writes it once;
+ *   key `t{turn}.a{attempt}.{start|end|err}` so a repeated run writes it once; the agent runs
+ *   without waiting for `turn_start`, its writes held to it (`afterKey`), once the turn is known
+ *   to be still its own (a push claim just granted, or the server's view);
  * - an attempt that fails is retried after `backoffMs`, doubled for each retry, while the retry
  *   would start before the deadline and attempts remain; before a retry the turn must still be
  *   the agent's;
@@ -75,6 +77,11 @@ export interface Assignment {
   mode?: Mode;
   /** Write `turn_start` and `turn_end` traces (failures are always traced); true by default. */
   traces?: boolean;
+  /**
+   * The server granted this turn to this executor a moment ago (a push claim's answer, given
+   * only while the turn is the agent's): the first attempt does not ask again.
+   */
+  granted?: boolean;
 }
 
 /**
@@ -170,27 +177,45 @@ export class ExecutorCore {
       if (attempt > 1 && !(await stillMine(client, a.conversationId, a.turn))) {
         return { label: "failed", error: lastError };
       }
-      const ctx = new AgentContext(client, a.conversationId, a.turn, attempt, a.deadline, a.sinceSeq ?? 0, a.mode);
-      if (!traces) {
-        if (attempt === 1 && !(await stillMine(client, a.conversationId, a.turn))) return { label: "not_mine" };
-      } else {
-        try {
-          await ctx.postTrace(trace("turn_start", a, attempt));
-        } catch (e) {
-          if (gone(e)) return { label: "not_mine" };
-          lastError = message(e);
-          continue;
-        }
+      // Before the agent runs, the turn must still be its own: a claim just granted says so;
+      // otherwise the server's view is asked.
+      if (attempt === 1 && !a.granted && !(await stillMine(client, a.conversationId, a.turn))) {
+        return { label: "not_mine" };
       }
+      // The attempt's `turn_start` (its context's first write, key `…x0`) is sent and the agent
+      // runs at once, its writes held to the trace (`afterKey`): they land after it, or are
+      // refused when it did not land.
+      const held = traces ? client.heldTo(a.conversationId, `t${a.turn}.a${attempt}.x0`) : client;
+      const ctx = new AgentContext(held, a.conversationId, a.turn, attempt, a.deadline, a.sinceSeq ?? 0, a.mode);
+      const started: Promise<unknown> | null = traces
+        ? ctx.postTrace(trace("turn_start", a, attempt)).then(
+            () => null,
+            (e: unknown) => e ?? new Error("turn_start failed"),
+          )
+        : null;
       let outcome: TurnOutcome | typeof TIMED_OUT;
       try {
         outcome = await within(Promise.resolve().then(() => agent.handleTurn(ctx)), a.deadline - performance.now());
       } catch (e) {
+        const failed = started && (await started);
+        if (failed) {
+          if (gone(failed)) return { label: "not_mine" };
+          lastError = message(failed);
+          continue;
+        }
         lastError = message(e);
         await this.traceError(client, a, attempt, lastError);
         const delay = this.policy.retryAfter(attempt, performance.now(), a.deadline);
         if (delay === null) return { label: "failed", error: lastError };
         await sleep(delay);
+        continue;
+      }
+      const failed = started && (await started);
+      if (failed) {
+        // Nothing the attempt wrote landed.
+        ctx.stop("turn_start failed");
+        if (gone(failed)) return { label: "not_mine" };
+        lastError = message(failed);
         continue;
       }
       if (outcome === TIMED_OUT) {
@@ -302,6 +327,7 @@ export class ExternalExecutor {
       deadline: deadlineFrom(claim.deadline, offer.deadlineMs),
       sinceSeq: offer.sinceSeq,
       mode: offer.mode ?? "converse",
+      granted: true,
     });
   }
 

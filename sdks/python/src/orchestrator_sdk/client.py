@@ -251,10 +251,12 @@ class Client:
         *,
         turn_hint: int | None = None,
         client_request_id: str | None = None,
+        after_key: str | None = None,
     ) -> AppendResult:
         """`sendMessage` (`payload`: a message payload, or its text): `{seq, turn, duplicate}`.
         It always carries an idempotency key (a new one when none is given), so a retry after
-        a lost answer appends nothing twice."""
+        a lost answer appends nothing twice. `after_key`: append only after this agent's
+        write with that key (PROTOCOL.md, "Held writes")."""
         if isinstance(payload, str):
             payload = {"text": payload}
         params: Json = {
@@ -265,6 +267,8 @@ class Client:
         }
         if turn_hint is not None:
             params["turnHint"] = {"turn": turn_hint}
+        if after_key is not None:
+            params["afterKey"] = after_key
         return cast(AppendResult, await self.call("sendMessage", params))
 
     async def send_trace(
@@ -274,17 +278,41 @@ class Client:
         *,
         turn: int | None = None,
         client_request_id: str | None = None,
+        after_key: str | None = None,
     ) -> AppendResult:
-        """`sendTrace`: `{seq, turn, duplicate}`, with an idempotency key as `send_message`."""
-        params = _some(
-            {
-                "conversationId": conversation_id,
-                "payload": payload,
-                "turn": turn,
-                "clientRequestId": client_request_id or _key(),
-            }
+        """`sendTrace`: `{seq, turn, duplicate}`, with an idempotency key and `after_key` as
+        `send_message`."""
+        return cast(
+            AppendResult,
+            await self.call(
+                "sendTrace", _trace_params(conversation_id, payload, turn, client_request_id, after_key)
+            ),
         )
-        return cast(AppendResult, await self.call("sendTrace", params))
+
+    async def send_trace_queued(
+        self,
+        conversation_id: str,
+        payload: Json,
+        *,
+        turn: int | None = None,
+        client_request_id: str | None = None,
+    ) -> asyncio.Future[AppendResult]:
+        """`sendTrace`, returned as soon as the call is on its way (written to the connection,
+        or parked for the next one, which sends parked calls in the order they were made): the
+        answer is the future's. A write made after this returns reaches the server after the
+        trace, so it may be held to it (`held_to`)."""
+        params = _trace_params(conversation_id, payload, turn, client_request_id, None)
+        i, call = self._register("sendTrace", params, None)
+        await self._send(i, call)
+        call.future.add_done_callback(lambda _: self._calls.pop(i, None))
+        return cast("asyncio.Future[AppendResult]", call.future)
+
+    def held_to(self, conversation_id: str, key: str) -> "Client":
+        """This client, its writes into `conversation_id` carrying `afterKey: key` (all but
+        the write with that key itself): each is appended only after this agent's write with
+        that key, or refused (`INVALID_PARAMS`) and nothing written. An executor sends an
+        attempt's `turn_start` (`send_trace_queued`) and runs the agent at once through it."""
+        return cast("Client", _Held(self, conversation_id, key))
 
     async def pause_conversation(self, conversation_id: str) -> Any:
         """`pauseConversation` (admins)."""
@@ -364,19 +392,26 @@ class Client:
     ) -> Any:
         """Any method by name: its result, or `RpcError`. Sent again after a reconnect until
         it is answered or the client is closed."""
-        if self._closing:
-            raise ConnectionClosed("the client was closed")
-        if self._fatal is not None:
-            raise self._fatal
-        loop = asyncio.get_running_loop()
-        i = next(self._ids)
-        call = _Call(method, params, loop.create_future(), on_result)
-        self._calls[i] = call
+        i, call = self._register(method, params, on_result)
         await self._send(i, call)
         try:
             return await call.future
         finally:
             self._calls.pop(i, None)
+
+    def _register(
+        self, method: str, params: Json, on_result: Callable[[Any], None] | None
+    ) -> tuple[int, _Call]:
+        """Gives a call its id and keeps it until it is answered (sent again after a
+        reconnect, in id order)."""
+        if self._closing:
+            raise ConnectionClosed("the client was closed")
+        if self._fatal is not None:
+            raise self._fatal
+        i = next(self._ids)
+        call = _Call(method, params, asyncio.get_running_loop().create_future(), on_result)
+        self._calls[i] = call
+        return i, call
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -517,6 +552,52 @@ def _subscribe_params(sub: Subscription) -> Json:
     if sub.conversation_id is not None:
         return {"conversationId": sub.conversation_id, "sinceSeq": sub.cursors.get(sub.conversation_id, 0)}
     return {"sinceSeq": sub.since_all, "cursors": dict(sub.cursors)}
+
+
+class _Held:
+    """A client whose writes into one conversation are held to a key (`Client.held_to`);
+    everything else is the client's."""
+
+    def __init__(self, client: Client, conversation_id: str, key: str) -> None:
+        self._client = client
+        self._conversation_id = conversation_id
+        self._key = key
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _after(self, conversation_id: str, key: str | None, after_key: str | None) -> str | None:
+        if after_key is not None or conversation_id != self._conversation_id or key == self._key:
+            return after_key
+        return self._key
+
+    async def send_message(
+        self, conversation_id: str, payload: Json | str, finality: str = "turn", **kw: Any
+    ) -> AppendResult:
+        kw["after_key"] = self._after(conversation_id, kw.get("client_request_id"), kw.get("after_key"))
+        return await self._client.send_message(conversation_id, payload, finality, **kw)
+
+    async def send_trace(self, conversation_id: str, payload: Json, **kw: Any) -> AppendResult:
+        kw["after_key"] = self._after(conversation_id, kw.get("client_request_id"), kw.get("after_key"))
+        return await self._client.send_trace(conversation_id, payload, **kw)
+
+
+def _trace_params(
+    conversation_id: str,
+    payload: Json,
+    turn: int | None,
+    client_request_id: str | None,
+    after_key: str | None,
+) -> Json:
+    return _some(
+        {
+            "conversationId": conversation_id,
+            "payload": payload,
+            "turn": turn,
+            "clientRequestId": client_request_id or _key(),
+            "afterKey": after_key,
+        }
+    )
 
 
 def _some(params: Json) -> Json:

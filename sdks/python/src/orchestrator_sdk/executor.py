@@ -5,7 +5,9 @@ core (`executors/src/core.rs`) does:
 - one invocation per (conversation, agent) at a time: a second call for the turn running
   returns `already_running`; a call for a later turn waits for the running one to finish;
 - each attempt is traced (`turn_start`, then `turn_end` or `turn_error`), each trace under the
-  key `t{turn}.a{attempt}.{start|end|err}` so a repeated run writes it once;
+  key `t{turn}.a{attempt}.{start|end|err}` so a repeated run writes it once; the agent runs
+  without waiting for `turn_start`, its writes held to it (`afterKey`), once the turn is known
+  to be still its own (a push claim just granted, or the server's view);
 - an attempt that raises is retried after `backoff`, doubled for each retry, while the retry
   would start before the deadline and attempts remain; before a retry the turn must still be
   the agent's;
@@ -76,6 +78,9 @@ class Assignment:
     mode: str = "converse"
     #: Write `turn_start` and `turn_end` traces (failures are always traced).
     traces: bool = True
+    #: The server granted this turn to this executor a moment ago (a push claim's answer,
+    #: given only while the turn is the agent's): the first attempt does not ask again.
+    granted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,33 +156,54 @@ class ExecutorCore:
             ctx = AgentContext(
                 client, a.conversation_id, a.turn, attempt, a.deadline, a.since_seq, a.mode
             )
-            if not a.traces:
-                if attempt == 1 and not await still_mine(client, a.conversation_id, a.turn):
+            # Before the agent runs, the turn must still be its own: a claim just granted says
+            # so; otherwise the server's view is asked.
+            if attempt == 1 and not a.granted:
+                if not await still_mine(client, a.conversation_id, a.turn):
                     return RunReport("not_mine")
-            else:
+            # The attempt's `turn_start` is sent and the agent runs at once, its writes held to
+            # the trace (`afterKey`): they land after it, or are refused if it did not land.
+            started: asyncio.Future[Any] | None = None
+            if a.traces:
+                key = ctx._next_key("x")
                 try:
-                    await ctx.post_trace(_trace("turn_start", a, attempt))
+                    started = await client.send_trace_queued(
+                        a.conversation_id,
+                        _trace("turn_start", a, attempt),
+                        turn=a.turn,
+                        client_request_id=key,
+                    )
                 except Exception as e:  # noqa: BLE001
+                    last_error = str(e)
+                    continue
+                ctx.client = client.held_to(a.conversation_id, key)
+            ran: Any
+            try:
+                ran = await asyncio.wait_for(
+                    agent.handle_turn(ctx), max(0.0, a.deadline - loop.time())
+                )
+            except Exception as e:  # noqa: BLE001 — the agent's failure is the attempt's
+                ran = e
+            if started is not None:
+                try:
+                    await started
+                except Exception as e:  # noqa: BLE001 — nothing the attempt wrote landed
                     if _gone(e):
                         return RunReport("not_mine")
                     last_error = str(e)
                     continue
-            try:
-                outcome = await asyncio.wait_for(
-                    agent.handle_turn(ctx), max(0.0, a.deadline - loop.time())
-                )
-            except asyncio.TimeoutError:
+            if isinstance(ran, asyncio.TimeoutError):
                 await self._trace_error(client, a, attempt, "deadline exceeded")
                 return RunReport("deadline_exceeded")
-            except Exception as e:  # noqa: BLE001 — the agent's failure is the attempt's
-                last_error = str(e) or type(e).__name__
+            if isinstance(ran, Exception):
+                last_error = str(ran) or type(ran).__name__
                 await self._trace_error(client, a, attempt, last_error)
                 delay = self.policy.retry_after(attempt, loop.time(), a.deadline)
                 if delay is None:
                     return RunReport("failed", error=last_error)
                 await asyncio.sleep(delay)
                 continue
-            outcome = TurnOutcome(outcome)
+            outcome = TurnOutcome(ran)
             if outcome == TurnOutcome.POSTED and not await self._closed_within_grace(client, a):
                 # Progress only: the turn is still open. Try again while there is time.
                 last_error = "the agent posted progress but did not close its turn"
@@ -300,6 +326,7 @@ class ExternalExecutor:
             deadline=_deadline_from(claim.get("deadline"), offer.get("deadlineMs", 60_000) / 1000),
             since_seq=offer.get("sinceSeq", 0),
             mode=offer.get("mode") or "converse",
+            granted=True,
         )
         await self._run(a)
 
