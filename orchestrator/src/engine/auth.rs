@@ -222,10 +222,22 @@ impl Tokens {
         }
         let live: std::collections::HashSet<String> =
             store.live_tokens(&hashes, now_ms)?.into_iter().collect();
+        Ok(self.revoke_unless_live(&hashes, &live))
+    }
+
+    /// Revokes the grants of the tokens `checked` that are not `live`; how many. A token first
+    /// held while the database was asked (a connection that authenticated meanwhile) was not
+    /// checked, and is left for the next recheck.
+    fn revoke_unless_live(
+        &self,
+        checked: &[String],
+        live: &std::collections::HashSet<String>,
+    ) -> usize {
+        let checked: std::collections::HashSet<&String> = checked.iter().collect();
         let mut revoked = 0;
         if let Ok(mut held) = self.held.lock() {
             held.retain(|hash, list| {
-                if live.contains(hash) {
+                if live.contains(hash) || !checked.contains(hash) {
                     return true;
                 }
                 for g in list.iter().filter_map(std::sync::Weak::upgrade) {
@@ -235,7 +247,7 @@ impl Tokens {
                 false
             });
         }
-        Ok(revoked)
+        revoked
     }
 }
 
@@ -246,4 +258,28 @@ pub fn valid_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recheck revokes only what it asked the database about: a token first held while the
+    /// database was being asked (a connection that authenticated meanwhile) keeps its grant.
+    #[test]
+    fn a_recheck_revokes_only_the_tokens_it_checked() {
+        let tokens = Tokens::default();
+        let checked = tokens.hold("checked");
+        let live = tokens.hold("live");
+        let newer = tokens.hold("newer");
+        let asked = vec!["checked".to_string(), "live".to_string()];
+        let answered: std::collections::HashSet<String> = ["live".to_string()].into();
+        assert_eq!(tokens.revoke_unless_live(&asked, &answered), 1);
+        assert!(checked.is_revoked());
+        assert!(!live.is_revoked());
+        assert!(
+            !newer.is_revoked(),
+            "held after the check began: left for the next"
+        );
+    }
 }
