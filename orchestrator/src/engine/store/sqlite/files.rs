@@ -77,6 +77,14 @@ impl Files {
             // pages make appends ~20% cheaper than the default 4 KiB (BENCHMARKS.md).
             conn.pragma_update(None, "page_size", PAGE_SIZE)?;
             conn.pragma_update(None, "journal_mode", "WAL")?;
+            // The bundled SQLite checks foreign keys by default. The log's one (an event's
+            // conversation) is kept by the writer, which inserts a conversation in the batch
+            // that first writes it; checked, it looked the conversation up for every event and,
+            // because an immediate check may abort a statement of many rows half-way, made
+            // SQLite copy each page a batch's inserts touch to a statement journal first (a
+            // sixth of the writer's time in the turn loop: BENCHMARKS.md). PostgreSQL's log
+            // dropped the same key for the same reason (its schema step 3).
+            conn.pragma_update(None, "foreign_keys", false)?;
         }
         conn.pragma_update(None, "synchronous", sync.pragma())?;
         conn.pragma_update(None, "cache_size", -16_384)?;
