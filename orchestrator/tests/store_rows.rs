@@ -1,6 +1,8 @@
 //! The SQLite store writes every field of every row, whether a batch inserts it in a chunk of
 //! rows or alone, and reads it back the same after a sync and after a reopen.
 
+use orchestrator::engine::config::Limits;
+use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::state::Draft;
 use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::engine::store::{NewConversation, NewRow, Store};
@@ -117,4 +119,72 @@ fn every_field_of_every_row_reads_back_the_same() {
         );
         assert_eq!(r.ts_ms, 1_700_000_000_000 + d.seq as i64);
     }
+}
+
+/// A keyed message of `author` at `seq`.
+fn keyed(seq: u64, author: &str, key: &str) -> Draft {
+    Draft {
+        seq,
+        kind: EventKind::Message,
+        author: author.into(),
+        turn: 1,
+        finality: Some(Finality::None),
+        payload: RawValue::from_string(format!(r#"{{"text":"row {seq}"}}"#)).unwrap(),
+        client_request_id: Some(key.into()),
+        hash: Some([seq as u8; 16]),
+        doc: false,
+    }
+}
+
+/// No index keeps an idempotency key once per conversation and author on SQLite (the writer
+/// does): a log that holds one twice is refused at the start, naming it; the same key of two
+/// authors, or in two conversations, is not a repeat.
+#[tokio::test]
+async fn a_start_refuses_a_log_with_an_idempotency_key_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.db");
+    let conv = |num: i64, id: &str| NewConversation {
+        id: id.into(),
+        num,
+        participants: vec!["agent-0".into(), "agent-1".into()],
+        created_by: "admin".into(),
+        metadata: None,
+        declared: Vec::new(),
+    };
+    let open = |path: &std::path::Path| {
+        let store = SqliteStore::open(path, Synchronous::Full).unwrap();
+        Orchestrator::open(std::sync::Arc::new(store), Limits::default())
+    };
+    {
+        let store = SqliteStore::open(&path, Synchronous::Full).unwrap();
+        let mut writer = store.writer().unwrap();
+        let mut durability = writer.durability().unwrap();
+        let a = [keyed(1, "agent-0", "k"), keyed(2, "agent-1", "k")];
+        let b = [keyed(1, "agent-0", "k")];
+        let mut rows: Vec<NewRow<'_>> = rows(&a);
+        rows.extend(b.iter().map(|draft| NewRow {
+            conv: 2,
+            draft,
+            ts_ms: 1_700_000_000_000,
+        }));
+        writer.commit(&[conv(1, "c"), conv(2, "d")], &rows).unwrap();
+        durability.sync().unwrap();
+    }
+    let orch = open(&path).expect("distinct keys start");
+    orch.shutdown().await;
+    drop(orch);
+    {
+        let store = SqliteStore::open(&path, Synchronous::Full).unwrap();
+        let mut writer = store.writer().unwrap();
+        let mut durability = writer.durability().unwrap();
+        let again = [keyed(3, "agent-0", "k")];
+        writer.commit(&[], &rows(&again)).unwrap();
+        durability.sync().unwrap();
+    }
+    let refused = open(&path).expect_err("a repeated key is refused");
+    let said = refused.to_string();
+    assert!(
+        said.contains("conversation c: seq 3 repeats the idempotency key \"k\" of agent-0"),
+        "{said}"
+    );
 }

@@ -62,6 +62,17 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE events SET doc = 1 WHERE kind = 'message'
         AND (instr(payload, '"plan.v1"') OR instr(payload, '"deliverable.v1"'));
     "#,
+    // 5: no index on idempotency keys. As with seq (step 1), uniqueness rests on the single
+    // writer, which keeps every conversation's keys in memory and refuses a reused one, and is
+    // checked again at every start (a key twice in one conversation's log stops the start).
+    // Its entries land all over the index (a key is the client's string, not a counter), so
+    // each batch of keyed writes over many conversations rewrote an index page per
+    // conversation into the WAL: with every SDK and executor write keyed, half of the turn
+    // loop's rate at 1,000 turns a conversation (BENCHMARKS.md). PostgreSQL keeps its unique
+    // index: there, several nodes write.
+    r#"
+    DROP INDEX IF EXISTS events_idempotency;
+    "#,
 ];
 
 /// The schema version this build writes.

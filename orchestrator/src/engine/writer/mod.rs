@@ -433,15 +433,30 @@ fn share_links(state: &ConvMachine, view: &ConvView) {
 }
 
 /// A conversation's slot, its state rebuilt from its events (at start, or when this node first
-/// meets a conversation another node created); not yet registered in the hub.
+/// meets a conversation another node created); not yet registered in the hub. A log that holds
+/// an idempotency key twice for one author is refused: on SQLite no index stops that, the
+/// writer does (its schema step 5), and a start is where a log written otherwise is found.
 fn slot_from(
     record: crate::engine::store::ConversationRecord,
     events: &[crate::engine::store::RecoveredEvent],
-) -> Slot {
+) -> Result<Slot> {
     let mut state = ConvMachine::new(record.id.clone(), record.participants.clone());
     let mut turn_started = 0;
+    let mut keyed = 0;
     for e in events {
         state.observe(&e.draft);
+        if e.draft.client_request_id.is_some() && e.draft.hash.is_some() {
+            keyed += 1;
+            if state.idempotency_keys() != keyed {
+                return Err(Error::Corrupt(format!(
+                    "conversation {}: seq {} repeats the idempotency key {:?} of {}",
+                    record.id,
+                    e.draft.seq,
+                    e.draft.client_request_id.as_deref().unwrap_or_default(),
+                    e.draft.author
+                )));
+            }
+        }
         if state.core.speaker_seq == e.draft.seq {
             turn_started = e.ts_ms;
         }
@@ -461,7 +476,7 @@ fn slot_from(
         .map_or(created_ms, |e| e.ts_ms);
     shared.set_clock(created_ms, active_ms);
     share_links(&state, &shared);
-    Slot::new(record.num, state, shared, record.created_by)
+    Ok(Slot::new(record.num, state, shared, record.created_by))
 }
 
 impl WriterHandle {
@@ -470,12 +485,23 @@ impl WriterHandle {
     pub fn start(store: &dyn Store, hub: Arc<Hub>, caps: OpenCaps) -> Result<WriterHandle> {
         let mut log = store.writer()?;
         let mut convs = Convs::default();
+        let mut refused = None;
         store.recover(&mut |record, events| {
+            if refused.is_some() {
+                return;
+            }
             let id = record.id.clone();
-            let slot = slot_from(record, &events);
-            hub.register(slot.shared.clone());
-            convs.insert(&id, slot);
+            match slot_from(record, &events) {
+                Ok(slot) => {
+                    hub.register(slot.shared.clone());
+                    convs.insert(&id, slot);
+                }
+                Err(e) => refused = Some(e),
+            }
         })?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
         let log_shared = store.shared();
         let stats = Arc::new(WriterStats::default());
         let (tx, rx) = mpsc::channel(QUEUE);

@@ -562,7 +562,7 @@ impl Writer {
             }
             taken += 1;
             let id = record.id.clone();
-            let slot = slot_from(record, &events);
+            let slot = slot_from(record, &events)?;
             let view = slot.shared.clone();
             self.hub.register(view.clone());
             self.convs.insert(&id, slot);
