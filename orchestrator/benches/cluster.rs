@@ -6,9 +6,9 @@
 //! BENCH_PG=postgres://postgres@127.0.0.1:5432/postgres cargo bench --workspace --bench cluster
 //! ```
 //! `BENCH_PG` names a server on which each phase creates a database of its own. Phases:
-//! - **ceiling**: one connection, 1,000-row multi-row inserts (`unnest`) of the rows the
-//!   orchestrator writes (a message's ~300-byte payload and its columns) into the orchestrator's
-//!   own `events` table (its key and index), `synchronous_commit=on`, nothing else in the
+//! - **ceiling**: one connection, 1,000-row multi-row inserts (`unnest` in the select list, as
+//!   the orchestrator's own) of the rows the orchestrator writes (a message's ~300-byte payload
+//!   and its columns) into the orchestrator's own `events` table (its key and index), `synchronous_commit=on`, nothing else in the
 //!   transaction — what PostgreSQL itself commits of those rows from one connection on this
 //!   machine; and the same payloads into a bare three-column table (`bare`), for comparison;
 //! - **one node**: the orchestrator in-process on PostgreSQL, `BENCH_CLIENTS` × `BENCH_DEPTH`
@@ -76,8 +76,8 @@ async fn ceiling(base: &str, secs: f64, shape: Shape) -> anyhow::Result<f64> {
         Shape::Log => {
             c.prepare(
                 "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms) \
-                 SELECT u.c, u.s, 'message', u.a, 0, NULL, u.p, NULL, NULL, u.t \
-                 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS u(c, s, p, a, t)",
+                 SELECT unnest($1::bigint[]), unnest($2::bigint[]), 'message', unnest($4::text[]), 0, NULL, \
+                        unnest($3::text[]), NULL, NULL, unnest($5::bigint[])",
             )
             .await?
         }
@@ -87,7 +87,9 @@ async fn ceiling(base: &str, secs: f64, shape: Shape) -> anyhow::Result<f64> {
             )
             .await?;
             c.prepare(
-                "INSERT INTO rows SELECT u.c, u.s, u.p FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS u(c, s, p, a, t)",
+                // The authors and times are bound as for the log's rows, and not stored.
+                "INSERT INTO rows SELECT unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[]) \
+                 WHERE $4::text[] IS NOT NULL AND $5::bigint[] IS NOT NULL",
             )
             .await?
         }

@@ -328,12 +328,19 @@ where
                     timeout_ms: POLL_MS,
                 })
                 .await;
-            if waited.is_err() {
+            // The stream ends without its settling update only when the orchestrator cannot
+            // be asked; the peer then reads the task with `GetTask` or subscribes again.
+            if let Err(e) = waited {
+                tracing::warn!(task = %st.view.id.wire(), error = %e, "a task's stream ends: waiting on its conversation failed");
                 return None;
             }
-            let next = tasks::read(&st.app.client, &st.app.me, &st.view.id)
-                .await
-                .ok()?;
+            let next = match tasks::read(&st.app.client, &st.app.me, &st.view.id).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!(task = %st.view.id.wire(), error = ?e, "a task's stream ends: reading the task back failed");
+                    return None;
+                }
+            };
             let me = st.app.me.clone();
             for m in next
                 .messages

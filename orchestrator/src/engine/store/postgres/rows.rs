@@ -193,11 +193,15 @@ impl Statements {
                      SELECT a FROM unnest($1::text[]) a ORDER BY 1 ON CONFLICT DO NOTHING",
                 )
                 .await?,
+            // The arrays are unnested in the select list (all of one length, so they go in
+            // step), not in FROM: there `unnest` first copies the batch into a tuplestore, row
+            // by row, before the insert reads it back (~1.5 µs a row; BENCHMARKS.md).
             insert_events: c
                 .prepare(
                     "INSERT INTO events (conv, seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms, doc) \
-                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], \
-                                          $6::text[], $7::text[], $8::text[], $9::bytea[], $10::bigint[], $11::boolean[])",
+                     SELECT unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[]), unnest($4::text[]), \
+                            unnest($5::bigint[]), unnest($6::text[]), unnest($7::text[]), unnest($8::text[]), \
+                            unnest($9::bytea[]), unnest($10::bigint[]), unnest($11::boolean[])",
                 )
                 .await?,
             close_convs: c
