@@ -39,11 +39,13 @@ fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aEr
 
 /// Posts the peer's message (starting a conversation when it names no context) and returns
 /// the task it opens or continues.
+/// Posts the peer's message (opening a task, or continuing one); the task as read back after
+/// it, and the seq of the message.
 pub(crate) async fn start_exchange(
     app: &App,
     scenario: &str,
     params: &Value,
-) -> Result<TaskView, A2aError> {
+) -> Result<(TaskView, u64), A2aError> {
     let (message_id, text, data) = read_message(params)?;
     let m = &params["message"];
     // The mode a peer asks of the scenario's next speaker (as the `a2a` kind sends it).
@@ -140,9 +142,10 @@ pub(crate) async fn start_exchange(
         conversation,
         start: posted.seq,
     });
-    tasks::read(&app.client, &app.me, &task)
+    let view = tasks::read(&app.client, &app.me, &task)
         .await
-        .map_err(|e| A2aError::from_read(e, &task.wire()))
+        .map_err(|e| A2aError::from_read(e, &task.wire()))?;
+    Ok((view, posted.seq))
 }
 
 fn short_hash(s: &str) -> String {
@@ -201,7 +204,7 @@ pub(crate) async fn send_message(
 ) -> Result<Value, A2aError> {
     // Checked before anything is posted.
     let history = history_length(&params["configuration"])?;
-    let view = start_exchange(app, scenario, params).await?;
+    let (view, _) = start_exchange(app, scenario, params).await?;
     let immediate = params["configuration"]["returnImmediately"].as_bool() == Some(true);
     let view = if immediate {
         view
@@ -269,12 +272,22 @@ pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aE
 /// An SSE answer: the task first, then a `working` update for each new message from the
 /// others, then the settling update (`input-required`, `completed` or `canceled`). It follows
 /// the log, so a peer that subscribes again gets the task as it is and then the rest.
-pub(crate) fn stream(app: Shared, id: Value, view: TaskView) -> Response {
+///
+/// `announce_after`: the seq of the message the peer just sent. Every message from the others
+/// after it gets its update, and the settling one follows, even those already in the task the
+/// stream opens with: an agent in the server may answer before the task is read back, and the
+/// peer must not find the answer only inside the task, with a stream that ends at once.
+pub(crate) fn stream(
+    app: Shared,
+    id: Value,
+    view: TaskView,
+    announce_after: Option<u64>,
+) -> Response {
     let frame = move |result: Value| -> Result<SseEvent, Infallible> {
         let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
         Ok(SseEvent::default().data(body.to_string()))
     };
-    let mut resp = Sse::new(follow(app, view, frame)).into_response();
+    let mut resp = Sse::new(follow(app, view, announce_after, frame)).into_response();
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         header::HeaderValue::from_static("no-store"),
@@ -292,9 +305,48 @@ struct Follow<F> {
     done: bool,
 }
 
+impl<F> Follow<F> {
+    /// Queues what `next` holds past what was sent (see [`announce`]) and moves on to it.
+    fn take(&mut self, next: TaskView) {
+        if announce(&self.app.me, &mut self.sent, &next, &mut self.queue) {
+            self.done = true;
+        }
+        self.view = next;
+    }
+}
+
+/// Queues what `next` holds past `sent` (which it moves on): a `working` update for each
+/// message from the others, then the settling update if the task has settled; whether it has.
+fn announce(
+    me: &str,
+    sent: &mut u64,
+    next: &TaskView,
+    queue: &mut std::collections::VecDeque<Value>,
+) -> bool {
+    for m in next
+        .messages
+        .iter()
+        .filter(|m| m.seq > *sent && m.author != me)
+    {
+        let mut update = next.status_update(me);
+        let status = &mut update["statusUpdate"]["status"];
+        status["state"] = json!(TaskState::Working.wire());
+        status["message"] = tasks::message(me, &next.id, m);
+        status["timestamp"] = json!(m.ts);
+        queue.push_back(update);
+    }
+    *sent = (*sent).max(next.latest_seq);
+    let settled = next.state.settled();
+    if settled {
+        queue.push_back(next.status_update(me));
+    }
+    settled
+}
+
 fn follow<F>(
     app: Shared,
     view: TaskView,
+    announce_after: Option<u64>,
     frame: F,
 ) -> impl futures::Stream<Item = Result<SseEvent, Infallible>>
 where
@@ -302,14 +354,19 @@ where
 {
     let mut queue = std::collections::VecDeque::new();
     queue.push_back(json!({"task": view.wire(&app.me, None)}));
-    let state = Follow {
+    let mut state = Follow {
         sent: view.latest_seq,
         done: view.state.settled(),
         app,
         frame,
-        view,
+        view: view.clone(),
         queue,
     };
+    if let Some(after) = announce_after {
+        state.sent = after;
+        state.done = false;
+        state.take(view);
+    }
     futures::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(result) = st.queue.pop_front() {
@@ -341,25 +398,7 @@ where
                     return None;
                 }
             };
-            let me = st.app.me.clone();
-            for m in next
-                .messages
-                .iter()
-                .filter(|m| m.seq > st.sent && m.author != me)
-            {
-                let mut update = next.status_update(&me);
-                let status = &mut update["statusUpdate"]["status"];
-                status["state"] = json!(TaskState::Working.wire());
-                status["message"] = tasks::message(&me, &next.id, m);
-                status["timestamp"] = json!(m.ts);
-                st.queue.push_back(update);
-            }
-            st.sent = st.sent.max(next.latest_seq);
-            if next.state.settled() {
-                st.queue.push_back(next.status_update(&me));
-                st.done = true;
-            }
-            st.view = next;
+            st.take(next);
         }
     })
 }
@@ -498,4 +537,66 @@ pub(crate) async fn list_tasks(app: &App, params: &Value) -> Result<Value, A2aEr
         "pageSize": page_size,
         "totalSize": total,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tasks::{State, TaskId};
+
+    fn message(seq: u64, author: &str, text: &str) -> agent_sdk::proto::Event {
+        serde_json::from_value(json!({
+            "conversationId": "c", "seq": seq, "kind": "message", "author": author, "turn": seq,
+            "finality": "turn", "payload": {"text": text}, "ts": "2026-11-27T00:00:00.000Z"
+        }))
+        .unwrap()
+    }
+
+    /// The peer's message at seq 1, the agent's answer at 2 (seq 3: the next decision), the
+    /// task back with the peer.
+    fn answered() -> TaskView {
+        let (mine, answer) = (
+            message(1, "peer", "Stream it"),
+            message(2, "agent", "Hello"),
+        );
+        TaskView {
+            id: TaskId {
+                conversation: "c".into(),
+                start: 1,
+            },
+            state: State::InputRequired,
+            messages: vec![mine, answer.clone()],
+            answer: Some(answer),
+            earlier: Vec::new(),
+            approval: None,
+            latest_seq: 3,
+            ts: "2026-11-27T00:00:00.000Z".into(),
+        }
+    }
+
+    /// A task that was answered before the stream read it back still gets the answer's
+    /// `working` update and the settling one, when announced from the peer's message; from
+    /// the task's latest seq (a peer subscribing again), only the settling state is new.
+    #[test]
+    fn an_answer_already_in_the_task_is_announced_after_the_peers_message() {
+        let view = answered();
+        let mut queue = std::collections::VecDeque::new();
+        let mut sent = 1;
+        assert!(announce("peer", &mut sent, &view, &mut queue));
+        assert_eq!(sent, 3);
+        let states: Vec<&str> = queue
+            .iter()
+            .map(|u| u["statusUpdate"]["status"]["state"].as_str().unwrap())
+            .collect();
+        assert_eq!(states, ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]);
+        assert_eq!(
+            queue[0]["statusUpdate"]["status"]["message"]["parts"][0]["text"],
+            "Hello"
+        );
+
+        let mut queue = std::collections::VecDeque::new();
+        let mut sent = 3;
+        assert!(announce("peer", &mut sent, &view, &mut queue));
+        assert_eq!(queue.len(), 1, "{queue:?}");
+    }
 }

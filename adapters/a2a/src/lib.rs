@@ -329,7 +329,7 @@ async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Byte
     match req["method"].as_str().unwrap_or_default() {
         "SendMessage" => reply(&id, send_message(&app, &scenario, &params).await),
         "SendStreamingMessage" => match start_exchange(&app, &scenario, &params).await {
-            Ok(view) => stream(app, id, view),
+            Ok((view, posted)) => stream(app, id, view, Some(posted)),
             Err(e) => reply(&id, Err(e)),
         },
         "GetTask" => reply(&id, get_task(&app, &params).await),
@@ -348,7 +348,7 @@ async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Byte
                     ),
                 )),
             ),
-            Ok(view) => stream(app, id, view),
+            Ok(view) => stream(app, id, view, None),
             Err(e) => reply(&id, Err(e)),
         },
         push if PUSH_METHODS.contains(&push) => reply(
