@@ -37,10 +37,8 @@ fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aEr
     Ok((message_id, text.join("\n"), data))
 }
 
-/// Posts the peer's message (starting a conversation when it names no context) and returns
-/// the task it opens or continues.
-/// Posts the peer's message (opening a task, or continuing one); the task as read back after
-/// it, and the seq of the message.
+/// Posts the peer's message (starting a conversation when it names no context); the task it
+/// opens or continues, as read back after it, and the message's seq.
 pub(crate) async fn start_exchange(
     app: &App,
     scenario: &str,
@@ -305,16 +303,6 @@ struct Follow<F> {
     done: bool,
 }
 
-impl<F> Follow<F> {
-    /// Queues what `next` holds past what was sent (see [`announce`]) and moves on to it.
-    fn take(&mut self, next: TaskView) {
-        if announce(&self.app.me, &mut self.sent, &next, &mut self.queue) {
-            self.done = true;
-        }
-        self.view = next;
-    }
-}
-
 /// Queues what `next` holds past `sent` (which it moves on): a `working` update for each
 /// message from the others, then the settling update if the task has settled; whether it has.
 fn announce(
@@ -354,19 +342,19 @@ where
 {
     let mut queue = std::collections::VecDeque::new();
     queue.push_back(json!({"task": view.wire(&app.me, None)}));
-    let mut state = Follow {
-        sent: view.latest_seq,
-        done: view.state.settled(),
+    let (mut sent, mut done) = (view.latest_seq, view.state.settled());
+    if let Some(after) = announce_after {
+        sent = after;
+        done = announce(&app.me, &mut sent, &view, &mut queue);
+    }
+    let state = Follow {
+        sent,
+        done,
         app,
         frame,
-        view: view.clone(),
+        view,
         queue,
     };
-    if let Some(after) = announce_after {
-        state.sent = after;
-        state.done = false;
-        state.take(view);
-    }
     futures::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(result) = st.queue.pop_front() {
@@ -398,7 +386,8 @@ where
                     return None;
                 }
             };
-            st.take(next);
+            st.done = announce(&st.app.me, &mut st.sent, &next, &mut st.queue);
+            st.view = next;
         }
     })
 }
