@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use jsonrpsee::core::client::ClientT;
 use serde_json::{json, Value};
 use tests::{test_limits, TestServer};
 
@@ -173,4 +174,45 @@ async fn the_caps_on_open_conversations_count_what_other_nodes_opened() {
         .create_conversation(open("three"))
         .await
         .expect("room on B");
+}
+
+/// A sub-conversation opened through a node that has not met its parent: the parent was created
+/// through another node after this one started, and nothing here has named it yet. The node
+/// loads the parent before it checks who may open a child of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_is_opened_through_a_node_that_has_not_met_its_parent() {
+    use agent_sdk::proto::CreateConversationParams;
+    use agent_sdk::AgentClient;
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    let alice_b = b.sdk("alice", None).await;
+    let admin_a = a.client("admin").await;
+    for i in 0..20 {
+        let parent = format!("unmet-{i}");
+        // Created through A, and at once a child of it asked through B: B hears of the parent
+        // from A's notice only after it has the request.
+        let _: Value = admin_a
+            .request(
+                "createConversation",
+                tests::P(json!({"conversationId": parent, "participants": ["alice", "bob"]})),
+            )
+            .await
+            .expect("the parent through A");
+        let child = format!("{parent}-child");
+        alice_b
+            .create_conversation(CreateConversationParams {
+                conversation_id: Some(child.clone()),
+                participants: Some(vec!["alice".into(), "bob".into()]),
+                parent_conversation_id: Some(parent.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{child} through B: {e:?}"));
+        let started = system_of(
+            &tests::full_log(&a.sdk("admin", None).await, &parent).await,
+            "subconversation_started",
+        );
+        assert_eq!(started.len(), 1, "{parent}: {started:?}");
+        assert_eq!(started[0]["child"], child.as_str());
+    }
 }

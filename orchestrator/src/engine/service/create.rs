@@ -21,6 +21,12 @@ impl Orchestrator {
         who: &Identity,
         p: CreateConversationParams,
     ) -> Result<CreateConversationResult> {
+        if let Some(parent) = &p.parent_conversation_id {
+            // On a shared store the parent may be one this node has not met yet (created
+            // through another node, or not taken in yet since this node started): its view is
+            // loaded before the checks read it.
+            self.meet(parent).await;
+        }
         self.check_creator(who, &p)?;
         let scenario = self.scenario_of(who, &p).await?;
         let id = conversation_id(p.conversation_id)?;
