@@ -268,6 +268,17 @@ pub trait LogWriter: Send {
     fn outcome(&mut self) -> Result<()> {
         Err(not_overlapping())
     }
+    /// Waits for `next` (the writer's next job) on the writer's thread. A backend whose
+    /// connection is driven on that thread ([`LogWriter::drives`]) sends and receives for its
+    /// batches in flight meanwhile; the others just wait.
+    fn wait_for(&mut self, next: std::pin::Pin<&mut dyn std::future::Future<Output = ()>>) {
+        futures::executor::block_on(next)
+    }
+    /// Whether the writer must wait through [`LogWriter::wait_for`] (its connection makes
+    /// progress only while the writer's thread waits on it).
+    fn drives(&self) -> bool {
+        false
+    }
 }
 
 /// What a backend that has no batch in flight answers when asked about one.

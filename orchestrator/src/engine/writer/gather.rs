@@ -56,6 +56,22 @@ impl Writer {
         }
     }
 
+    /// The next job, waited for; on a log whose connection is driven on this thread, through
+    /// the log, so that its batches in flight are sent and answered meanwhile.
+    fn next_job(&mut self, rx: &mut mpsc::Receiver<Job>) -> Option<Job> {
+        if !self.log.drives() {
+            return rx.blocking_recv();
+        }
+        if let Ok(job) = rx.try_recv() {
+            return Some(job);
+        }
+        let mut job = None;
+        self.log.wait_for(std::pin::pin!(async {
+            job = rx.recv().await;
+        }));
+        job
+    }
+
     pub(super) fn run(&mut self, rx: mpsc::Receiver<Job>) {
         self.serve(rx);
         self.settle();
@@ -74,7 +90,7 @@ impl Writer {
                 // before it is decided (a batch as large as the last, so that overlapping costs
                 // no more transactions); the batch in flight is settled first when its answer
                 // comes before them (a wake-up for one settled already is passed over).
-                let Some(first) = rx.blocking_recv() else {
+                let Some(first) = self.next_job(&mut rx) else {
                     return;
                 };
                 if matches!(first, Job::Landed) {
@@ -86,7 +102,7 @@ impl Writer {
                 batch.push(first);
                 let want = self.pending.as_ref().map_or(0, |p| p.again.len());
                 while batch.len() < want.min(self.max_batch()) {
-                    match rx.blocking_recv() {
+                    match self.next_job(&mut rx) {
                         Some(Job::Landed) if self.log.landed() => break,
                         Some(Job::Landed) => {}
                         Some(job) => {

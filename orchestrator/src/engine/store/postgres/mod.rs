@@ -80,67 +80,24 @@ pub(crate) fn block<T: Send + 'static>(
     fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    runtime()?.spawn(within_timeout(fut, tx, None));
-    answer_of(&rx)
-}
-
-/// What is called once a future [`launch`]ed has its answer.
-pub(crate) type Wake = std::sync::Arc<dyn Fn() + Send + Sync>;
-
-/// What a future [`launch`]ed answers, once it has.
-pub(crate) type Launched<T> = std::sync::mpsc::Receiver<Result<T>>;
-
-/// Starts `fut` without waiting for it: polled once here, so that every request it makes of
-/// the driver is queued on its connection before this returns (requests made after are sent
-/// after them, and answered in that order), then left to the driver's runtime (at most
-/// [`DB_TIMEOUT`]); [`answer_of`] waits for what it answers, and `wake` is called once it has.
-pub(crate) fn launch<T: Send + 'static>(
-    fut: impl std::future::Future<Output = Result<T>> + Send + 'static,
-    wake: Option<Wake>,
-) -> Result<Launched<T>> {
-    use std::task::{Context, Poll};
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let mut fut = Box::pin(fut);
-    // The driver's requests go through channels of the `futures` crate: polling them needs no
-    // runtime, and the runtime's poll registers its own waker.
-    let waker = futures::task::noop_waker();
-    match fut.as_mut().poll(&mut Context::from_waker(&waker)) {
-        Poll::Ready(out) => {
-            let _ = tx.send(out);
-            if let Some(wake) = wake {
-                wake();
-            }
-        }
-        Poll::Pending => {
-            runtime()?.spawn(within_timeout(fut, tx, wake));
-        }
-    }
-    Ok(rx)
-}
-
-/// Waits for what a future [`launch`]ed (or [`block`]ed on) answers.
-pub(crate) fn answer_of<T>(rx: &Launched<T>) -> Result<T> {
+    runtime()?.spawn(async move {
+        let _ = tx.send(within_timeout(fut).await);
+    });
     rx.recv()
         .map_err(|_| Error::Setup("the PostgreSQL driver's runtime stopped".into()))?
 }
 
-/// `fut`, answered on `tx` (then `wake` called), or an error once it has taken
-/// [`DB_TIMEOUT`].
-async fn within_timeout<T>(
-    fut: impl std::future::Future<Output = Result<T>>,
-    tx: std::sync::mpsc::SyncSender<Result<T>>,
-    wake: Option<Wake>,
-) {
-    let out = match tokio::time::timeout(DB_TIMEOUT, fut).await {
+/// What the writer calls once a batch in flight has its answer.
+pub(crate) type Wake = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// `fut`'s answer, or an error once it has taken [`DB_TIMEOUT`].
+async fn within_timeout<T>(fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(DB_TIMEOUT, fut).await {
         Ok(out) => out,
         Err(_) => Err(Error::Unavailable(format!(
             "the database did not answer within {} s",
             DB_TIMEOUT.as_secs()
         ))),
-    };
-    let _ = tx.send(out);
-    if let Some(wake) = wake {
-        wake();
     }
 }
 

@@ -1,12 +1,20 @@
 //! The writer thread's side of the PostgreSQL backend: one connection of its own, one
 //! transaction per batch (locks, reads under them, the commit that inserts, records and
 //! notifies).
+//!
+//! The connection is driven on the writer's own thread ([`Driver`]): a statement goes from the
+//! writer to the socket and its answer from the socket to the writer with no other thread
+//! between. Through the driver's shared runtime each round trip was four wake-ups of threads
+//! (the writer's and a runtime worker's, each way), which on a busy machine wait their turn for
+//! a core while the batch's locks are held (BENCHMARKS.md, "What PostgreSQL's sessions wait
+//! on").
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio_postgres::Client;
 
-use super::{answer_of, block, connect, launch, rows, Launched, Wake, LATELY, NUMS_AHEAD};
+use super::{connect, rows, within_timeout, Wake, LATELY, NUMS_AHEAD};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::{
     now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
@@ -27,9 +35,103 @@ impl std::fmt::Debug for WriterConn {
     }
 }
 
+/// What a future [`Driver::launch`]ed answers, once it has.
+type Launched<T> = tokio::sync::oneshot::Receiver<Result<T>>;
+
+/// A runtime of the writer's thread alone, on which its connection runs: it makes progress
+/// only while that thread waits on it (for an answer, or for its next job through
+/// [`LogWriter::wait_for`]), so every wait of the writer's goes through it.
+struct Driver {
+    rt: tokio::runtime::Runtime,
+}
+
+impl Driver {
+    fn new() -> Result<Driver> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Setup(format!("the writer's PostgreSQL runtime: {e}")))?;
+        Ok(Driver { rt })
+    }
+
+    /// Runs `f` on the runtime: here, or, when this thread runs a runtime already (a test or
+    /// a tool using a writer from async code), on a thread of its own that it waits for.
+    fn on_rt<R: Send>(&self, f: impl FnOnce(&tokio::runtime::Runtime) -> R + Send) -> Result<R> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(f(&self.rt));
+        }
+        std::thread::scope(|s| s.spawn(|| f(&self.rt)).join())
+            .map_err(|_| Error::Setup("the writer's PostgreSQL runtime panicked".into()))
+    }
+
+    /// Runs `fut` here to its end, at most [`super::DB_TIMEOUT`].
+    fn block<T: Send>(&self, fut: impl Future<Output = Result<T>> + Send) -> Result<T> {
+        self.on_rt(|rt| rt.block_on(within_timeout(fut)))?
+    }
+
+    /// Starts `fut` without waiting for it: polled once here, so that every request it makes
+    /// of the connection is queued before this returns (requests made after are sent after
+    /// them, and answered in that order), then left to the runtime (at most
+    /// [`super::DB_TIMEOUT`]), which runs what it has ready so that the connection sends what
+    /// was queued. [`Driver::answer`] waits for what it answers; `wake` is called once it has.
+    fn launch<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+        wake: Option<Wake>,
+    ) -> Launched<T> {
+        use std::task::{Context, Poll};
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut fut = Box::pin(fut);
+        // The connection's requests go through channels of the `futures` crate: polling them
+        // needs no runtime, and the runtime's poll registers its own waker.
+        let waker = futures::task::noop_waker();
+        match fut.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(out) => {
+                let _ = tx.send(out);
+                if let Some(wake) = wake {
+                    wake();
+                }
+            }
+            Poll::Pending => {
+                self.rt.spawn(async move {
+                    let _ = tx.send(within_timeout(fut).await);
+                    if let Some(wake) = wake {
+                        wake();
+                    }
+                });
+            }
+        }
+        self.settle();
+        rx
+    }
+
+    /// Runs what the runtime has ready, and what the connection's socket has ready, without
+    /// waiting: twice, since a pass that finds the socket ready only wakes the connection.
+    fn settle(&self) {
+        let _ = self.on_rt(|rt| {
+            rt.block_on(async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+            })
+        });
+    }
+
+    /// Waits for what a future [`Driver::launch`]ed answers.
+    fn answer<T: Send>(&self, rx: &mut Launched<T>) -> Result<T> {
+        self.on_rt(|rt| rt.block_on(rx))?.unwrap_or_else(|_| {
+            Err(Error::Setup(
+                "the writer's PostgreSQL runtime dropped an answer".into(),
+            ))
+        })
+    }
+}
+
 /// The writer thread's side: one connection, one transaction per batch.
 pub struct PgWriter {
     config: tokio_postgres::Config,
+    /// The runtime the connection runs on, made on the thread that first uses it (the writer's;
+    /// a runtime of the current thread cannot be waited on from inside another runtime).
+    driver: Option<Driver>,
     conn: Option<WriterConn>,
     /// Conversation numbers taken from the sequence and not used yet.
     nums: Vec<i64>,
@@ -86,10 +188,13 @@ impl std::fmt::Debug for InFlight {
 }
 
 impl PgWriter {
-    /// A writer on a connection of its own to the database `config` names.
+    /// A writer on a connection of its own to the database `config` names, made when the
+    /// writer's thread first uses it (the store has connected already: a database that cannot
+    /// be reached fails its opening).
     pub(super) fn open(config: tokio_postgres::Config) -> Result<PgWriter> {
-        let mut w = PgWriter {
+        Ok(PgWriter {
             config,
+            driver: None,
             conn: None,
             nums: Vec::new(),
             in_tx: false,
@@ -98,13 +203,28 @@ impl PgWriter {
             granted: Vec::new(),
             in_flight: Default::default(),
             wake: None,
-        };
-        w.conn()?;
-        Ok(w)
+        })
+    }
+
+    fn driver(&mut self) -> Result<&Driver> {
+        if self.driver.is_none() {
+            self.driver = Some(Driver::new()?);
+        }
+        self.driver
+            .as_ref()
+            .ok_or_else(|| Error::Setup("the writer's PostgreSQL runtime".into()))
     }
 
     /// The connection, made again if it was lost (a batch's transaction never spans two).
     fn conn(&mut self) -> Result<(Arc<Client>, Arc<rows::Statements>)> {
+        if let (Some(c), Some(d)) = (&self.conn, &self.driver) {
+            if !c.client.is_closed() && !self.in_tx && self.in_flight.is_empty() {
+                // The connection runs only while this thread waits on it: one that ended while
+                // the writer was idle (the database restarted, the network failed) is seen
+                // ending here, and made again, rather than failing the batch's first statement.
+                d.settle();
+            }
+        }
         if let Some(c) = &self.conn {
             if !c.client.is_closed() {
                 return Ok((c.client.clone(), c.st.clone()));
@@ -112,7 +232,7 @@ impl PgWriter {
             self.in_tx = false;
         }
         let config = self.config.clone();
-        let (client, st) = block(async move {
+        let (client, st) = self.driver()?.block(async move {
             let client = connect(&config).await?;
             let st = rows::Statements::prepare(&client).await?;
             Ok((Arc::new(client), Arc::new(st)))
@@ -133,7 +253,7 @@ impl PgWriter {
         Fut: std::future::Future<Output = Result<T>> + Send,
     {
         let (client, st) = self.conn()?;
-        let out = block(async move { f(client, st).await });
+        let out = self.driver()?.block(f(client, st));
         if out.is_err() {
             self.abort();
         }
@@ -160,7 +280,11 @@ impl PgWriter {
             return;
         }
         let client = c.client.clone();
-        if block(async move { Ok(client.batch_execute("ROLLBACK").await?) }).is_err() {
+        let rolled_back = match &self.driver {
+            Some(d) => d.block(async move { Ok(client.batch_execute("ROLLBACK").await?) }),
+            None => Err(Error::Setup("no runtime".into())),
+        };
+        if rolled_back.is_err() {
             self.conn = None;
         }
     }
@@ -456,14 +580,21 @@ impl LogWriter for PgWriter {
         let c = client.clone();
         // Woken by the answer that ends it: with its COMMIT, that of its writes.
         let wake = self.wake.clone().filter(|_| commit);
-        let writes = launch(
+        if let Err(e) = self.driver() {
+            self.abort();
+            return Err(e);
+        }
+        let Some(driver) = self.driver.as_ref() else {
+            return Err(Error::Setup("the writer's PostgreSQL runtime".into()));
+        };
+        let mut writes = driver.launch(
             async move {
                 batch
                     .write(&c, &st, !began, &lock, claims.as_ref(), commit)
                     .await
             },
             wake,
-        )?;
+        );
         let early = writes.try_recv().ok();
         self.in_flight.push_back(InFlight {
             client,
@@ -475,7 +606,7 @@ impl LogWriter for PgWriter {
         });
         if commit {
             // Answered with the writes (the COMMIT was among them).
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let (tx, rx) = tokio::sync::oneshot::channel();
             let _ = tx.send(Ok(()));
             if let Some(b) = self.in_flight.back_mut() {
                 b.commit = Some(rx);
@@ -485,7 +616,11 @@ impl LogWriter for PgWriter {
     }
 
     fn send_commit(&mut self) -> Result<()> {
-        let Some(b) = self.in_flight.back_mut().filter(|b| b.commit.is_none()) else {
+        self.driver()?;
+        let (Some(driver), Some(b)) = (
+            self.driver.as_ref(),
+            self.in_flight.back_mut().filter(|b| b.commit.is_none()),
+        ) else {
             return Err(Error::Setup("no batch waits for its COMMIT".into()));
         };
         let c = b.client.clone();
@@ -496,27 +631,31 @@ impl LogWriter for PgWriter {
             Some(Err(_)) => "ROLLBACK",
             _ => "COMMIT",
         };
-        b.commit = Some(launch(
-            async move { Ok(c.batch_execute(end).await?) },
-            wake,
-        )?);
+        b.commit = Some(driver.launch(async move { Ok(c.batch_execute(end).await?) }, wake));
         Ok(())
     }
 
     fn abandon(&mut self) {
-        let Some(b) = self.in_flight.pop_back() else {
+        let Some(mut b) = self.in_flight.pop_back() else {
             return;
         };
         debug_assert!(
             b.commit.is_none(),
             "abandoning a batch whose COMMIT was sent"
         );
+        let Some(driver) = self.driver.as_ref() else {
+            self.conn = None;
+            return;
+        };
         let c = b.client.clone();
-        if block(async move { Ok(c.batch_execute("ROLLBACK").await?) }).is_err() {
+        if driver
+            .block(async move { Ok(c.batch_execute("ROLLBACK").await?) })
+            .is_err()
+        {
             self.conn = None;
         }
         if b.early.is_none() {
-            let _ = answer_of(&b.writes);
+            let _ = driver.answer(&mut b.writes);
         }
     }
 
@@ -533,23 +672,24 @@ impl LogWriter for PgWriter {
         // Its COMMIT was answered after its writes were (the answer of the writes may still be
         // on its way: `outcome` waits for it).
         if b.committed.is_none() {
-            b.committed = b.commit.as_ref().and_then(|rx| rx.try_recv().ok());
+            b.committed = b.commit.as_mut().and_then(|rx| rx.try_recv().ok());
         }
         b.committed.is_some()
     }
 
     fn outcome(&mut self) -> Result<()> {
-        let Some(b) = self.in_flight.pop_front() else {
+        let Some(mut b) = self.in_flight.pop_front() else {
             return Err(Error::Setup("no batch in flight".into()));
         };
         self.granted.clear();
+        let driver = self.driver()?;
         let writes = match b.early {
             Some(early) => early,
-            None => answer_of(&b.writes),
+            None => driver.answer(&mut b.writes),
         };
-        let committed = match (b.committed, &b.commit) {
+        let committed = match (b.committed, &mut b.commit) {
             (Some(committed), _) => committed,
-            (None, Some(rx)) => answer_of(rx),
+            (None, Some(rx)) => driver.answer(rx),
             (None, None) => Err(Error::Setup(
                 "a batch's outcome asked before its COMMIT".into(),
             )),
@@ -604,6 +744,27 @@ impl LogWriter for PgWriter {
 
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
         Ok(Box::new(Committed))
+    }
+
+    fn wait_for(&mut self, next: std::pin::Pin<&mut dyn Future<Output = ()>>) {
+        match &self.driver {
+            Some(d) if tokio::runtime::Handle::try_current().is_err() => d.rt.block_on(next),
+            _ => futures::executor::block_on(next),
+        }
+    }
+
+    fn drives(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for PgWriter {
+    fn drop(&mut self) {
+        // Whatever thread drops it, without waiting for what still runs there (a runtime
+        // dropped inside another's context would panic).
+        if let Some(d) = self.driver.take() {
+            d.rt.shutdown_background();
+        }
     }
 }
 
