@@ -20,7 +20,8 @@
 //!
 //! The storage traits are synchronous (the writer is a thread of its own); this backend runs
 //! its async driver on a small runtime of its own and waits for it, so that it can be called
-//! from any thread that may block.
+//! from any thread that may block. The writer's connection, and its reader's, run instead on
+//! their own thread, which drives them whenever it waits (`writer.rs`, `Driver`).
 
 mod listen;
 pub mod migrations;
