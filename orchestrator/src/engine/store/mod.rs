@@ -237,9 +237,10 @@ pub trait LogWriter: Send {
     fn overlaps(&self) -> bool {
         false
     }
-    /// What to call each time a batch in flight has its answer (from another thread; at once,
-    /// [`LogWriter::outcome`] no longer waits for it): the writer then settles it when nothing
-    /// else came meanwhile.
+    /// What to call each time a batch in flight has its answer (from whichever thread runs the
+    /// connection: on PostgreSQL the writer's own, while it waits in [`LogWriter::wait_for`];
+    /// at once, [`LogWriter::outcome`] no longer waits for it): the writer then settles it when
+    /// nothing else came meanwhile.
     fn on_landed(&mut self, wake: Box<dyn Fn() + Send + Sync>) {
         let _ = wake;
     }
