@@ -9,7 +9,8 @@
 //! 2. the same to N SSE streams;
 //! 3. long-poll wake latency (append → the waiter's whole answer) with W parked waiters
 //!    (default 2,000), over several rounds, after its reference: W parked connections each
-//!    written a ready-made answer at once;
+//!    written a ready-made answer at once; in both, every connection stays open until the
+//!    round's last answer is in, and the CPU each answer cost meanwhile is printed;
 //! 4. C idle, authenticated WebSocket connections (default 10,000) and the server's resident
 //!    memory per connection (VmRSS after − before, divided by C).
 //!

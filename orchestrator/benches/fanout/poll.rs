@@ -45,6 +45,8 @@ pub(super) async fn raw_long_poll(waiters: usize, rounds: usize) {
     );
     let answer = Arc::new(answer.into_bytes());
     let mut all = Vec::with_capacity(waiters * rounds);
+    // The CPU this process (the writers and the clients) uses while the answers go out.
+    let mut cpu = 0.0;
     for _ in 0..rounds {
         let clock = Clock::new(1);
         let mut clients = Vec::with_capacity(waiters);
@@ -61,12 +63,14 @@ pub(super) async fn raw_long_poll(waiters: usize, rounds: usize) {
             clients.push(tokio::spawn(async move {
                 let read =
                     tokio::time::timeout(Duration::from_secs(30), read_response(&mut c)).await;
-                let Ok(Some(body)) = read else { return None };
-                let i = index_in(&body)?;
-                clock.latency_us(i)
+                let Ok(Some(body)) = read else {
+                    return (None, c);
+                };
+                (index_in(&body).and_then(|i| clock.latency_us(i)), c)
             }));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+        let cpu_before = cpu_seconds("self");
         clock.sent[0].store(clock.now(), Ordering::Release);
         let senders: Vec<_> = groups
             .into_iter()
@@ -85,11 +89,16 @@ pub(super) async fn raw_long_poll(waiters: usize, rounds: usize) {
         for s in senders {
             keep.extend(s.join().unwrap_or_default());
         }
+        let mut open = Vec::with_capacity(waiters);
         for c in clients {
-            if let Ok(Some(l)) = c.await {
-                all.push(l);
+            if let Ok((latency, conn)) = c.await {
+                all.extend(latency);
+                open.push(conn);
             }
         }
+        cpu += cpu_seconds("self") - cpu_before;
+        // Both ends closed once every answer is in, as in the server's phase.
+        drop(open);
         drop(keep);
     }
     report(
@@ -97,6 +106,7 @@ pub(super) async fn raw_long_poll(waiters: usize, rounds: usize) {
         all,
         waiters * rounds,
     );
+    per_answer(None, cpu, waiters * rounds);
 }
 
 /// Phase 3: long-poll waiters.
@@ -104,6 +114,8 @@ pub(super) async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
     let conv = "long-poll";
     create(&s.addr, &s.admin, conv).await;
     let mut all = Vec::with_capacity(waiters * rounds);
+    let server = s.pid.to_string();
+    let (mut server_cpu, mut clients_cpu) = (0.0, 0.0);
     for round in 0..rounds {
         let since = 1 + round as u64;
         let clock = Clock::new(1);
@@ -132,10 +144,9 @@ pub(super) async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
                 parked.fetch_add(1, Ordering::Relaxed);
                 let read = tokio::time::timeout(Duration::from_secs(30), read_response(&mut tcp)).await;
                 let Ok(Some(body)) = read else {
-                    return None;
+                    return (None, tcp);
                 };
-                let i = index_in(&body)?;
-                clock.latency_us(i)
+                (index_in(&body).and_then(|i| clock.latency_us(i)), tcp)
             }));
         }
         while parked.load(Ordering::Relaxed) < waiters {
@@ -147,6 +158,7 @@ pub(super) async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let mut ws = ws_connect(&s.addr, &s.alice).await;
+        let (server_before, clients_before) = (cpu_seconds(&server), cpu_seconds("self"));
         clock.sent[0].store(clock.now(), Ordering::Release);
         call(
             &mut ws,
@@ -155,11 +167,19 @@ pub(super) async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
             json!({"conversationId": conv, "payload": {"text": "b0"}, "finality": "none"}),
         )
         .await;
+        // Each connection is held (kept alive, as a client that asks again would) until every
+        // answer is in: closing them is no part of a wake-up, and the reference closes neither
+        // end before then either.
+        let mut open = Vec::with_capacity(waiters);
         for t in tasks {
-            if let Ok(Some(l)) = t.await {
-                all.push(l);
+            if let Ok((latency, conn)) = t.await {
+                all.extend(latency);
+                open.push(conn);
             }
         }
+        server_cpu += cpu_seconds(&server) - server_before;
+        clients_cpu += cpu_seconds("self") - clients_before;
+        drop(open);
         let _ = ws.close(None).await;
     }
     report(
@@ -167,6 +187,27 @@ pub(super) async fn long_poll(s: &Server, waiters: usize, rounds: usize) {
         all,
         waiters * rounds,
     );
+    per_answer(Some(server_cpu), clients_cpu, waiters * rounds);
+}
+
+/// The CPU each answer cost while the answers went out (from the append, or the first write,
+/// to the last answer read): the server's, when there is one, and this process's (the clients,
+/// and in the reference the writers too). Clock ticks of 10 ms, summed over the rounds.
+fn per_answer(server: Option<f64>, here: f64, answers: usize) {
+    let us = |secs: f64| secs * 1e6 / answers.max(1) as f64;
+    match server {
+        Some(server) => println!(
+            "{:<34} CPU per answer while they went out: server {:.1} µs, clients {:.1} µs",
+            "",
+            us(server),
+            us(here)
+        ),
+        None => println!(
+            "{:<34} CPU per answer while they went out: writers and clients {:.1} µs",
+            "",
+            us(here)
+        ),
+    }
 }
 
 /// The server's `orchestrator_subscribers{transport="longpoll"}` gauge.
