@@ -580,11 +580,9 @@ impl LogWriter for PgWriter {
         let c = client.clone();
         // Woken by the answer that ends it: with its COMMIT, that of its writes.
         let wake = self.wake.clone().filter(|_| commit);
-        if let Err(e) = self.driver() {
-            self.abort();
-            return Err(e);
-        }
+        // Made with the connection (`conn`).
         let Some(driver) = self.driver.as_ref() else {
+            self.abort();
             return Err(Error::Setup("the writer's PostgreSQL runtime".into()));
         };
         let mut writes = driver.launch(
@@ -616,7 +614,7 @@ impl LogWriter for PgWriter {
     }
 
     fn send_commit(&mut self) -> Result<()> {
-        self.driver()?;
+        // A batch in flight was sent on the driver's connection: the driver is made.
         let (Some(driver), Some(b)) = (
             self.driver.as_ref(),
             self.in_flight.back_mut().filter(|b| b.commit.is_none()),
