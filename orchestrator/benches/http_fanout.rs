@@ -22,7 +22,7 @@
 //!
 //! ```sh
 //! cargo bench --workspace --bench http_fanout
-//! # BENCH_SUBSCRIBERS, BENCH_RATE, BENCH_SECONDS, BENCH_WAITERS, BENCH_IDLE,
+//! # BENCH_SUBSCRIBERS, BENCH_RATE, BENCH_SECONDS, BENCH_WAITERS, BENCH_POLL_ROUNDS, BENCH_IDLE,
 //! # BENCH_PHASES=raw,ws,sse,rawpoll,poll,idle (which phases run; raw and rawpoll are the
 //! # machine's own references for ws/sse and poll: bare loopback TCP, no server)
 //! ```
@@ -524,6 +524,7 @@ fn main() {
     let rate = env_or("BENCH_RATE", 1000);
     let seconds = env_or("BENCH_SECONDS", 5);
     let waiters = env_or("BENCH_WAITERS", 2000);
+    let poll_rounds = env_or("BENCH_POLL_ROUNDS", 5);
     let idle_n = env_or("BENCH_IDLE", 10_000);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let server = Server::start();
@@ -547,10 +548,10 @@ fn main() {
             sse_fanout(&server, subs, rate, rate * seconds).await;
         }
         if on("rawpoll") {
-            raw_long_poll(waiters, 5).await;
+            raw_long_poll(waiters, poll_rounds).await;
         }
         if on("poll") {
-            long_poll(&server, waiters, 5).await;
+            long_poll(&server, waiters, poll_rounds).await;
         }
         if on("idle") {
             idle(&server, idle_n).await;

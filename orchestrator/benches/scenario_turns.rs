@@ -11,7 +11,9 @@
 //! default 200), BENCH_CONVERSATIONS (100), BENCH_SINGLE_TURNS (turns of the one-conversation
 //! run, 4,000), BENCH_WARM_UP (turns of a conversation run before it on the same database and
 //! not timed, 4,000: a new database's WAL file grows for its first second or so, and a running
-//! server's does not), BENCH_ROUNDS (3, of the one-conversation run beside the raw rates).
+//! server's does not), BENCH_ROUNDS (3, of the one-conversation run beside the raw rates),
+//! BENCH_ONLY (`traced` or `untraced`: only the loop over many conversations of that kind, for a
+//! profile).
 //! With `BENCH_PG` naming a PostgreSQL server (`postgres://USER@HOST:PORT/DB`), the same loops
 //! run on the PostgreSQL backend too (a database of their own), beside PostgreSQL's raw rate
 //! of one-row commits from one connection (`synchronous_commit=on`).
@@ -232,6 +234,18 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let traces = match only.as_str() {
+            "traced" => true,
+            "untraced" => false,
+            _ => anyhow::bail!("BENCH_ONLY: `traced` or `untraced`, not {only:?}"),
+        };
+        let rate = rt.block_on(turn_loop(conversations, turns, traces, 0))?;
+        println!(
+            "{conversations} conversations at once, {turns} turns each, {only}: {rate:.0} turns/s"
+        );
+        return Ok(());
+    }
     let dir = tempfile::tempdir()?;
     println!(
         "scripted turn loop: 2 scripted agents, round robin, synchronous=FULL, {} cores",

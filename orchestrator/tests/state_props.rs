@@ -271,6 +271,8 @@ proptest! {
             }
 
             check_outcome(&before, &req, &result, known, &participants)?;
+            // The machine remembers exactly the (author, key) pairs that appended.
+            prop_assert_eq!(state.idempotency_keys(), keys.len());
         }
 
         // The log is dense from 1, and folding it again rebuilds the same state (recovery).

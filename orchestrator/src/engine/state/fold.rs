@@ -1,6 +1,7 @@
 //! The fold: how each committed event moves a conversation's state. Recovery replays the log
 //! through it; the writer runs every event it appends through it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use proto_spec::system::SystemEvent;
@@ -89,19 +90,29 @@ impl ConvMachine {
             }));
         }
         if let (Some(key), Some(hash)) = (&d.client_request_id, d.hash) {
-            self.idem.insert(
-                (d.author.clone(), key.clone()),
-                IdemRecord {
-                    hash,
-                    seq: d.seq,
-                    turn: d.turn,
-                },
-            );
+            let rec = IdemRecord {
+                hash,
+                seq: d.seq,
+                turn: d.turn,
+            };
+            let new = match self.idem.get_mut(d.author.as_str()) {
+                Some(keys) => keys.insert(key.clone(), rec).is_none(),
+                None => {
+                    self.idem
+                        .insert(d.author.clone(), HashMap::from([(key.clone(), rec)]));
+                    true
+                }
+            };
+            self.idem_keys += usize::from(new);
         }
     }
 
     /// Forgets idempotency keys recorded at or after `seq` (undo of an uncommitted batch).
     pub fn forget_keys_from(&mut self, seq: u64) {
-        self.idem.retain(|_, r| r.seq < seq);
+        self.idem.retain(|_, keys| {
+            keys.retain(|_, r| r.seq < seq);
+            !keys.is_empty()
+        });
+        self.idem_keys = self.idem.values().map(HashMap::len).sum();
     }
 }

@@ -164,7 +164,11 @@ pub struct ConvMachine {
     members: Members,
     /// Head, turn, speaker, status.
     pub core: TurnState,
-    idem: HashMap<(String, String), IdemRecord>,
+    /// Idempotency keys by author, then key (looked up by `&str`, with no copy of either).
+    /// SipHash with a random seed, as `HashMap`'s default: the keys are the clients' strings.
+    idem: HashMap<String, HashMap<String, IdemRecord>>,
+    /// How many keys `idem` holds.
+    idem_keys: usize,
     policy: Option<TurnPolicy>,
     parent: Option<ParentLink>,
 }
@@ -221,6 +225,7 @@ impl ConvMachine {
                 doc_versions: Arc::default(),
             },
             idem: HashMap::new(),
+            idem_keys: 0,
             policy: None,
             parent: None,
         }
@@ -373,9 +378,14 @@ impl ConvMachine {
         self.members.contains(agent, &self.participants)
     }
 
+    /// The record of `author`'s write with idempotency key `key`, if it is in the log.
+    fn idem_record(&self, author: &str, key: &str) -> Option<&IdemRecord> {
+        self.idem.get(author)?.get(key)
+    }
+
     /// How many idempotency keys are remembered.
     pub fn idempotency_keys(&self) -> usize {
-        self.idem.len()
+        self.idem_keys
     }
 
     /// Guidance for one agent.
@@ -408,7 +418,7 @@ impl ConvMachine {
     ) -> Result<AppendResult, RpcError> {
         self.check(&req)?;
         if let Some(key) = &req.client_request_id {
-            if let Some(rec) = self.idem.get(&(req.author.clone(), key.clone())) {
+            if let Some(rec) = self.idem_record(&req.author, key) {
                 return if rec.hash == req.hash {
                     Ok(AppendResult {
                         seq: rec.seq,
@@ -425,7 +435,7 @@ impl ConvMachine {
             }
         }
         if let Some(after) = &req.after {
-            if !self.idem.contains_key(&(req.author.clone(), after.clone())) {
+            if self.idem_record(&req.author, after).is_none() {
                 return Err(err(
                     ErrorCode::InvalidParams,
                     format!(
