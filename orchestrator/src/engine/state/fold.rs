@@ -1,14 +1,13 @@
 //! The fold: how each committed event moves a conversation's state. Recovery replays the log
 //! through it; the writer runs every event it appends through it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use proto_spec::system::SystemEvent;
 use proto_spec::{EventKind, Finality, Mode, ORCHESTRATOR_AUTHOR};
 
 use super::docs::document_version;
-use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members};
+use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members, Seeded};
 
 impl ConvMachine {
     /// Moves the state past one committed event. Recovery calls this for every event in the log.
@@ -98,8 +97,9 @@ impl ConvMachine {
             let new = match self.idem.get_mut(d.author.as_str()) {
                 Some(keys) => keys.insert(key.clone(), rec).is_none(),
                 None => {
-                    self.idem
-                        .insert(d.author.clone(), HashMap::from([(key.clone(), rec)]));
+                    let mut keys = Seeded::default();
+                    keys.insert(key.clone(), rec);
+                    self.idem.insert(d.author.clone(), keys);
                     true
                 }
             };
@@ -113,6 +113,6 @@ impl ConvMachine {
             keys.retain(|_, r| r.seq < seq);
             !keys.is_empty()
         });
-        self.idem_keys = self.idem.values().map(HashMap::len).sum();
+        self.idem_keys = self.idem.values().map(Seeded::len).sum();
     }
 }

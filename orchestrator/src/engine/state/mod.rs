@@ -9,6 +9,10 @@
 //! Storage and transports call it; none of them re-implements a rule.
 
 use std::collections::HashMap;
+
+/// A map keyed by strings clients choose: hashed with a random seed (`ahash`), so that nobody
+/// can make keys that share a bucket of it.
+pub(crate) type Seeded<K, V> = HashMap<K, V, ahash::RandomState>;
 use std::sync::Arc;
 
 use proto_spec::system::{
@@ -165,8 +169,7 @@ pub struct ConvMachine {
     /// Head, turn, speaker, status.
     pub core: TurnState,
     /// Idempotency keys by author, then key (looked up by `&str`, with no copy of either).
-    /// SipHash with a random seed, as `HashMap`'s default: the keys are the clients' strings.
-    idem: HashMap<String, HashMap<String, IdemRecord>>,
+    idem: Seeded<String, Seeded<String, IdemRecord>>,
     /// How many keys `idem` holds.
     idem_keys: usize,
     policy: Option<TurnPolicy>,
@@ -224,7 +227,7 @@ impl ConvMachine {
                 pending_mode: None,
                 doc_versions: Arc::default(),
             },
-            idem: HashMap::new(),
+            idem: Seeded::default(),
             idem_keys: 0,
             policy: None,
             parent: None,
@@ -634,5 +637,25 @@ impl ConvMachine {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seeded;
+
+    /// Maps keyed by clients' strings are seeded: two of them place the same id apart, so no
+    /// set of ids can be worked out offline to share a bucket of the writer's maps.
+    #[test]
+    fn maps_of_clients_strings_are_seeded() {
+        let ids: Vec<String> = (0..8).map(|i| format!("conversation-{i}")).collect();
+        let (a, b) = (
+            Seeded::<String, ()>::default(),
+            Seeded::<String, ()>::default(),
+        );
+        let hashes = |m: &Seeded<String, ()>| -> Vec<u64> {
+            ids.iter().map(|id| m.hasher().hash_one(id)).collect()
+        };
+        assert_ne!(hashes(&a), hashes(&b));
     }
 }

@@ -22,9 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::engine::state::Seeded as HashMap;
 use proto_spec::system::{Created, ForkedFrom, ParentLink, SubconversationStarted, SystemEvent};
 use proto_spec::{AppendResult, ErrorCode, RpcError};
-use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 

@@ -6,8 +6,8 @@
 //! batch (or another node's) opened or closed it, and a batch rolled back is uncounted with it
 //! ([`super::Convs::settle`]).
 
+use crate::engine::state::Seeded as HashMap;
 use proto_spec::{ErrorCode, RpcError};
-use rustc_hash::FxHashMap as HashMap;
 use serde_json::json;
 
 /// The caps (0: none).
