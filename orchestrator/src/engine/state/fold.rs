@@ -94,16 +94,16 @@ impl ConvMachine {
                 seq: d.seq,
                 turn: d.turn,
             };
-            let new = match self.idem.get_mut(d.author.as_str()) {
-                Some(keys) => keys.insert(key.clone(), rec).is_none(),
+            match self.idem.get_mut(d.author.as_str()) {
+                Some(keys) => {
+                    keys.insert(key.clone(), rec);
+                }
                 None => {
                     let mut keys = Seeded::default();
                     keys.insert(key.clone(), rec);
                     self.idem.insert(d.author.clone(), keys);
-                    true
                 }
-            };
-            self.idem_keys += usize::from(new);
+            }
         }
     }
 
@@ -113,6 +113,5 @@ impl ConvMachine {
             keys.retain(|_, r| r.seq < seq);
             !keys.is_empty()
         });
-        self.idem_keys = self.idem.values().map(Seeded::len).sum();
     }
 }

@@ -9,10 +9,6 @@
 //! Storage and transports call it; none of them re-implements a rule.
 
 use std::collections::HashMap;
-
-/// A map keyed by strings clients choose: hashed with a random seed (`ahash`), so that nobody
-/// can make keys that share a bucket of it.
-pub(crate) type Seeded<K, V> = HashMap<K, V, ahash::RandomState>;
 use std::sync::Arc;
 
 use proto_spec::system::{
@@ -170,8 +166,6 @@ pub struct ConvMachine {
     pub core: TurnState,
     /// Idempotency keys by author, then key (looked up by `&str`, with no copy of either).
     idem: Seeded<String, Seeded<String, IdemRecord>>,
-    /// How many keys `idem` holds.
-    idem_keys: usize,
     policy: Option<TurnPolicy>,
     parent: Option<ParentLink>,
 }
@@ -198,6 +192,10 @@ pub fn guidance_for(participants: &[String], c: &TurnState, agent: &str) -> Guid
         mode: c.speaker.as_ref().map(|_| c.mode),
     }
 }
+
+/// A map keyed by strings clients choose: hashed with a random seed (`ahash`), so that nobody
+/// can make keys that share a bucket of it.
+pub(crate) type Seeded<K, V> = HashMap<K, V, ahash::RandomState>;
 
 fn err(code: ErrorCode, message: impl Into<String>, data: Value) -> RpcError {
     RpcError::new(code, message).with_data(data)
@@ -228,7 +226,6 @@ impl ConvMachine {
                 doc_versions: Arc::default(),
             },
             idem: Seeded::default(),
-            idem_keys: 0,
             policy: None,
             parent: None,
         }
@@ -381,6 +378,11 @@ impl ConvMachine {
         self.members.contains(agent, &self.participants)
     }
 
+    /// Whether `author` has a write with idempotency key `key` in the log.
+    pub fn knows_key(&self, author: &str, key: &str) -> bool {
+        self.idem_record(author, key).is_some()
+    }
+
     /// The record of `author`'s write with idempotency key `key`, if it is in the log.
     fn idem_record(&self, author: &str, key: &str) -> Option<&IdemRecord> {
         self.idem.get(author)?.get(key)
@@ -388,7 +390,7 @@ impl ConvMachine {
 
     /// How many idempotency keys are remembered.
     pub fn idempotency_keys(&self) -> usize {
-        self.idem_keys
+        self.idem.values().map(Seeded::len).sum()
     }
 
     /// Guidance for one agent.
@@ -438,7 +440,7 @@ impl ConvMachine {
             }
         }
         if let Some(after) = &req.after {
-            if self.idem_record(&req.author, after).is_none() {
+            if !self.knows_key(&req.author, after) {
                 return Err(err(
                     ErrorCode::InvalidParams,
                     format!(

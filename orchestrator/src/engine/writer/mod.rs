@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::engine::state::Seeded as HashMap;
 use proto_spec::system::{Created, ForkedFrom, ParentLink, SubconversationStarted, SystemEvent};
 use proto_spec::{AppendResult, ErrorCode, RpcError};
 use serde_json::Value;
@@ -31,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::engine::error::{Error, Result};
 use crate::engine::hub::{ConvView, Hub};
 use crate::engine::state::{
-    AppendRequest, Applied, ConvMachine, Draft, ShortKey, TurnPolicy, TurnState,
+    AppendRequest, Applied, ConvMachine, Draft, Seeded, ShortKey, TurnPolicy, TurnState,
 };
 use crate::engine::store::{
     now_ms, Durability, Heard, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
@@ -310,8 +309,8 @@ impl Slot {
 #[derive(Default)]
 struct Convs {
     slots: Vec<Slot>,
-    by_id: HashMap<ShortKey, usize>,
-    by_num: HashMap<i64, usize>,
+    by_id: Seeded<ShortKey, usize>,
+    by_num: Seeded<i64, usize>,
     /// The open ones, per creator and per tree (for the caps).
     open: tally::OpenCounts,
 }
@@ -442,21 +441,16 @@ fn slot_from(
 ) -> Result<Slot> {
     let mut state = ConvMachine::new(record.id.clone(), record.participants.clone());
     let mut turn_started = 0;
-    let mut keyed = 0;
     for e in events {
-        state.observe(&e.draft);
-        if e.draft.client_request_id.is_some() && e.draft.hash.is_some() {
-            keyed += 1;
-            if state.idempotency_keys() != keyed {
+        if let (Some(key), Some(_)) = (&e.draft.client_request_id, e.draft.hash) {
+            if state.knows_key(&e.draft.author, key) {
                 return Err(Error::Corrupt(format!(
-                    "conversation {}: seq {} repeats the idempotency key {:?} of {}",
-                    record.id,
-                    e.draft.seq,
-                    e.draft.client_request_id.as_deref().unwrap_or_default(),
-                    e.draft.author
+                    "conversation {}: seq {} repeats the idempotency key {key:?} of {}",
+                    record.id, e.draft.seq, e.draft.author
                 )));
             }
         }
+        state.observe(&e.draft);
         if state.core.speaker_seq == e.draft.seq {
             turn_started = e.ts_ms;
         }

@@ -6,7 +6,7 @@
 //! batch (or another node's) opened or closed it, and a batch rolled back is uncounted with it
 //! ([`super::Convs::settle`]).
 
-use crate::engine::state::Seeded as HashMap;
+use crate::engine::state::Seeded;
 use proto_spec::{ErrorCode, RpcError};
 use serde_json::json;
 
@@ -24,8 +24,8 @@ pub struct OpenCaps {
 /// How many open conversations each creator and each tree has.
 #[derive(Debug, Default)]
 pub(super) struct OpenCounts {
-    by_creator: HashMap<String, u32>,
-    by_tree: HashMap<String, u32>,
+    by_creator: Seeded<String, u32>,
+    by_tree: Seeded<String, u32>,
 }
 
 impl OpenCounts {
@@ -64,7 +64,7 @@ impl OpenCounts {
     }
 }
 
-fn bump(counts: &mut HashMap<String, u32>, key: &str, up: bool) {
+fn bump(counts: &mut Seeded<String, u32>, key: &str, up: bool) {
     if up {
         match counts.get_mut(key) {
             Some(n) => *n += 1,
