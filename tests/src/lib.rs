@@ -287,16 +287,27 @@ impl TestServer {
         self.boot().await;
     }
 
-    /// Waits until at least `n` waits (long-polls, `waitForChange`, `getUpdatesOrGuidance`)
-    /// are parked on the head of conversation `id`; fails after [`WAIT`].
-    pub async fn wait_for_waiters(&self, id: &str, n: usize) {
-        let conv = self
-            .running()
+    /// The running server's view of conversation `id`.
+    fn view(&self, id: &str) -> std::sync::Arc<orchestrator::engine::hub::ConvView> {
+        self.running()
             .orchestrator()
             .hub()
             .get(id)
-            .unwrap_or_else(|| panic!("no conversation {id}"));
+            .unwrap_or_else(|| panic!("no conversation {id}"))
+    }
+
+    /// Waits until at least `n` waits (long-polls, `waitForChange`, `getUpdatesOrGuidance`)
+    /// are parked on the head of conversation `id`; fails after [`WAIT`].
+    pub async fn wait_for_waiters(&self, id: &str, n: usize) {
+        let conv = self.view(id);
         eventually(&format!("{n} waits parked on {id}"), || conv.waiters() >= n).await;
+    }
+
+    /// Waits until a stream the publisher writes to (a WebSocket subscription, an SSE stream)
+    /// follows conversation `id` live.
+    pub async fn wait_for_live(&self, id: &str) {
+        let conv = self.view(id);
+        eventually(&format!("a live stream of {id}"), || !conv.live.is_empty()).await;
     }
 
     /// The running server.

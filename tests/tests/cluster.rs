@@ -441,8 +441,9 @@ async fn sse_and_long_poll_on_one_node_follow_writes_on_another() {
         body
     };
     let write = async {
-        // The SSE stream and the long-poll both wait on the head.
-        b.wait_for_waiters("web", 2).await;
+        // The long-poll waits on the head; the SSE stream takes events from the publisher.
+        b.wait_for_waiters("web", 1).await;
+        b.wait_for_live("web").await;
         for i in 0..5 {
             send(&alice, "web", &format!("web {i}"), &format!("web-{i}")).await;
         }

@@ -8,7 +8,6 @@
 //! protocol's error (`ParseError` for broken JSON, `InvalidParams` for a missing or unknown
 //! field, `PayloadTooLarge` over the body limit), never a bare text rejection.
 
-use std::convert::Infallible;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -16,7 +15,6 @@ use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -28,6 +26,7 @@ use serde::Serialize;
 use crate::engine::auth::Identity;
 use crate::engine::service::Orchestrator;
 use crate::engine::telemetry;
+use crate::transport::sse;
 
 /// The viewer page, embedded at build time.
 const VIEWER: &str = include_str!("../../assets/viewer.html");
@@ -537,31 +536,27 @@ async fn events(
             },
         )
         .await?;
-    let stream =
-        futures::stream::unfold((feed, slot, grant), |(mut feed, slot, grant)| async move {
-            let next = tokio::select! {
-                n = feed.next() => n,
-                // The token was revoked or expired: the stream ends.
-                _ = grant.revoked() => return None,
-            };
-            match next {
-                Ok(Some(ev)) => {
-                    // The event's JSON is made once, however many streams it goes to.
-                    let sse = SseEvent::default()
-                        .id(ev.seq.to_string())
-                        .data(ev.to_json().get());
-                    Some((Ok::<_, Infallible>(sse), (feed, slot, grant)))
-                }
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "an SSE stream could not read the log");
-                    None
-                }
-            }
-        });
-    let mut resp = Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response();
+    let Ok((conv, cursor)) = feed.into_one() else {
+        // A feed of one conversation starts with nothing read.
+        return Err(api_error(
+            ErrorCode::Internal,
+            "the stream of one conversation could not be opened",
+        ));
+    };
+    let follow = sse::Follow::new(
+        s.orch.store().clone(),
+        s.orch.hub(),
+        conv,
+        cursor,
+        grant,
+        KEEP_ALIVE,
+        slot,
+    );
+    let mut resp = Response::new(Body::from_stream(follow.into_stream()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp.headers_mut()

@@ -9,5 +9,6 @@ pub mod push;
 pub mod rpc;
 pub mod server;
 pub mod session;
+pub mod sse;
 pub mod turnstile;
 pub mod ws;

@@ -24,7 +24,7 @@ use proto_spec::method::names;
 use proto_spec::{ErrorCode, Event, RegisterExecutorParams, RpcError, SubscribeParams};
 
 use crate::engine::fanout::{read_after, Feed, PAGE};
-use crate::engine::hub::live::{LiveEvent, LiveSubscriber};
+use crate::engine::hub::live::{Encoding, LiveEvent, LiveSubscriber};
 use crate::engine::hub::{ConvView, Hub};
 use crate::engine::service::Orchestrator;
 use crate::engine::store::Store;
@@ -47,7 +47,7 @@ pub struct Pusher {
 
 impl LiveSubscriber for Pusher {
     fn offer(&self, event: &LiveEvent<'_>) -> bool {
-        let tail = event.encoded(tail);
+        let tail = event.encoded(Encoding::WebSocket, tail);
         matches!(self.writer.try_frame(&self.prefix, tail), Offered::Queued)
     }
 

@@ -1,5 +1,5 @@
 //! The seam through which the publisher writes committed events to live subscribers that a
-//! transport owns (today the WebSocket `subscribe`).
+//! transport owns (the WebSocket `subscribe` and SSE streams).
 //!
 //! The publisher writes each event to every live subscriber of the conversation as part of
 //! publishing, never waiting: one call per subscriber, no task woken per event (the measured
@@ -26,17 +26,25 @@ pub trait LiveSubscriber: Send + Sync + std::fmt::Debug {
     fn let_go(&self, reached: u64);
 }
 
-/// One committed event as the publisher offers it, with an encoding shared by every
-/// subscriber it is offered to: the first that needs it makes it, the others reuse it. Every
-/// live subscriber of this process encodes an event the same way (one transport writes to
-/// them), so the bytes are made once per event however many subscribers there are.
+/// How a transport writes an event to its live subscribers: each encoding is made once per
+/// event, however many subscribers take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// The shared tail of a WebSocket `event` notification.
+    WebSocket,
+    /// An SSE frame.
+    Sse,
+}
+
+/// One committed event as the publisher offers it, with its encodings shared by every
+/// subscriber it is offered to: the first that needs one makes it, the others reuse it.
 #[derive(Debug)]
 pub struct LiveEvent<'a> {
     /// The conversation the event belongs to.
     pub conversation_id: &'a str,
     /// The event.
     pub event: &'a Event,
-    encoded: OnceLock<Vec<u8>>,
+    encoded: [OnceLock<Vec<u8>>; 2],
 }
 
 impl<'a> LiveEvent<'a> {
@@ -45,14 +53,13 @@ impl<'a> LiveEvent<'a> {
         LiveEvent {
             conversation_id,
             event,
-            encoded: OnceLock::new(),
+            encoded: [OnceLock::new(), OnceLock::new()],
         }
     }
 
-    /// The event's bytes, made by `encode` on first use.
-    pub fn encoded(&self, encode: impl FnOnce(&str, &Event) -> Vec<u8>) -> &[u8] {
-        self.encoded
-            .get_or_init(|| encode(self.conversation_id, self.event))
+    /// The event's bytes in `as_`, made by `encode` on first use.
+    pub fn encoded(&self, as_: Encoding, encode: impl FnOnce(&str, &Event) -> Vec<u8>) -> &[u8] {
+        self.encoded[as_ as usize].get_or_init(|| encode(self.conversation_id, self.event))
     }
 }
 
