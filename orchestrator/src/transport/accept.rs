@@ -27,6 +27,11 @@ use tower::ServiceExt;
 
 use crate::transport::net::{Coalesced, ConnWriter};
 
+/// What hyper buffers of a connection: a request head up to this size, and a response's body
+/// up to this much ahead of the connection's send buffer (an SSE stream's chunks, which its
+/// client may not read). hyper's default is ~400 KiB.
+pub const HTTP_BUFFER: usize = 64 * 1024;
+
 /// What the accept loop needs to know of the limits.
 #[derive(Debug, Clone, Copy)]
 pub struct SocketLimits {
@@ -69,6 +74,7 @@ pub async fn serve<L>(
             let _counted = counted;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
+                .max_buf_size(HTTP_BUFFER)
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout);
             let conn = builder

@@ -30,7 +30,12 @@ use crate::engine::hub::live::{Encoding, LiveEvent, LiveSubscriber};
 use crate::engine::hub::{ConvView, Hub};
 use crate::engine::store::Store;
 use crate::engine::streams::StreamSlot;
-use crate::transport::net::HIGH_WATER;
+
+/// How many bytes of frames a stream's queue holds before the publisher lets it go. With the
+/// connection's HTTP buffer ([`crate::transport::accept::HTTP_BUFFER`]) and its send buffer
+/// ([`crate::transport::net::HIGH_WATER`]), what a stream whose client reads nothing makes
+/// the server hold.
+pub const QUEUE_BYTES: usize = 64 * 1024;
 
 /// `id: SEQ`, then the event's JSON as `data:` lines, then the blank line that ends it.
 pub fn frame(out: &mut Vec<u8>, e: &Event) {
@@ -80,7 +85,7 @@ impl LiveSubscriber for Queued {
     fn offer(&self, event: &LiveEvent<'_>) -> bool {
         let frame = event.encoded(Encoding::Sse, encode);
         let mut q = self.lock();
-        if q.frames.len() >= HIGH_WATER {
+        if q.frames.len() >= QUEUE_BYTES {
             return false;
         }
         let was_empty = q.frames.is_empty();
@@ -274,7 +279,7 @@ mod tests {
     #[test]
     fn a_full_queue_refuses_and_a_let_go_names_the_last_seq_taken() {
         let q = Queued::default();
-        let big = format!("{{\"text\":\"{}\"}}", "x".repeat(16 * 1024));
+        let big = format!("{{\"text\":\"{}\"}}", "x".repeat(4 * 1024));
         let mut taken = 0;
         for seq in 1..=100 {
             let e = event(seq, &big);
@@ -284,7 +289,7 @@ mod tests {
             taken = seq;
         }
         assert!(taken > 0 && taken < 100, "took {taken}");
-        assert!(q.lock().frames.len() >= HIGH_WATER);
+        assert!(q.lock().frames.len() >= QUEUE_BYTES);
         q.let_go(taken);
         assert_eq!(q.lock().let_go, Some(taken));
     }
