@@ -38,7 +38,7 @@ use crate::engine::streams::StreamSlot;
 pub const QUEUE_BYTES: usize = 64 * 1024;
 
 /// `id: SEQ`, then the event's JSON as `data:` lines, then the blank line that ends it.
-pub fn frame(out: &mut Vec<u8>, e: &Event) {
+fn frame(out: &mut Vec<u8>, e: &Event) {
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(e.seq.to_string().as_bytes());
     out.push(b'\n');
@@ -180,7 +180,8 @@ impl Follow {
 
     async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
-            if *self.closing.borrow() {
+            // Checked here too: a stream catching up from the log does not reach the wait below.
+            if *self.closing.borrow() || self.grant.is_revoked() {
                 return None;
             }
             if !self.joined {
