@@ -354,6 +354,10 @@ pub struct ScenarioParticipant {
     /// which speaks for itself with a token of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Whether it is the scenario's caller: whoever creates a conversation from the scenario
+    /// speaks as it (and any agent may create one, not only an admin).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub caller: bool,
 }
 
 /// The `event` notification's result.

@@ -29,6 +29,56 @@ pub struct ScenarioSpec {
     pub turn: Option<TurnSpec>,
 }
 
+impl ScenarioSpec {
+    /// The id of the participant marked `caller`, if any (the first, when a scenario that was
+    /// not checked marks several).
+    pub fn caller(&self) -> Option<&str> {
+        self.participants.iter().find_map(|p| match p {
+            ParticipantSpec::Full(f) if f.caller => Some(f.id.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The scenario as `agent` starts it: its caller participant's id replaced by `agent` in
+    /// the participant list and wherever the policy names a participant (`first`, `sequence`,
+    /// a rule's `next` and `when.author`, an approval's `before` and `approver`). The caller's
+    /// mark is kept, so the `created` event says which participant the creator took. A
+    /// scenario without a caller comes back as it was.
+    pub fn bind_caller(mut self, agent: &str) -> ScenarioSpec {
+        let Some(role) = self.caller().map(str::to_string) else {
+            return self;
+        };
+        let swap = |id: &mut String| {
+            if *id == role {
+                *id = agent.to_string();
+            }
+        };
+        for p in &mut self.participants {
+            match p {
+                ParticipantSpec::Id(id) => swap(id),
+                ParticipantSpec::Full(f) => swap(&mut f.id),
+            }
+        }
+        if let Some(policy) = &mut self.policy {
+            if let Some(first) = &mut policy.first {
+                swap(first);
+            }
+            policy.sequence.iter_mut().for_each(swap);
+            for rule in &mut policy.rules {
+                swap(&mut rule.next);
+                if let Some(author) = &mut rule.when.author {
+                    swap(author);
+                }
+            }
+            for approval in &mut policy.approvals {
+                swap(&mut approval.before);
+                swap(&mut approval.approver);
+            }
+        }
+        self
+    }
+}
+
 /// A participant: an id alone (external), or an object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
@@ -51,6 +101,12 @@ pub struct ParticipantObject {
     /// Speaks from outside the server (WebSocket, MCP, A2A).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub external: bool,
+    /// The external participant whoever creates a conversation from this scenario speaks as:
+    /// the creator's agent id takes its place in the conversation (see
+    /// [`ScenarioSpec::bind_caller`]). At most one per scenario. A scenario of the server's
+    /// library that names one may be started by any agent, not only an admin.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub caller: bool,
     /// The modes it supports, its default first; absent: the kind's own (every mode, except
     /// `tool` and `orchestrate`, which build only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -354,6 +410,42 @@ pub fn approved(payload: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn binding_the_caller_renames_it_wherever_the_scenario_names_a_participant() {
+        let spec: ScenarioSpec = serde_json::from_value(json!({
+            "participants": [{"id": "peer", "external": true, "caller": true}, "expert"],
+            "policy": {
+                "order": "rules", "first": "peer", "sequence": ["peer", "expert"],
+                "rules": [{"when": {"author": "peer"}, "next": "expert"},
+                          {"when": {"author": "expert"}, "next": "peer"}],
+                "approvals": [{"before": "expert", "approver": "peer"}]
+            }
+        }))
+        .unwrap();
+        assert_eq!(spec.caller(), Some("peer"));
+        let bound = spec.clone().bind_caller("acme");
+        let v = serde_json::to_value(&bound).unwrap();
+        assert_eq!(v["participants"][0]["id"], "acme");
+        assert_eq!(v["participants"][0]["caller"], true);
+        assert_eq!(v["participants"][1], "expert");
+        let policy = &v["policy"];
+        assert_eq!(policy["first"], "acme");
+        assert_eq!(policy["sequence"], json!(["acme", "expert"]));
+        assert_eq!(policy["rules"][0]["when"]["author"], "acme");
+        assert_eq!(policy["rules"][0]["next"], "expert");
+        assert_eq!(policy["rules"][1]["next"], "acme");
+        assert_eq!(
+            policy["approvals"][0],
+            json!({"before": "expert", "approver": "acme"})
+        );
+        assert!(!v.to_string().contains("\"peer\""), "{v}");
+
+        let plain: ScenarioSpec =
+            serde_json::from_value(json!({"participants": ["a", "b"]})).unwrap();
+        assert_eq!(plain.caller(), None);
+        assert_eq!(plain.clone().bind_caller("acme"), plain);
+    }
 
     #[test]
     fn paths_and_operators() {

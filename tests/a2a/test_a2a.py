@@ -1,6 +1,9 @@
 """The A2A adapter with the official Python `a2a-sdk` client (protocol 1.0, JSON-RPC): the
 Agent Card, a message and its task, a streamed reply, a resubscription to a running task that
-receives the rest from the log, cancellation, a retried message, and bad input."""
+receives the rest from the log, cancellation, a retried message, and bad input. Every peer
+authenticates with an orchestrator token of its own (the Agent Card's bearer scheme) and speaks
+as the scenario's caller participant; tests/a2a/test_a2a_isolation.py holds two competing peers
+and anonymous clients to what each may reach."""
 
 import asyncio
 import json
@@ -15,6 +18,7 @@ import time
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.client.auth import AuthInterceptor, CredentialService
 from a2a.types import a2a_pb2 as pb
 
 from conftest import BIN, ROOT, Client, Server, make_certs, run, spawn_listening
@@ -26,6 +30,7 @@ name: helpdesk
 participants:
   - id: peer
     external: true
+    caller: true
   - id: assistant
     kind: scripted
     replies:
@@ -44,6 +49,7 @@ name: expert
 participants:
   - id: peer
     external: true
+    caller: true
   - id: expert
     external: true
     modes: [converse, plan]
@@ -60,21 +66,39 @@ def stack(tmp_path):
     (scenarios / "helpdesk.yaml").write_text(HELPDESK)
     (scenarios / "expert.yaml").write_text(EXPERT)
     server = Server(tmp_path / "a2a.db")
-    server.tokens = {"admin": server.token("admin", admin=True), "peer": server.token("peer", admin=True), "expert": server.token("expert")}
+    server.tokens = {"admin": server.token("admin", admin=True), "acme": server.token("acme"),
+                     "globex": server.token("globex"), "expert": server.token("expert")}
     server.start("127.0.0.1:0", "--scenarios", str(scenarios))
     start_adapter(server)
+    global PEER
+    PEER = server.tokens["acme"]
     yield server
     server.adapter.send_signal(signal.SIGKILL)
     server.adapter.wait(10)
     server.stop(signal.SIGKILL)
 
 
-def start_adapter(server, listen="127.0.0.1:0"):
+# The token of the peer the tests speak as by default (acme): set by the `stack` fixture.
+PEER = None
+
+
+def start_adapter(server, listen="127.0.0.1:0", *extra):
+    """The adapter over `server`, with an admin's token for its check at start only."""
     server.adapter, server.a2a = spawn_listening(
-        [A2A_BIN, "--url", server.url, "--listen", listen, "--scenario", "helpdesk", "--scenario", "expert"],
+        [A2A_BIN, "--url", server.url, "--listen", listen, "--scenario", "helpdesk", "--scenario", "expert", *extra],
         r"listening on (http://\S+)",
-        token=server.tokens["peer"],
+        token=server.tokens["admin"],
     )
+
+
+class Bearer(CredentialService):
+    """The official client's credentials: one orchestrator token, for the card's bearer scheme."""
+
+    def __init__(self, token):
+        self.token = token
+
+    async def get_credentials(self, scheme, context):
+        return self.token
 
 
 def user_message(text, message_id, context_id=None, task_id=None):
@@ -86,8 +110,11 @@ def user_message(text, message_id, context_id=None, task_id=None):
     return m
 
 
-async def client_for(url, streaming):
-    return await create_client(url, client_config=ClientConfig(streaming=streaming, httpx_client=httpx.AsyncClient(timeout=30)))
+async def client_for(url, streaming, token=None):
+    """The official client for the agent at `url`, authenticated as `token` (default: acme)
+    through the card's security scheme, as the SDK's AuthInterceptor does it."""
+    config = ClientConfig(streaming=streaming, httpx_client=httpx.AsyncClient(timeout=30))
+    return await create_client(url, client_config=config, interceptors=[AuthInterceptor(Bearer(token or PEER))])
 
 
 async def send(client, message, immediately=False):
@@ -165,8 +192,8 @@ def test_send_a_message_get_the_task_and_retry_it(stack):
 
     conversation = asyncio.run(main())
     assert messages_of(stack, conversation)[:4] == [
-        ("peer", "I need a ticket"), ("assistant", "Hello! What do you need?"),
-        ("peer", "File it please"), ("assistant", "Done: your ticket is filed."),
+        ("acme", "I need a ticket"), ("assistant", "Hello! What do you need?"),
+        ("acme", "File it please"), ("assistant", "Done: your ticket is filed."),
     ]
 
 
@@ -240,8 +267,12 @@ def test_cancel_a_task(stack):
     asyncio.run(main())
 
 
-def rpc(url, method, params):
-    r = httpx.post(url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, headers={"A2A-Version": "1.0"})
+def auth(token=None):
+    return {"A2A-Version": "1.0", "Authorization": f"Bearer {token or PEER}"}
+
+
+def rpc(url, method, params, token=None):
+    r = httpx.post(url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, headers=auth(token))
     assert r.status_code in (200, 404), r.text
     return r.json()
 
@@ -251,7 +282,7 @@ def test_bad_input_gets_a2a_errors(stack):
     # Unknown task, unknown context, malformed message, unknown method.
     assert rpc(url, "GetTask", {"id": "nope~1"})["error"]["code"] == -32001
     assert rpc(url, "GetTask", {"id": "garbage"})["error"]["code"] == -32001
-    assert rpc(url, "SendMessage", {"message": {"messageId": "x1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "no-such"}})["error"]["code"] == -32602
+    assert rpc(url, "SendMessage", {"message": {"messageId": "x1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": "no-such"}})["error"]["code"] == -32001
     assert rpc(url, "SendMessage", {"message": {"messageId": "x2", "role": "ROLE_USER"}})["error"]["code"] == -32602
     assert rpc(url, "SendMessage", {})["error"]["code"] == -32602
     assert rpc(url, "Bogus", {})["error"]["code"] == -32601
@@ -271,7 +302,7 @@ def test_bad_input_gets_a2a_errors(stack):
     third = rpc(url, "SendMessage", {"message": {"messageId": "t3", "role": "ROLE_USER", "parts": [{"text": "three"}], "contextId": context}})
     assert third["error"]["code"] == -32600 and "closed" in third["error"]["message"]
     assert rpc(url, "CancelTask", {"id": first["result"]["task"]["id"]})["error"]["code"] == -32002
-    assert messages_of(stack, context) == [("peer", "one"), ("expert", "That is all.")]
+    assert messages_of(stack, context) == [("acme", "one"), ("expert", "That is all.")]
 
 
 def test_a_peer_asks_for_a_mode_in_the_message_metadata(stack):
@@ -341,7 +372,7 @@ def test_the_wire_has_the_shape_of_the_official_server(stack, official):
 
     def stream(url, mid):
         body = {"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "again"}]}}}
-        with httpx.stream("POST", url, json=body, headers={"A2A-Version": "1.0", "Accept": "text/event-stream"}, timeout=20) as r:
+        with httpx.stream("POST", url, json=body, headers={**auth(), "Accept": "text/event-stream"}, timeout=20) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             lines = [l for l in r.iter_lines() if l.startswith("data:")]
         return [json.loads(l[5:]) for l in lines]
@@ -351,9 +382,10 @@ def test_the_wire_has_the_shape_of_the_official_server(stack, official):
     assert shape(theirs[-1]) == shape(mine[-1])
 
 
-def raw(url, body, headers={"A2A-Version": "1.0"}):
-    """One JSON-RPC request with an exact body (ids of any type) and headers: the answer."""
-    r = httpx.post(url, content=json.dumps(body), headers={"content-type": "application/json", **headers})
+def raw(url, body, headers=None):
+    """One JSON-RPC request with an exact body (ids of any type) and headers (default: the
+    version and acme's credentials): the answer."""
+    r = httpx.post(url, content=json.dumps(body), headers={"content-type": "application/json", **(auth() if headers is None else headers)})
     return r.json()
 
 
@@ -364,7 +396,7 @@ def test_refusals_are_those_of_the_official_server_side_by_side(stack, official)
     theirs = official + "/"
     message = lambda mid, **more: {"message": {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": "hello"}], **more}}
 
-    def both(method, params, id=7, headers={"A2A-Version": "1.0"}, ids=None):
+    def both(method, params, id=7, headers=None, ids=None):
         """The error of each side (ids: a task id per side, put in for TASK)."""
         got = []
         for url, task in zip([theirs, ours], ids or [None, None]):
@@ -401,7 +433,7 @@ def test_refusals_are_those_of_the_official_server_side_by_side(stack, official)
     expert_says(stack, t_ours["contextId"], "Done.", finality="conversation")
     same("a message to a terminal task", both("SendMessage", message("a4", taskId="TASK"), ids=ids), -32004)
     # What was refused reached nothing: ours holds the first message and the expert's only.
-    assert messages_of(stack, t_ours["contextId"]) == [("peer", "hello"), ("expert", "Done.")]
+    assert messages_of(stack, t_ours["contextId"]) == [("acme", "hello"), ("expert", "Done.")]
 
 
 def test_list_tasks_pages_through_the_callers_tasks(stack, official):
@@ -455,11 +487,11 @@ def test_list_tasks_pages_through_the_callers_tasks(stack, official):
     ok = raw(stack.a2a + "/expert/", {"jsonrpc": "2.0", "id": 4, "method": "ListTasks", "params": {"status": "TASK_STATE_COMPLETED"}})
     assert ok["result"]["tasks"] == [] and ok["result"]["totalSize"] == 0, ok
 
-    # A conversation the adapter's identity is not in lists nothing, though that identity is
-    # an admin and could read it.
+    # A conversation the peer takes part in but did not start through the adapter lists
+    # nothing.
     async def elsewhere():
         c = await Client.connect(stack.url, stack.tokens["admin"])
-        await c.call("createConversation", {"conversationId": "not-the-peers", "participants": ["expert"]})
+        await c.call("createConversation", {"conversationId": "not-the-peers", "participants": ["acme", "expert"]})
         await c.close()
 
     asyncio.run(elsewhere())
@@ -476,9 +508,9 @@ def test_a_retried_first_message_answers_at_once(stack):
         "message": {"messageId": "first-retry", "role": "ROLE_USER", "parts": [{"text": "Hello"}]},
         "configuration": {"returnImmediately": True}}}
     first = raw(stack.a2a + "/expert/", body)["result"]["task"]
-    again = httpx.post(stack.a2a + "/expert/", json=body, headers={"A2A-Version": "1.0"}, timeout=10).json()
+    again = httpx.post(stack.a2a + "/expert/", json=body, headers=auth(), timeout=10).json()
     assert again["result"]["task"]["id"] == first["id"], again
-    assert messages_of(stack, first["contextId"]) == [("peer", "Hello")]
+    assert messages_of(stack, first["contextId"]) == [("acme", "Hello")]
 
 
 def test_tasks_survive_an_adapter_restart(stack):
@@ -522,20 +554,21 @@ def test_over_tls_the_official_client_reaches_the_scenario_through_both_hops(tmp
     scenarios.mkdir()
     (scenarios / "helpdesk.yaml").write_text(HELPDESK)
     server = Server(tmp_path / "a2a-tls.db")
-    server.tokens = {"admin": server.token("admin", admin=True), "peer": server.token("peer", admin=True)}
+    server.tokens = {"admin": server.token("admin", admin=True), "acme": server.token("acme")}
     server.start("127.0.0.1:0", "--scenarios", str(scenarios), "--tls-cert", upstream["cert"], "--tls-key", upstream["key"])
     assert server.url.startswith("wss://")
     adapter, url = spawn_listening(
         [A2A_BIN, "--url", server.url, "--listen", "127.0.0.1:0", "--scenario", "helpdesk",
          "--tls-cert", own["cert"], "--tls-key", own["key"]],
-        r"listening on (https://\S+)", token=server.tokens["peer"], env={"ORCHESTRATOR_CA_FILE": upstream["ca"]})
+        r"listening on (https://\S+)", token=server.tokens["admin"], env={"ORCHESTRATOR_CA_FILE": upstream["ca"]})
     try:
         async def main():
             verify = ssl.create_default_context(cafile=own["ca"])
             http = httpx.AsyncClient(timeout=30, verify=verify)
             card = await A2ACardResolver(http, url).get_agent_card()
             assert card.supported_interfaces[0].url == url + "/helpdesk/"
-            client = await create_client(url, client_config=ClientConfig(streaming=False, httpx_client=http))
+            client = await create_client(url, client_config=ClientConfig(streaming=False, httpx_client=http),
+                                         interceptors=[AuthInterceptor(Bearer(server.tokens["acme"]))])
             [ev] = await send(client, user_message("I need a ticket", "tls-1"))
             assert ev.task.status.message.parts[0].text == "Hello! What do you need?"
             await client.close()

@@ -3,6 +3,7 @@
 //! stream of a task's updates, each read back from the log.
 
 use super::*;
+use crate::peers::StreamSlot;
 
 /// Text (and the first data part) of an A2A message.
 fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aError> {
@@ -37,11 +38,100 @@ fn read_message(params: &Value) -> Result<(String, String, Option<Value>), A2aEr
     Ok((message_id, text.join("\n"), data))
 }
 
+/// The metadata a context the adapter starts is created with: what [`owns`] checks.
+fn context_metadata(scenario: &str, message_id: &str) -> Value {
+    json!({"a2a": {"scenario": scenario, "messageId": message_id}})
+}
+
+/// Whether `conversation` is a context the peer started through the adapter from the scenario
+/// it calls: the conversation's `created` event names the peer as its creator and the scenario
+/// in its metadata. Anything else (a conversation of someone else's, or one of the peer's own
+/// that the adapter did not start) is answered as not found, the same whether it exists or not.
+pub(crate) async fn owns(call: &Call<'_>, conversation: &str) -> Result<(), A2aError> {
+    if call.peer.knows_context(call.scenario, conversation) {
+        return Ok(());
+    }
+    let first = call
+        .client()
+        .tail(TailParams {
+            conversation_id: conversation.to_string(),
+            since_seq: 0,
+            limit: Some(1),
+        })
+        .await;
+    let first = match first {
+        Ok(page) => page.events.into_iter().next(),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(ErrorCode::ConversationNotFound | ErrorCode::Forbidden)
+            ) =>
+        {
+            None
+        }
+        Err(e) => return Err(A2aError::upstream(e)),
+    };
+    let created = first.and_then(|e| match SystemEvent::from_value(&e.payload_value()) {
+        Some(SystemEvent::Created(c)) => Some(c),
+        _ => None,
+    });
+    let mine = created.is_some_and(|c| {
+        c.created_by == call.me()
+            && c.metadata.as_ref().and_then(|m| m.pointer("/a2a/scenario"))
+                == Some(&json!(call.scenario))
+    });
+    if !mine {
+        return Err(A2aError::context_not_found(conversation));
+    }
+    call.peer.learn_context(call.scenario, conversation);
+    Ok(())
+}
+
+/// Starts a new context for a first message: a conversation from the scenario, created by the
+/// peer. Its id is the peer's keyed hash of the messageId, so a retried first message finds the
+/// same conversation; the bool says whether it is new (a retry's message is in the log already).
+async fn new_context(call: &Call<'_>, message_id: &str) -> Result<(String, bool), A2aError> {
+    let id = call.peer.context_id(message_id);
+    call.peer.new_context(call.app.peers.limits())?;
+    let created = call
+        .client()
+        .create_conversation(CreateConversationParams {
+            conversation_id: Some(id.clone()),
+            scenario: None,
+            scenario_name: Some(call.scenario.to_string()),
+            participants: None,
+            metadata: Some(context_metadata(call.scenario, message_id)),
+            parent_conversation_id: None,
+            input: None,
+        })
+        .await;
+    match created {
+        Ok(r) => {
+            call.peer.learn_context(call.scenario, &r.conversation_id);
+            Ok((r.conversation_id, true))
+        }
+        Err(e) if e.code() == Some(ErrorCode::ConversationExists) => {
+            owns(call, &id).await?;
+            Ok((id, false))
+        }
+        Err(ClientError::Rpc(e)) if e.code == ErrorCode::Forbidden => Err(A2aError::new(
+            -32603,
+            "SCENARIO_HAS_NO_CALLER",
+            format!(
+                "the orchestrator refused to start scenario {:?} for {}: {} (the operator marks the participant a peer speaks as with `caller: true`)",
+                call.scenario,
+                call.me(),
+                e.message
+            ),
+        )),
+        Err(e) => Err(A2aError::upstream(e)),
+    }
+}
+
 /// Posts the peer's message (starting a conversation when it names no context); the task it
 /// opens or continues, as read back after it, and the message's seq.
 pub(crate) async fn start_exchange(
-    app: &App,
-    scenario: &str,
+    call: &Call<'_>,
     params: &Value,
 ) -> Result<(TaskView, u64), A2aError> {
     let (message_id, text, data) = read_message(params)?;
@@ -65,41 +155,22 @@ pub(crate) async fn start_exchange(
             )));
         }
     }
-    let mut fresh = m["contextId"].as_str().is_none() && existing_task.is_none();
-    let conversation = match (m["contextId"].as_str(), &existing_task) {
-        (_, Some(t)) => t.conversation.clone(),
-        (Some(c), None) => c.to_string(),
-        (None, None) => {
-            // A new context: a new conversation from the scenario. Its id comes from the
-            // messageId, so a retried first message finds the same conversation.
-            let id = format!("a2a-{}", short_hash(&message_id));
-            let created = app
-                .client
-                .create_conversation(CreateConversationParams {
-                    conversation_id: Some(id.clone()),
-                    scenario: None,
-                    scenario_name: Some(scenario.to_string()),
-                    participants: None,
-                    metadata: Some(json!({"a2a": {"scenario": scenario, "messageId": message_id}})),
-                    parent_conversation_id: None,
-                    input: None,
-                })
-                .await;
-            match created {
-                Ok(r) => r.conversation_id,
-                Err(e) if e.code() == Some(ErrorCode::ConversationExists) => {
-                    // A retried first message: it is in the log already (its key answers it),
-                    // so waiting for a turn that is now the others' would hold the retry.
-                    fresh = false;
-                    id
-                }
-                Err(e) => return Err(A2aError::upstream(e)),
-            }
+    let (conversation, fresh) = match (m["contextId"].as_str(), &existing_task) {
+        (_, Some(t)) => {
+            owns(call, &t.conversation)
+                .await
+                .map_err(|_| A2aError::task_not_found(&t.wire()))?;
+            (t.conversation.clone(), false)
         }
+        (Some(c), None) => {
+            owns(call, c).await?;
+            (c.to_string(), false)
+        }
+        (None, None) => new_context(call, &message_id).await?,
     };
     if let Some(t) = &existing_task {
         // The task must be the peer's, in this context.
-        let view = tasks::read(&app.client, &app.me, t)
+        let view = tasks::read(call.client(), call.me(), t)
             .await
             .map_err(|e| A2aError::from_read(e, &t.wire()))?;
         if view.state.terminal() {
@@ -116,7 +187,7 @@ pub(crate) async fn start_exchange(
     }
     if fresh {
         // A scenario may open with others speaking: wait (briefly) for the peer's turn.
-        wait_for_turn(app, &conversation).await;
+        wait_for_turn(call, &conversation).await;
     }
     let mut payload = MessagePayload::text(text);
     payload.data = data;
@@ -124,8 +195,8 @@ pub(crate) async fn start_exchange(
     if let Some(t) = &existing_task {
         payload.tags = vec![tasks::follow_up_tag(t)];
     }
-    let posted = app
-        .client
+    let posted = call
+        .client()
         .send_message(SendMessageParams {
             conversation_id: conversation.clone(),
             payload,
@@ -140,80 +211,104 @@ pub(crate) async fn start_exchange(
         conversation,
         start: posted.seq,
     });
-    let view = tasks::read(&app.client, &app.me, &task)
+    let view = tasks::read(call.client(), call.me(), &task)
         .await
         .map_err(|e| A2aError::from_read(e, &task.wire()))?;
     Ok((view, posted.seq))
 }
 
-fn short_hash(s: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    s.hash(&mut h);
-    format!("{:016x}", h.finish())
+/// A conversation's new events as they are committed: a subscription on the peer's own
+/// connection, from a seq on. Dropping it ends the subscription on the orchestrator at once,
+/// so nothing of a peer that went away keeps waiting there.
+pub(crate) struct Changes {
+    events: agent_sdk::EventStream,
 }
 
-async fn wait_for_turn(app: &App, conversation: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut since = 0;
-    while Instant::now() < deadline {
-        let Ok(snap) = app.client.get_conversation(conversation).await else {
-            return;
-        };
-        if snap.guidance.status != GuidanceStatus::Wait {
-            return;
-        }
-        since = since.max(snap.latest_seq);
-        let _ = app
-            .client
-            .wait_for_change(WaitForChangeParams {
-                conversation_id: conversation.to_string(),
-                since_seq: since,
-                timeout_ms: 2_000,
+impl Changes {
+    pub(crate) async fn from(
+        client: &WsJsonRpcClient,
+        conversation: &str,
+        since: u64,
+    ) -> Result<Changes, A2aError> {
+        let events = client
+            .subscribe(SubscribeParams {
+                conversation_id: Some(conversation.to_string()),
+                since_seq: Some(since),
+                cursors: None,
             })
-            .await;
+            .await
+            .map_err(A2aError::upstream)?;
+        Ok(Changes { events })
+    }
+
+    /// Waits until at least one event came (then takes every one already here), or `until`.
+    /// `Ok(false)`: the time ran out; an error: the subscription ended.
+    pub(crate) async fn wait(&mut self, until: Instant) -> Result<bool, A2aError> {
+        use futures::FutureExt;
+        let until = tokio::time::Instant::from_std(until);
+        match tokio::time::timeout_at(until, self.events.next()).await {
+            Err(_) => Ok(false),
+            Ok(None) => Err(A2aError::new(
+                -32603,
+                "UPSTREAM_UNAVAILABLE",
+                "the orchestrator ended the subscription to this context",
+            )),
+            Ok(Some(_)) => {
+                while let Some(Some(_)) = self.events.next().now_or_never() {}
+                Ok(true)
+            }
+        }
+    }
+}
+
+async fn wait_for_turn(call: &Call<'_>, conversation: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let Ok(snap) = call.client().get_conversation(conversation).await else {
+        return;
+    };
+    if snap.guidance.status != GuidanceStatus::Wait {
+        return;
+    }
+    let Ok(mut changes) = Changes::from(call.client(), conversation, snap.latest_seq).await else {
+        return;
+    };
+    while let Ok(true) = changes.wait(deadline).await {
+        match call.client().get_conversation(conversation).await {
+            Ok(snap) if snap.guidance.status == GuidanceStatus::Wait => {}
+            _ => return,
+        }
     }
 }
 
 /// Waits until the task settles (or `until`), following the log from `view.latest_seq`.
-async fn settle(app: &App, mut view: TaskView, until: Instant) -> Result<TaskView, A2aError> {
-    while !view.state.settled() && Instant::now() < until {
-        let left = until.saturating_duration_since(Instant::now());
-        let _ = app
-            .client
-            .wait_for_change(WaitForChangeParams {
-                conversation_id: view.id.conversation.clone(),
-                since_seq: view.latest_seq,
-                timeout_ms: (left.as_millis() as u64).clamp(1, POLL_MS),
-            })
-            .await
-            .map_err(A2aError::upstream)?;
-        view = tasks::read(&app.client, &app.me, &view.id)
+async fn settle(call: &Call<'_>, mut view: TaskView, until: Instant) -> Result<TaskView, A2aError> {
+    if view.state.settled() {
+        return Ok(view);
+    }
+    let mut changes = Changes::from(call.client(), &view.id.conversation, view.latest_seq).await?;
+    while !view.state.settled() && changes.wait(until).await? {
+        view = tasks::read(call.client(), call.me(), &view.id)
             .await
             .map_err(|e| A2aError::from_read(e, &view.id.wire()))?;
     }
     Ok(view)
 }
 
-pub(crate) async fn send_message(
-    app: &App,
-    scenario: &str,
-    params: &Value,
-) -> Result<Value, A2aError> {
+pub(crate) async fn send_message(call: &Call<'_>, params: &Value) -> Result<Value, A2aError> {
     // Checked before anything is posted.
     let history = history_length(&params["configuration"])?;
-    let (view, _) = start_exchange(app, scenario, params).await?;
+    let (view, _) = start_exchange(call, params).await?;
     let immediate = params["configuration"]["returnImmediately"].as_bool() == Some(true);
     let view = if immediate {
         view
     } else {
-        settle(app, view, Instant::now() + app.blocking_wait).await?
+        settle(call, view, Instant::now() + call.app.blocking_wait).await?
     };
-    Ok(json!({"task": view.wire(&app.me, history)}))
+    Ok(json!({"task": view.wire(call.me(), history)}))
 }
 
 /// `historyLength`: how many of the latest messages to include (none: all); never negative.
-fn history_length(v: &Value) -> Result<Option<usize>, A2aError> {
+pub(crate) fn history_length(v: &Value) -> Result<Option<usize>, A2aError> {
     match v.get("historyLength") {
         None | Some(Value::Null) => Ok(None),
         Some(n) => n.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
@@ -222,25 +317,28 @@ fn history_length(v: &Value) -> Result<Option<usize>, A2aError> {
     }
 }
 
-/// The task that `params.id` names, read from the log.
-pub(crate) async fn task_of(app: &App, params: &Value) -> Result<TaskView, A2aError> {
+/// The task that `params.id` names, read from the log, if it is the peer's.
+pub(crate) async fn task_of(call: &Call<'_>, params: &Value) -> Result<TaskView, A2aError> {
     let task = params["id"]
         .as_str()
         .ok_or_else(|| A2aError::invalid_params("id: the task id is required"))?;
     let tid = TaskId::parse(task).ok_or_else(|| A2aError::task_not_found(task))?;
-    tasks::read(&app.client, &app.me, &tid)
+    owns(call, &tid.conversation)
+        .await
+        .map_err(|_| A2aError::task_not_found(task))?;
+    tasks::read(call.client(), call.me(), &tid)
         .await
         .map_err(|e| A2aError::from_read(e, task))
 }
 
-pub(crate) async fn get_task(app: &App, params: &Value) -> Result<Value, A2aError> {
+pub(crate) async fn get_task(call: &Call<'_>, params: &Value) -> Result<Value, A2aError> {
     let history = history_length(params)?;
-    let view = task_of(app, params).await?;
-    Ok(view.wire(&app.me, history))
+    let view = task_of(call, params).await?;
+    Ok(view.wire(call.me(), history))
 }
 
-pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aError> {
-    let view = task_of(app, params).await?;
+pub(crate) async fn cancel_task(call: &Call<'_>, params: &Value) -> Result<Value, A2aError> {
+    let view = task_of(call, params).await?;
     let task = view.id.wire();
     let tid = view.id.clone();
     if view.state.terminal() {
@@ -250,7 +348,7 @@ pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aE
             format!("task {task} is already {}", view.state.wire()),
         ));
     }
-    app.client
+    call.client()
         .send_trace(SendTraceParams {
             conversation_id: tid.conversation.clone(),
             payload: json!({"type": CANCEL_TRACE, "taskId": task}),
@@ -261,10 +359,10 @@ pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aE
         })
         .await
         .map_err(A2aError::upstream)?;
-    let view = tasks::read(&app.client, &app.me, &tid)
+    let view = tasks::read(call.client(), call.me(), &tid)
         .await
         .map_err(|e| A2aError::from_read(e, &task))?;
-    Ok(view.wire(&app.me, None))
+    Ok(view.wire(call.me(), None))
 }
 
 /// An SSE answer: the task first, then a `working` update for each new message from the
@@ -276,7 +374,8 @@ pub(crate) async fn cancel_task(app: &App, params: &Value) -> Result<Value, A2aE
 /// stream opens with: an agent in the server may answer before the task is read back, and the
 /// peer must not find the answer only inside the task, with a stream that ends at once.
 pub(crate) fn stream(
-    app: Shared,
+    peer: Arc<Peer>,
+    slot: StreamSlot,
     id: Value,
     view: TaskView,
     announce_after: Option<u64>,
@@ -285,7 +384,11 @@ pub(crate) fn stream(
         let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
         Ok(SseEvent::default().data(body.to_string()))
     };
-    let mut resp = Sse::new(follow(app, view, announce_after, frame)).into_response();
+    // The keep-alive comments find a peer that went away without a word: the stream is then
+    // dropped, and its subscription with it.
+    let mut resp = Sse::new(follow(peer, slot, view, announce_after, frame))
+        .keep_alive(axum::response::sse::KeepAlive::default())
+        .into_response();
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         header::HeaderValue::from_static("no-store"),
@@ -294,9 +397,13 @@ pub(crate) fn stream(
 }
 
 struct Follow<F> {
-    app: Shared,
+    peer: Arc<Peer>,
+    /// Held while the stream is open: the peer's cap on open streams.
+    _slot: StreamSlot,
     frame: F,
     view: TaskView,
+    /// The subscription the stream waits on, opened at its first wait.
+    changes: Option<Changes>,
     /// Messages from the others up to this seq are sent.
     sent: u64,
     queue: std::collections::VecDeque<Value>,
@@ -331,8 +438,53 @@ fn announce(
     settled
 }
 
+/// One wait of a stream for the conversation to move.
+const STREAM_WAIT: Duration = Duration::from_secs(20);
+
+impl<F> Follow<F> {
+    /// Waits for the conversation to move past the view and reads the task again; `None` when
+    /// the stream must end (the orchestrator cannot be asked).
+    async fn next_view(&mut self) -> Option<TaskView> {
+        let task = self.view.id.wire();
+        if self.changes.is_none() {
+            let opened = Changes::from(
+                &self.peer.client,
+                &self.view.id.conversation,
+                self.view.latest_seq,
+            )
+            .await;
+            match opened {
+                Ok(c) => self.changes = Some(c),
+                Err(e) => {
+                    tracing::warn!(%task, error = ?e, "a task's stream ends: subscribing to its conversation failed");
+                    return None;
+                }
+            }
+        }
+        let changes = self.changes.as_mut()?;
+        loop {
+            match changes.wait(Instant::now() + STREAM_WAIT).await {
+                Ok(true) => break,
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(%task, error = ?e, "a task's stream ends: its subscription ended");
+                    return None;
+                }
+            }
+        }
+        match tasks::read(&self.peer.client, &self.peer.me, &self.view.id).await {
+            Ok(next) => Some(next),
+            Err(e) => {
+                tracing::warn!(%task, error = ?e, "a task's stream ends: reading the task back failed");
+                None
+            }
+        }
+    }
+}
+
 fn follow<F>(
-    app: Shared,
+    peer: Arc<Peer>,
+    slot: StreamSlot,
     view: TaskView,
     announce_after: Option<u64>,
     frame: F,
@@ -341,18 +493,20 @@ where
     F: Fn(Value) -> Result<SseEvent, Infallible> + Send + 'static,
 {
     let mut queue = std::collections::VecDeque::new();
-    queue.push_back(json!({"task": view.wire(&app.me, None)}));
+    queue.push_back(json!({"task": view.wire(&peer.me, None)}));
     let (mut sent, mut done) = (view.latest_seq, view.state.settled());
     if let Some(after) = announce_after {
         sent = after;
-        done = announce(&app.me, &mut sent, &view, &mut queue);
+        done = announce(&peer.me, &mut sent, &view, &mut queue);
     }
     let state = Follow {
         sent,
         done,
-        app,
+        peer,
+        _slot: slot,
         frame,
         view,
+        changes: None,
         queue,
     };
     futures::stream::unfold(state, |mut st| async move {
@@ -364,168 +518,13 @@ where
             if st.done {
                 return None;
             }
-            let waited = st
-                .app
-                .client
-                .wait_for_change(WaitForChangeParams {
-                    conversation_id: st.view.id.conversation.clone(),
-                    since_seq: st.view.latest_seq,
-                    timeout_ms: POLL_MS,
-                })
-                .await;
             // The stream ends without its settling update only when the orchestrator cannot
             // be asked; the peer then reads the task with `GetTask` or subscribes again.
-            if let Err(e) = waited {
-                tracing::warn!(task = %st.view.id.wire(), error = %e, "a task's stream ends: waiting on its conversation failed");
-                return None;
-            }
-            let next = match tasks::read(&st.app.client, &st.app.me, &st.view.id).await {
-                Ok(next) => next,
-                Err(e) => {
-                    tracing::warn!(task = %st.view.id.wire(), error = ?e, "a task's stream ends: reading the task back failed");
-                    return None;
-                }
-            };
-            st.done = announce(&st.app.me, &mut st.sent, &next, &mut st.queue);
+            let next = st.next_view().await?;
+            st.done = announce(&st.peer.me, &mut st.sent, &next, &mut st.queue);
             st.view = next;
         }
     })
-}
-
-/// The most tasks one `ListTasks` page holds, and how many when the caller does not say.
-const MAX_PAGE_SIZE: u64 = 100;
-const DEFAULT_PAGE_SIZE: u64 = 50;
-
-/// A task's place in the listing (newest status first, then by id, both descending), which a
-/// page token carries: the place of the last task of the page before.
-type Place = (i64, String);
-
-fn place_of(view: &TaskView) -> Place {
-    let ms = chrono::DateTime::parse_from_rfc3339(&view.ts).map_or(0, |t| t.timestamp_millis());
-    (ms, view.id.wire())
-}
-
-fn encode_token(place: &Place) -> String {
-    hex::encode(json!({"ts": place.0, "id": place.1}).to_string())
-}
-
-fn decode_token(token: &str) -> Result<Place, A2aError> {
-    let bad = || {
-        A2aError::invalid_params(format!(
-            "pageToken: {token:?} is not a token this server gave"
-        ))
-    };
-    let bytes = hex::decode(token).map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    match (v["ts"].as_i64(), v["id"].as_str()) {
-        (Some(ts), Some(id)) => Ok((ts, id.to_string())),
-        _ => Err(bad()),
-    }
-}
-
-/// `ListTasks`: the caller's tasks (every message of the adapter's identity that opened one,
-/// in every conversation it takes part in, or in `contextId`), newest status first, a page at a
-/// time (`pageSize` 1–100, default 50; `nextPageToken` names where the next page starts), with
-/// the filters `status` and `statusTimestampAfter` and `historyLength` applied to each task.
-pub(crate) async fn list_tasks(app: &App, params: &Value) -> Result<Value, A2aError> {
-    let history = history_length(params)?;
-    let page_size = match params.get("pageSize") {
-        None | Some(Value::Null) => DEFAULT_PAGE_SIZE,
-        Some(n) => match n.as_i64() {
-            Some(n) if n < 1 => return Err(A2aError::invalid_params("minimum page size is 1")),
-            Some(n) if n as u64 > MAX_PAGE_SIZE => {
-                return Err(A2aError::invalid_params(format!(
-                    "maximum page size is {MAX_PAGE_SIZE}"
-                )))
-            }
-            Some(n) => n as u64,
-            None => return Err(A2aError::invalid_params("pageSize must be an integer")),
-        },
-    };
-    let status = match params.get("status") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() || s == "TASK_STATE_UNSPECIFIED" => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(A2aError::invalid_params("status must be a task state")),
-    };
-    let after_ms = match params.get("statusTimestampAfter") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_str()
-                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-                .map(|t| t.timestamp_millis())
-                .ok_or_else(|| {
-                    A2aError::invalid_params("statusTimestampAfter must be an RFC 3339 time")
-                })?,
-        ),
-    };
-    let after = match params["pageToken"].as_str() {
-        None | Some("") => None,
-        Some(t) => Some(decode_token(t)?),
-    };
-    let contexts: Vec<Snapshot> = match params["contextId"].as_str() {
-        Some(c) if !c.is_empty() => match app.client.get_conversation(c).await {
-            Ok(s) => vec![s],
-            Err(e) if e.code() == Some(ErrorCode::ConversationNotFound) => Vec::new(),
-            Err(e) => return Err(A2aError::upstream(e)),
-        },
-        _ => {
-            app.client
-                .list_conversations()
-                .await
-                .map_err(A2aError::upstream)?
-                .conversations
-        }
-    };
-    // Only conversations the adapter's identity takes part in (it is an admin, and reads more).
-    let mine = contexts
-        .iter()
-        .filter(|s| s.participants.iter().any(|p| p == &app.me));
-    let mut placed: Vec<(Place, TaskView)> = Vec::new();
-    for snapshot in mine {
-        let events = tasks::events_after(&app.client, &snapshot.conversation_id, 0)
-            .await
-            .map_err(|e| A2aError::from_read(e, &snapshot.conversation_id))?;
-        for (i, e) in events.iter().enumerate() {
-            if !tasks::opens_task(&app.me, e) {
-                continue;
-            }
-            let id = TaskId {
-                conversation: snapshot.conversation_id.clone(),
-                start: e.seq,
-            };
-            let Some(view) = tasks::view(snapshot, &events[i..], &app.me, &id) else {
-                continue;
-            };
-            let place = place_of(&view);
-            let wanted = status.as_deref().is_none_or(|s| view.state.wire() == s)
-                && after_ms.is_none_or(|t| place.0 >= t);
-            if wanted {
-                placed.push((place, view));
-            }
-        }
-    }
-    placed.sort_by(|a, b| b.0.cmp(&a.0));
-    let total = placed.len();
-    let start = after.map_or(0, |p| {
-        placed.iter().position(|(q, _)| *q < p).unwrap_or(total)
-    });
-    let end = (start + page_size as usize).min(total);
-    let next = if end < total {
-        encode_token(&placed[end - 1].0)
-    } else {
-        String::new()
-    };
-    let tasks: Vec<Value> = placed[start..end]
-        .iter()
-        .map(|(_, v)| v.wire(&app.me, history))
-        .collect();
-    Ok(json!({
-        "tasks": tasks,
-        "nextPageToken": next,
-        "pageSize": page_size,
-        "totalSize": total,
-    }))
 }
 
 #[cfg(test)]

@@ -4,10 +4,17 @@
 //!
 //! - One Agent Card per exposed scenario, at `/{scenario}/.well-known/agent-card.json` (the
 //!   first scenario's also at `/.well-known/agent-card.json`); its JSON-RPC endpoint is
-//!   `/{scenario}/` (the first's also `/`).
+//!   `/{scenario}/` (the first's also `/`). The card declares one security scheme: HTTP
+//!   `Bearer`, an orchestrator token.
+//! - Every call is authenticated ([`peers`]): the peer's token opens the adapter's connection to
+//!   the orchestrator for that peer, so the peer acts there as its own principal, never as the
+//!   adapter. A call without a usable token is answered 401.
 //! - An A2A `contextId` is a conversation: a message without one starts a new conversation from
-//!   the scenario; the peer speaks in it as the adapter's agent, which must be an external
-//!   participant of the scenario (and an admin, to create conversations).
+//!   the scenario, created by the peer, who speaks in it as the scenario's `caller` participant
+//!   (its agent id takes that participant's place). A peer reaches only the contexts it
+//!   started through the adapter, from the scenario it calls; any other id is answered as not
+//!   found, the same whether it exists or not. Context ids are keyed hashes of the first
+//!   messageId under the peer's token: nobody else can tell one in advance.
 //! - A task is one exchange (see [`tasks`]): `input-required` when the turn comes back to the
 //!   peer, `completed` when the conversation closes, `canceled` on `CancelTask`. Its state is
 //!   read back from the log each time, so the adapter holds nothing a restart could lose.
@@ -15,10 +22,13 @@
 //!   `a2a:{messageId}`: nothing is appended twice and the same task comes back.
 //!
 //! ```sh
-//! ORCHESTRATOR_TOKEN=oct_… orchestrator-a2a --scenario support --listen 127.0.0.1:7400
+//! orchestrator-a2a --url ws://127.0.0.1:7300/rpc --scenario support --listen 127.0.0.1:7400
 //! ```
 
+mod error;
 mod exchange;
+mod listing;
+mod peers;
 mod tasks;
 
 use std::convert::Infallible;
@@ -37,23 +47,22 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::exchange::{
-    cancel_task, get_task, list_tasks, send_message, start_exchange, stream, task_of,
-};
-use crate::tasks::{ReadError, State as TaskState, TaskId, TaskView, CANCEL_TRACE, KEY_PREFIX};
+use crate::error::A2aError;
+use crate::exchange::{cancel_task, get_task, send_message, start_exchange, stream, task_of};
+use crate::listing::list_tasks;
+pub use crate::peers::PeerLimits;
+use crate::peers::{Peer, Peers};
+use crate::tasks::{State as TaskState, TaskId, TaskView, CANCEL_TRACE, KEY_PREFIX};
 
 /// How long a blocking `SendMessage` waits for the exchange to settle before it answers with
 /// the task still `working` (the peer can then poll with `GetTask` or `SubscribeToTask`).
 const BLOCKING_WAIT: Duration = Duration::from_secs(60);
-/// One wait on the orchestrator while streaming.
-const POLL_MS: u64 = 20_000;
 
-/// The adapter: its connection to the orchestrator, who it speaks as, where peers reach it
-/// and the scenarios it exposes.
+/// The adapter: where its peers' connections go, where peers reach it and the scenarios it
+/// exposes.
 #[derive(Debug)]
 pub struct App {
-    client: Arc<WsJsonRpcClient>,
-    me: String,
+    peers: Peers,
     public_url: String,
     scenarios: Vec<String>,
     /// How long a blocking `SendMessage` waits ([`BLOCKING_WAIT`] unless told).
@@ -62,116 +71,37 @@ pub struct App {
 
 type Shared = Arc<App>;
 
-/// An A2A JSON-RPC error.
-struct A2aError {
-    code: i32,
-    message: String,
-    reason: &'static str,
+/// One call: the peer that makes it and the scenario whose endpoint it reached.
+pub(crate) struct Call<'a> {
+    pub(crate) app: &'a App,
+    pub(crate) peer: Arc<Peer>,
+    pub(crate) scenario: &'a str,
 }
 
-impl A2aError {
-    fn new(code: i32, reason: &'static str, message: impl Into<String>) -> A2aError {
-        A2aError {
-            code,
-            message: message.into(),
-            reason,
-        }
+impl Call<'_> {
+    /// The agent id the peer speaks as.
+    pub(crate) fn me(&self) -> &str {
+        &self.peer.me
     }
 
-    fn task_not_found(id: &str) -> A2aError {
-        A2aError::new(-32001, "TASK_NOT_FOUND", format!("no task {id}"))
-    }
-
-    fn invalid_params(message: impl Into<String>) -> A2aError {
-        A2aError::new(-32602, "INVALID_PARAMS", message)
-    }
-
-    fn wire(&self, id: &Value) -> Value {
-        json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {
-                "code": self.code,
-                "message": self.message,
-                "data": [{
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": self.reason,
-                    "domain": "a2a-protocol.org",
-                    "metadata": {},
-                }],
-            },
-        })
-    }
-
-    /// A refusal of the orchestrator, in A2A terms.
-    fn upstream(e: ClientError) -> A2aError {
-        match &e {
-            ClientError::Rpc(rpc) => match rpc.code {
-                ErrorCode::ConversationNotFound | ErrorCode::Forbidden => {
-                    A2aError::invalid_params(format!("unknown contextId: {}", rpc.message))
-                }
-                ErrorCode::NotYourTurn | ErrorCode::TurnMismatch | ErrorCode::TurnClosed => {
-                    A2aError::new(
-                        -32600,
-                        "NOT_YOUR_TURN",
-                        format!(
-                            "{}; wait until the task is input-required before sending",
-                            rpc.message
-                        ),
-                    )
-                }
-                ErrorCode::ConversationClosed => A2aError::new(
-                    -32600,
-                    "CONTEXT_CLOSED",
-                    format!("{}; start a new context", rpc.message),
-                ),
-                ErrorCode::ConversationPaused => A2aError::new(
-                    -32600,
-                    "CONTEXT_PAUSED",
-                    format!("{}; try again once it resumes", rpc.message),
-                ),
-                ErrorCode::IdempotencyKeyReused => A2aError::invalid_params(format!(
-                    "this messageId was sent before with another content: {}",
-                    rpc.message
-                )),
-                ErrorCode::ModeNotSupported => {
-                    A2aError::invalid_params(format!("message.metadata.mode: {}", rpc.message))
-                }
-                ErrorCode::PayloadTooLarge | ErrorCode::InvalidParams => {
-                    A2aError::invalid_params(rpc.message.clone())
-                }
-                _ => A2aError::new(-32603, "INTERNAL", rpc.message.clone()),
-            },
-            other => A2aError::new(
-                -32603,
-                "UPSTREAM_UNAVAILABLE",
-                format!("the orchestrator cannot be reached: {other}"),
-            ),
-        }
-    }
-
-    fn from_read(e: ReadError, id: &str) -> A2aError {
-        match e {
-            ReadError::NotFound => A2aError::task_not_found(id),
-            ReadError::Upstream(e) => A2aError::upstream(e),
-        }
+    /// The peer's connection to the orchestrator.
+    pub(crate) fn client(&self) -> &Arc<WsJsonRpcClient> {
+        &self.peer.client
     }
 }
 
-/// Refuses to start unless the token can do the adapter's work: it is an admin's (a new A2A
-/// context creates a conversation), and each exposed scenario exists on the orchestrator and
-/// has the token's agent as an external participant (the peer speaks as it).
+/// Checks, with an admin's token, that each exposed scenario is in the orchestrator's library
+/// and names a `caller` participant (the participant a peer speaks as). The token is used for
+/// nothing else.
 async fn check_setup(
     client: &WsJsonRpcClient,
-    me: &str,
     url: &str,
     scenarios: &[String],
 ) -> anyhow::Result<()> {
-    let mint = "mint one with `orchestrator token create --agent ID --admin`, ID an external participant of each scenario";
     let library = match client.list_scenarios().await {
         Ok(l) => l,
         Err(ClientError::Rpc(e)) if e.code == ErrorCode::Forbidden => anyhow::bail!(
-            "the token speaks as {me}, which is not an admin: the adapter creates a conversation for each new A2A context; {mint}"
+            "--token is not an admin's: the adapter uses it only to check at start that each scenario is in the library and names a caller; mint one with `orchestrator token create --agent ID --admin`, or leave --token out"
         ),
         Err(e) => return Err(e).with_context(|| format!("reading the scenario library of {url}")),
     };
@@ -183,27 +113,24 @@ async fn check_setup(
                 if names.is_empty() { "none".to_string() } else { names.join(", ") }
             );
         };
-        let external: Vec<&str> = found
-            .participants
-            .iter()
-            .filter(|p| p.kind.is_none())
-            .map(|p| p.id.as_str())
-            .collect();
-        match found.participants.iter().find(|p| p.id == me) {
-            Some(p) if p.kind.is_none() => {}
-            Some(p) => anyhow::bail!(
-                "{me} is a participant the server runs in scenario {name:?} (kind {}), not an external one the peer can speak as; use a token of one of its external participants ({}): {mint}",
-                p.kind.as_deref().unwrap_or(""),
-                external.join(", ")
-            ),
-            None => anyhow::bail!(
-                "the token speaks as {me}, who does not take part in scenario {name:?} (its external participants: {}); {mint}",
+        if !found.participants.iter().any(|p| p.caller) {
+            let external: Vec<&str> = found
+                .participants
+                .iter()
+                .filter(|p| p.kind.is_none())
+                .map(|p| p.id.as_str())
+                .collect();
+            anyhow::bail!(
+                "scenario {name:?} names no caller participant, the one an A2A peer speaks as: mark one of its external participants ({}) with `caller: true`",
                 if external.is_empty() { "none".to_string() } else { external.join(", ") }
-            ),
+            );
         }
     }
     Ok(())
 }
+
+/// The name of the Agent Card's one security scheme.
+const SCHEME: &str = "orchestratorToken";
 
 fn agent_card(app: &App, scenario: &str) -> Value {
     json!({
@@ -219,6 +146,12 @@ fn agent_card(app: &App, scenario: &str) -> Value {
         }],
         "version": env!("CARGO_PKG_VERSION"),
         "capabilities": {"streaming": true},
+        "securitySchemes": {SCHEME: {"httpAuthSecurityScheme": {
+            "scheme": "Bearer",
+            "description": "An orchestrator token (`orchestrator token create --agent ID`): you act as its agent, \
+                            which speaks as the scenario's caller participant.",
+        }}},
+        "securityRequirements": [{"schemes": {SCHEME: {"list": []}}}],
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
         "skills": [{
@@ -293,21 +226,27 @@ const PUSH_METHODS: [&str; 4] = [
 ];
 
 fn reply(id: &Value, result: Result<Value, A2aError>) -> Response {
-    let body = match result {
-        Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-        Err(e) => e.wire(id),
-    };
-    Json(body).into_response()
+    match result {
+        Ok(r) => Json(json!({"jsonrpc": "2.0", "id": id, "result": r})).into_response(),
+        Err(e) => {
+            let mut resp = (e.status, Json(e.wire(id))).into_response();
+            if e.status == StatusCode::UNAUTHORIZED {
+                resp.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    header::HeaderValue::from_static("Bearer"),
+                );
+            }
+            resp
+        }
+    }
 }
 
-async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Bytes) -> Response {
-    let req: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            let err = A2aError::new(-32700, "PARSE_ERROR", format!("invalid JSON: {e}"));
-            return reply(&Value::Null, Err(err));
-        }
-    };
+/// A request's id and method, or the error that answers it.
+fn read_request(body: &[u8]) -> Result<(Value, String, Value), (Value, A2aError)> {
+    let req: Value = serde_json::from_slice(body).map_err(|e| {
+        let err = A2aError::new(-32700, "PARSE_ERROR", format!("invalid JSON: {e}"));
+        (Value::Null, err)
+    })?;
     let id = req.get("id").cloned().unwrap_or(Value::Null);
     let id_ok = id.is_string() || id.is_null() || id.is_i64() || id.is_u64();
     if !id_ok {
@@ -316,75 +255,125 @@ async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Byte
             "INVALID_REQUEST",
             "id must be a string, an integer or null",
         );
-        return reply(&Value::Null, Err(err));
+        return Err((Value::Null, err));
     }
-    if req.get("jsonrpc") != Some(&json!("2.0")) || !req["method"].is_string() {
+    let Some(method) = req["method"].as_str().filter(|_| req["jsonrpc"] == "2.0") else {
         let err = A2aError::new(-32600, "INVALID_REQUEST", "not a JSON-RPC 2.0 request");
-        return reply(&id, Err(err));
-    }
+        return Err((id, err));
+    };
+    let params = req.get("params").cloned().unwrap_or(json!({}));
+    Ok((id.clone(), method.to_string(), params))
+}
+
+async fn dispatch(app: Shared, scenario: String, headers: &HeaderMap, body: Bytes) -> Response {
+    let (id, method, params) = match read_request(&body) {
+        Ok(r) => r,
+        Err((id, err)) => return reply(&id, Err(err)),
+    };
     if let Some(err) = version_refused(headers) {
         return reply(&id, Err(err));
     }
-    let params = req.get("params").cloned().unwrap_or(json!({}));
-    match req["method"].as_str().unwrap_or_default() {
-        "SendMessage" => reply(&id, send_message(&app, &scenario, &params).await),
-        "SendStreamingMessage" => match start_exchange(&app, &scenario, &params).await {
-            Ok((view, posted)) => stream(app, id, view, Some(posted)),
-            Err(e) => reply(&id, Err(e)),
+    let peer = match app.peers.authenticate(headers).await {
+        Ok(peer) => peer,
+        Err(e) => return reply(&id, Err(e)),
+    };
+    let slot = match peer.call_slot(app.peers.limits()) {
+        Ok(slot) => slot,
+        Err(e) => return reply(&id, Err(e)),
+    };
+    let call = Call {
+        app: &app,
+        peer: peer.clone(),
+        scenario: &scenario,
+    };
+    let answer = serve(&call, &app, id.clone(), &method, &params).await;
+    drop(slot);
+    match answer {
+        Answer::Done(Err(e)) if e.status == StatusCode::UNAUTHORIZED => {
+            // The token stopped working (revoked or expired): the next call authenticates anew.
+            app.peers.forget(&peer);
+            reply(&id, Err(e))
+        }
+        Answer::Done(result) => reply(&id, result),
+        Answer::Stream(resp) => resp,
+    }
+}
+
+/// What a method gives: an answer, or a stream of them.
+enum Answer {
+    Done(Result<Value, A2aError>),
+    Stream(Response),
+}
+
+async fn serve(call: &Call<'_>, app: &Shared, id: Value, method: &str, params: &Value) -> Answer {
+    let limits = app.peers.limits();
+    let streamed = |slot, view, posted| {
+        Answer::Stream(stream(call.peer.clone(), slot, id.clone(), view, posted))
+    };
+    match method {
+        "SendMessage" => Answer::Done(send_message(call, params).await),
+        "SendStreamingMessage" => {
+            // Refused before anything is posted when the peer has no stream to spare.
+            let slot = match call.peer.stream_slot(limits) {
+                Ok(slot) => slot,
+                Err(e) => return Answer::Done(Err(e)),
+            };
+            match start_exchange(call, params).await {
+                Ok((view, posted)) => streamed(slot, view, Some(posted)),
+                Err(e) => Answer::Done(Err(e)),
+            }
+        }
+        "GetTask" => Answer::Done(get_task(call, params).await),
+        "ListTasks" => Answer::Done(list_tasks(call, params).await),
+        "CancelTask" => Answer::Done(cancel_task(call, params).await),
+        "SubscribeToTask" => match task_of(call, params).await {
+            Ok(view) if view.state.terminal() => Answer::Done(Err(A2aError::new(
+                -32004,
+                "UNSUPPORTED_OPERATION",
+                format!(
+                    "task {} is {}; read it with GetTask",
+                    view.id.wire(),
+                    view.state.wire()
+                ),
+            ))),
+            Ok(view) => match call.peer.stream_slot(limits) {
+                Ok(slot) => streamed(slot, view, None),
+                Err(e) => Answer::Done(Err(e)),
+            },
+            Err(e) => Answer::Done(Err(e)),
         },
-        "GetTask" => reply(&id, get_task(&app, &params).await),
-        "ListTasks" => reply(&id, list_tasks(&app, &params).await),
-        "CancelTask" => reply(&id, cancel_task(&app, &params).await),
-        "SubscribeToTask" => match task_of(&app, &params).await {
-            Ok(view) if view.state.terminal() => reply(
-                &id,
-                Err(A2aError::new(
-                    -32004,
-                    "UNSUPPORTED_OPERATION",
-                    format!(
-                        "task {} is {}; read it with GetTask",
-                        view.id.wire(),
-                        view.state.wire()
-                    ),
-                )),
-            ),
-            Ok(view) => stream(app, id, view, None),
-            Err(e) => reply(&id, Err(e)),
-        },
-        push if PUSH_METHODS.contains(&push) => reply(
-            &id,
-            Err(A2aError::new(
-                -32003,
-                "PUSH_NOTIFICATION_NOT_SUPPORTED",
-                "push notifications are not supported by this agent: stream, or poll with GetTask",
-            )),
-        ),
-        other => reply(
-            &id,
-            Err(A2aError::new(
-                -32601,
-                "METHOD_NOT_FOUND",
-                format!("method {other} is not served here"),
-            )),
-        ),
+        push if PUSH_METHODS.contains(&push) => Answer::Done(Err(A2aError::new(
+            -32003,
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            "push notifications are not supported by this agent: stream, or poll with GetTask",
+        ))),
+        other => Answer::Done(Err(A2aError::new(
+            -32601,
+            "METHOD_NOT_FOUND",
+            format!("method {other} is not served here"),
+        ))),
     }
 }
 
 impl App {
-    /// The adapter over `client` (authenticated on the orchestrator at `url`), after checking
-    /// that its token can do the adapter's work for `scenarios`; its Agent Cards name
-    /// `public_url`.
+    /// The adapter for the orchestrator at `url` (its WebSocket endpoint), exposing
+    /// `scenarios`; its Agent Cards name `public_url`. With `admin_token`, it first checks that
+    /// each scenario is in the library and names a caller participant.
     pub async fn start(
-        client: WsJsonRpcClient,
         url: &str,
+        admin_token: Option<String>,
         scenarios: Vec<String>,
         public_url: String,
+        limits: PeerLimits,
     ) -> anyhow::Result<App> {
-        let me = client.agent_id().to_string();
-        check_setup(&client, &me, url, &scenarios).await?;
+        if let Some(token) = admin_token {
+            let client = WsJsonRpcClient::connect(agent_sdk::WsConfig::new(url, token))
+                .await
+                .with_context(|| format!("connecting to {url} with --token"))?;
+            check_setup(&client, url, &scenarios).await?;
+        }
         Ok(App {
-            client: Arc::new(client),
-            me,
+            peers: Peers::new(url, limits),
             public_url: public_url.trim_end_matches('/').to_string(),
             scenarios,
             blocking_wait: BLOCKING_WAIT,

@@ -239,6 +239,12 @@ fn check_participant(i: usize, f: &ParticipantObject, sandbox: &Sandbox) -> Resu
     };
     // What it declares about modes, whatever its kind (an external participant's too).
     agent_kinds::Outputs::from_spec(&Value::Object(settings_of(f)), kind).map_err(named)?;
+    if f.caller && kind.is_some() {
+        return Err(bad(
+            &at(".caller"),
+            "only an external participant can be the caller (the creator speaks as it)",
+        ));
+    }
     match (kind, external) {
         (Some(_), true) => {
             return Err(bad(
@@ -304,6 +310,31 @@ impl Scenario {
     /// scenario holds runs here; a `function`'s source is compiled, within a short time limit,
     /// so call this off the async threads when the scenario may hold one.
     pub fn parse(v: &Value, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+        Scenario::check(Scenario::spec_of(v)?, sandbox)
+    }
+
+    /// [`Scenario::parse`] for a conversation `creator` creates: a participant marked `caller`
+    /// becomes the creator ([`ScenarioSpec::bind_caller`]) before the scenario is checked, so
+    /// the creator's id is held to the same rules as every participant's.
+    pub fn parse_for(v: &Value, creator: &str, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+        let spec = Scenario::spec_of(v)?;
+        if let Some(role) = spec.caller() {
+            let taken = spec
+                .participants
+                .iter()
+                .position(|p| p.id() == creator && p.id() != role);
+            if let Some(i) = taken {
+                return Err(bad(
+                    &format!(".participants[{i}].id"),
+                    format!("{creator:?} creates the conversation, so it takes the caller's place ({role:?}), and cannot also be this participant"),
+                ));
+            }
+        }
+        Scenario::check(spec.bind_caller(creator), sandbox)
+    }
+
+    /// The scenario's structure read from JSON; an error names the field it failed at.
+    fn spec_of(v: &Value) -> Result<ScenarioSpec, RpcError> {
         let spec: ScenarioSpec = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
             // The field it failed at, as the checks below name theirs (`.stop.maxTurns`).
             let path = match e.path().to_string() {
@@ -313,7 +344,7 @@ impl Scenario {
             };
             bad(&path, e.into_inner().to_string())
         })?;
-        Scenario::check(spec, sandbox)
+        Ok(spec)
     }
 
     /// Parses and checks a scenario file's text (YAML, which includes JSON).
@@ -406,6 +437,16 @@ impl Scenario {
 fn check_participants(spec: &ScenarioSpec, sandbox: &Sandbox) -> Result<Vec<String>, RpcError> {
     if spec.participants.is_empty() {
         return Err(bad(".participants", "at least one participant is needed"));
+    }
+    let callers = spec
+        .participants
+        .iter()
+        .filter(|p| matches!(p, ParticipantSpec::Full(f) if f.caller));
+    if callers.count() > 1 {
+        return Err(bad(
+            ".participants",
+            "at most one participant may be the caller",
+        ));
     }
     let mut participants: Vec<String> = Vec::new();
     for (i, p) in spec.participants.iter().enumerate() {

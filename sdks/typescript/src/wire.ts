@@ -460,6 +460,11 @@ export interface ScenarioInfo {
 
 /** A participant of a scenario of the library. */
 export interface ScenarioParticipant {
+  /**
+   * Whether it is the scenario's caller: whoever creates a conversation from the scenario
+   * speaks as it (and any agent may create one, not only an admin).
+   */
+  caller?: boolean;
   /** Its agent id. */
   id: string;
   /**

@@ -101,11 +101,18 @@ impl Orchestrator {
         false
     }
 
-    /// Checks a scenario off the async threads: compiling a `function`'s source, building
-    /// HTTP clients, reading a long scenario take time that no other request should wait for.
-    pub(super) async fn check_scenario(&self, v: serde_json::Value) -> Result<Scenario> {
+    /// Checks a scenario for a conversation `creator` creates (who takes the place of its
+    /// caller participant, if it names one), off the async threads: compiling a `function`'s
+    /// source, building HTTP clients, reading a long scenario take time that no other request
+    /// should wait for.
+    pub(super) async fn check_scenario(
+        &self,
+        v: serde_json::Value,
+        creator: &str,
+    ) -> Result<Scenario> {
         let sandbox = self.limits.sandbox.clone();
-        tokio::task::spawn_blocking(move || Scenario::parse(&v, &sandbox))
+        let creator = creator.to_string();
+        tokio::task::spawn_blocking(move || Scenario::parse_for(&v, &creator, &sandbox))
             .await?
             .map_err(Error::Rpc)
     }

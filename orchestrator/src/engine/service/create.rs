@@ -13,7 +13,8 @@ use crate::engine::writer::ChildOf;
 
 impl Orchestrator {
     /// `createConversation`: admins create any conversation; any agent may open a
-    /// sub-conversation of one it takes part in. Only an admin's scenario or the server's
+    /// sub-conversation of one it takes part in, and start a scenario of the library that names
+    /// a caller participant (it speaks as that participant). Only an admin's scenario or the server's
     /// library may declare participants that run code, and no participant the server runs may
     /// have the id of an agent with a token (docs/security.md).
     pub async fn create_conversation(
@@ -29,6 +30,11 @@ impl Orchestrator {
         }
         self.check_creator(who, &p)?;
         let scenario = self.scenario_of(who, &p).await?;
+        let top_level = p.parent_conversation_id.is_none();
+        let has_caller = scenario.as_ref().is_some_and(|s| s.spec.caller().is_some());
+        if top_level && !who.admin && !has_caller {
+            return Err(refuse(ErrorCode::Forbidden, ONLY_ADMINS));
+        }
         let id = conversation_id(p.conversation_id)?;
         let (participants, policy) = match scenario {
             Some(s) => (s.participants, s.policy),
@@ -79,11 +85,10 @@ impl Orchestrator {
                     ));
                 }
             }
-            None if !who.admin => {
-                return Err(refuse(
-                    ErrorCode::Forbidden,
-                    "only admins create conversations; an agent may open a sub-conversation (parentConversationId) of one it takes part in",
-                ));
+            // An agent may start a library scenario that names a caller (checked once it is
+            // read); an agent a scenario declares only works inside its own conversation.
+            None if !who.admin && (p.scenario_name.is_none() || who.scope.is_some()) => {
+                return Err(refuse(ErrorCode::Forbidden, ONLY_ADMINS));
             }
             None => {}
         }
@@ -159,7 +164,7 @@ impl Orchestrator {
         if !authority.trusted {
             Self::check_kinds(v)?;
         }
-        let mut s = self.check_scenario(v.clone()).await?;
+        let mut s = self.check_scenario(v.clone(), &who.agent_id).await?;
         self.check_declared(&s).await?;
         if let Some(policy) = &mut s.policy {
             policy.authority = Some(authority);
@@ -216,6 +221,9 @@ impl Orchestrator {
         })
     }
 }
+
+/// Why a top-level conversation is refused to an agent that is not an admin.
+const ONLY_ADMINS: &str = "only admins create conversations; an agent may start a library scenario that names a caller participant (scenarioName), or open a sub-conversation (parentConversationId) of one it takes part in";
 
 /// The id asked for (checked), or a new one.
 fn conversation_id(asked: Option<String>) -> Result<String> {

@@ -142,6 +142,10 @@ impl Orchestrator {
             .iter()
             .map(|(name, v)| {
                 let parsed = Scenario::parse(v, &self.limits.sandbox).ok();
+                let caller = parsed
+                    .as_ref()
+                    .and_then(|s| s.spec.caller())
+                    .map(str::to_string);
                 let agents = parsed
                     .as_ref()
                     .and_then(|s| s.policy.as_ref())
@@ -155,6 +159,7 @@ impl Orchestrator {
                         .unwrap_or_default()
                         .into_iter()
                         .map(|id| ScenarioParticipant {
+                            caller: caller.as_deref() == Some(id.as_str()),
                             kind: agents
                                 .get(&id)
                                 .and_then(|a| a["kind"].as_str().map(str::to_string)),

@@ -525,6 +525,10 @@ class _ScenarioParticipantRequired(TypedDict):
 
 class ScenarioParticipant(_ScenarioParticipantRequired, total=False):
     """A participant of a scenario of the library."""
+    caller: bool
+    """Whether it is the scenario's caller: whoever creates a conversation from the scenario
+    speaks as it (and any agent may create one, not only an admin).
+    """
     kind: str | None
     """The kind the server runs it as (`scripted`, `llm`, …); none for an external participant,
     which speaks for itself with a token of its own.
