@@ -8,6 +8,8 @@
 //! - [`AgentClient`]: every protocol method. [`WsJsonRpcClient`] implements it over WebSocket
 //!   for a partner's process; the orchestrator's `InProcessClient` implements it inside the
 //!   server. The same agent code runs on either.
+//! - [`pool::ClientPool`]: one authenticated connection per token, for a process that acts
+//!   for many callers, each as its own principal (the adapters).
 //!
 //! It depends on [`proto_spec`] only, so adapters and partners can use it without the server.
 //!
@@ -32,6 +34,7 @@
 pub mod agent;
 pub mod client;
 pub mod host;
+pub mod pool;
 pub mod sub;
 pub mod tls;
 pub mod ws;

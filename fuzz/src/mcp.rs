@@ -156,16 +156,21 @@ impl McpHarness {
         });
         let stop = tokio_util::sync::CancellationToken::new();
         let (app, session) = served.rt.block_on(async {
-            let bridge = orchestrator_mcp::bridge::Bridge::new(WsConfig::new(
-                served.url(),
-                served.token.clone(),
-            ));
-            let token = orchestrator_mcp::http_token(
+            let secret = orchestrator_mcp::http_token(
                 "127.0.0.1:0".parse().expect("an address"),
                 Some(TOKEN.into()),
             )
             .expect("a token");
-            let app = orchestrator_mcp::router(bridge, token, 4, &stop);
+            let auth = orchestrator_mcp::HttpAuth::Shared {
+                upstream: WsConfig::new(served.url(), served.token.clone()),
+                secret,
+            };
+            let http = orchestrator_mcp::HttpConfig {
+                auth,
+                max_sessions: 4,
+                allowed_hosts: orchestrator_mcp::LOOPBACK_HOSTS.map(String::from).to_vec(),
+            };
+            let app = orchestrator_mcp::router(http, &stop);
             let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": VERSION, "capabilities": {},
                 "clientInfo": {"name": "fuzz", "version": "0"}}});

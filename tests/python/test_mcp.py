@@ -332,3 +332,73 @@ def test_mcp_sessions_over_http_are_capped(server):
         assert r.status_code == 200, r.text
     finally:
         adapter.kill()
+
+
+def test_mcp_over_http_each_caller_acts_as_its_own_token(server):
+    """Without --token, each MCP client authenticates with its own orchestrator token and acts
+    as that agent: alice and bob, through one adapter, each see and write only their own
+    conversations. No token or a token the orchestrator does not know is 401; the endpoint
+    answers only the Host values it is given; a shared secret makes no sense here and is
+    refused at start; beyond loopback it starts, since every caller brings its own token."""
+    import httpx
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    tokens = {agent: server.token(agent) for agent in ("alice", "bob")}
+
+    async def make():
+        admin = await RpcClient.connect(server.url, server.tokens["admin"])
+        for agent in tokens:
+            await admin.call("createConversation", {"conversationId": f"mcp-{agent}", "participants": [agent]})
+        await admin.close()
+
+    run(make())
+    proc, url = spawn_listening([MCP_BIN, "--url", server.url, "--http", "127.0.0.1:0", "--allowed-host", "127.0.0.1,mcp.test"],
+                                r"(http://\S+/mcp)")
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        for auth in (None, "Bearer oct_" + "0" * 64, "Basic YWxpY2U="):
+            h = dict(headers, **({"Authorization": auth} if auth else {}))
+            r = httpx.post(url, json=init, headers=h, timeout=10)
+            assert r.status_code == 401, (auth, r.status_code, r.text)
+            assert "orchestrator" in r.json()["error"]
+        alice = dict(headers, Authorization=f"Bearer {tokens['alice']}")
+        port = url.removeprefix("http://127.0.0.1:").removesuffix("/mcp")
+        assert httpx.post(url, json=init, headers=dict(alice, Host=f"mcp.test:{port}"), timeout=10).status_code == 200
+        assert httpx.post(url, json=init, headers=dict(alice, Host="elsewhere.test"), timeout=10).status_code == 403
+
+        async def as_agent(agent):
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[agent]}"}, timeout=30)
+            async with Client(streamable_http_client(url, http_client=client)) as mcp:
+                listed = data(await mcp.call_tool("list_conversations", {}))
+                other = "mcp-bob" if agent == "alice" else "mcp-alice"
+                refused = await mcp.call_tool("get_conversation", {"conversationId": other})
+                posted = await mcp.call_tool("post_message", {"conversationId": other, "text": "let me in", "finality": "none"})
+                mine = await mcp.call_tool("post_message", {"conversationId": f"mcp-{agent}", "text": f"{agent} here", "finality": "none"})
+                return [c["conversationId"] for c in listed["conversations"]], refused, posted, mine
+
+        for agent in tokens:
+            ids, refused, posted, mine = asyncio.run(asyncio.wait_for(as_agent(agent), 60))
+            assert ids == [f"mcp-{agent}"], ids
+            assert refused.is_error and posted.is_error, (refused, posted)
+            assert not mine.is_error, mine
+        for agent in tokens:
+            said = [(e["author"], e["payload"]["text"]) for e in log_messages(server, f"mcp-{agent}")]
+            assert said == [(agent, f"{agent} here")], said
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    env = dict(os.environ)
+    env.pop("ORCHESTRATOR_TOKEN", None)
+    out = subprocess.run([MCP_BIN, "--url", server.url, "--http", "127.0.0.1:0", "--http-token", "s3cret"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "leave --http-token out" in out.stderr, out.stderr
+    beyond = subprocess.Popen([MCP_BIN, "--url", server.url, "--http", "0.0.0.0:0"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in beyond.stdout.readline()
+    finally:
+        beyond.send_signal(signal.SIGKILL)
+        beyond.wait(10)

@@ -1,8 +1,8 @@
 //! Who an A2A call speaks as. Every call carries `Authorization: Bearer <an orchestrator
-//! token>` (the Agent Card declares the scheme); the adapter opens a connection to the
-//! orchestrator with that token, which the orchestrator checks, and the peer acts there as that
-//! token's principal, held to the orchestrator's own rules. The connection is kept while the
-//! peer is active, so each peer's calls in flight and waits are on a connection of its own.
+//! token>` (the Agent Card declares the scheme); the adapter holds a connection to the
+//! orchestrator per token ([`ClientPool`]), which the orchestrator authenticates, and the peer
+//! acts there as that token's principal, held to the orchestrator's own rules. Each peer's calls
+//! in flight and waits are on a connection of its own.
 //!
 //! Each peer is also held to caps of the adapter's own ([`PeerLimits`]): streams open at once,
 //! calls in flight, and new contexts a minute. One peer over a cap gets an error; every other
@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_sdk::proto::ErrorCode;
-use agent_sdk::{AgentClient, ClientError, WsConfig, WsJsonRpcClient};
+use agent_sdk::pool::{bearer_token, ClientPool, PoolError};
+use agent_sdk::WsJsonRpcClient;
 use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -44,13 +44,8 @@ impl Default for PeerLimits {
     }
 }
 
-/// A peer is let go when it has made no call for this long.
-const IDLE: Duration = Duration::from_secs(300);
 /// A bearer token longer than this is refused before anything is asked of the orchestrator.
 const MAX_TOKEN_BYTES: usize = 512;
-/// Connections to the orchestrator being opened at once for new peers: what a flood of
-/// unknown tokens can make the adapter do.
-const OPENING_AT_ONCE: usize = 16;
 
 /// One authenticated peer.
 #[derive(Debug)]
@@ -59,12 +54,13 @@ pub struct Peer {
     pub client: Arc<WsJsonRpcClient>,
     /// The agent id it speaks as.
     pub me: String,
-    /// A secret only the peer's token gives: the key of its context ids.
+    /// The pool's key of its token, and a secret only the token gives (the key of its context
+    /// ids).
+    key: [u8; 32],
     secret: [u8; 32],
     calls: Arc<Semaphore>,
     streams: Arc<Semaphore>,
     contexts: Mutex<VecDeque<Instant>>,
-    last_used: Mutex<Instant>,
     /// Contexts known to be the peer's (scenario, conversation): a context's creator and
     /// scenario never change, so each is checked once.
     owned: Mutex<HashSet<(String, String)>>,
@@ -93,7 +89,6 @@ pub struct StreamSlot(#[allow(dead_code)] OwnedSemaphorePermit);
 impl Peer {
     /// A place for one more call, or the error that says the peer has too many.
     pub fn call_slot(&self, limits: &PeerLimits) -> Result<CallSlot, A2aError> {
-        self.touch();
         self.calls.clone().try_acquire_owned().map(CallSlot).map_err(|_| {
             A2aError::over_limit(
                 "TOO_MANY_CALLS",
@@ -177,41 +172,41 @@ impl Peer {
         owned.insert((scenario.to_string(), conversation.to_string()));
     }
 
-    fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-    }
-
-    /// Nothing of it is running.
-    fn at_rest(&self, limits: &PeerLimits) -> bool {
-        self.calls.available_permits() == limits.calls
-            && self.streams.available_permits() == limits.streams
+    fn new(
+        client: WsJsonRpcClient,
+        me: String,
+        key: [u8; 32],
+        token: &str,
+        limits: &PeerLimits,
+    ) -> Peer {
+        Peer {
+            me,
+            client: Arc::new(client),
+            key,
+            secret: Sha256::digest([b"a2a-peer-secret\0".as_slice(), token.as_bytes()].concat())
+                .into(),
+            calls: Arc::new(Semaphore::new(limits.calls)),
+            streams: Arc::new(Semaphore::new(limits.streams)),
+            contexts: Mutex::new(VecDeque::new()),
+            owned: Mutex::new(HashSet::new()),
+            listed: Mutex::new(HashMap::new()),
+        }
     }
 }
 
-/// The peers the adapter serves, by their token's hash.
+/// The peers the adapter serves, by their token.
 #[derive(Debug)]
 pub struct Peers {
-    url: String,
     limits: PeerLimits,
-    known: Mutex<HashMap<[u8; 32], Arc<Peer>>>,
-    opening: Semaphore,
+    pool: ClientPool<Peer>,
 }
 
 impl Peers {
     /// Peers of the orchestrator at `url` (its WebSocket endpoint).
     pub fn new(url: impl Into<String>, limits: PeerLimits) -> Peers {
         Peers {
-            url: url.into(),
+            pool: ClientPool::new(url, limits.peers),
             limits,
-            known: Mutex::new(HashMap::new()),
-            opening: Semaphore::new(OPENING_AT_ONCE),
         }
     }
 
@@ -223,97 +218,40 @@ impl Peers {
     /// The peer a request's `Authorization` header names, connected to the orchestrator.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Peer>, A2aError> {
         let token = bearer(headers)?;
-        let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(peer) = self.lock().get(&hash).cloned() {
-            return Ok(peer);
-        }
-        let _opening = self.opening.try_acquire().map_err(|_| {
-            A2aError::over_limit(
-                "BUSY",
-                "the adapter is checking many new credentials at once; try again in a moment",
-            )
-        })?;
-        let client = WsJsonRpcClient::connect(WsConfig::new(self.url.clone(), token))
-            .await
-            .map_err(|e| match e {
-                ClientError::Rpc(rpc) if rpc.code == ErrorCode::Unauthenticated => {
-                    A2aError::unauthenticated(
-                        "the orchestrator does not accept this token (unknown, revoked or expired)",
-                    )
-                }
-                other => A2aError::upstream(other),
-            })?;
-        let peer = Arc::new(Peer {
-            me: client.agent_id().to_string(),
-            client: Arc::new(client),
-            secret: Sha256::digest([b"a2a-peer-secret\0".as_slice(), token.as_bytes()].concat())
-                .into(),
-            calls: Arc::new(Semaphore::new(self.limits.calls)),
-            streams: Arc::new(Semaphore::new(self.limits.streams)),
-            contexts: Mutex::new(VecDeque::new()),
-            last_used: Mutex::new(Instant::now()),
-            owned: Mutex::new(HashSet::new()),
-            listed: Mutex::new(HashMap::new()),
-        });
-        let mut known = self.lock();
-        known.retain(|_, p| p.idle_for() < IDLE || !p.at_rest(&self.limits));
-        if known.len() >= self.limits.peers && !known.contains_key(&hash) {
-            let idlest = known
-                .iter()
-                .filter(|(_, p)| p.at_rest(&self.limits))
-                .max_by_key(|(_, p)| p.idle_for())
-                .map(|(k, _)| *k);
-            match idlest {
-                Some(k) => {
-                    known.remove(&k);
-                }
-                None => {
-                    return Err(A2aError::over_limit(
-                        "TOO_MANY_PEERS",
-                        format!(
-                            "the adapter serves {} peers at once, all busy; try again shortly",
-                            self.limits.peers
-                        ),
-                    ))
-                }
-            }
-        }
-        Ok(known.entry(hash).or_insert(peer).clone())
+        let limits = &self.limits;
+        let made = |client, me, key| Peer::new(client, me, key, token, limits);
+        self.pool.get(token, made).await.map_err(|e| match e {
+            PoolError::Refused(_) => A2aError::unauthenticated(
+                "the orchestrator does not accept this token (unknown, revoked or expired)",
+            ),
+            PoolError::Busy => A2aError::over_limit("BUSY", e.to_string()),
+            PoolError::Full(_) => A2aError::over_limit("TOO_MANY_PEERS", e.to_string()),
+            PoolError::Unreachable(e) => A2aError::upstream(e),
+        })
     }
 
     /// Lets a peer go (its token no longer works): the next call authenticates again.
     pub fn forget(&self, peer: &Peer) {
-        self.lock().retain(|_, p| !std::ptr::eq(p.as_ref(), peer));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<Peer>>> {
-        self.known.lock().unwrap_or_else(|e| e.into_inner())
+        self.pool.forget(&peer.key);
     }
 }
 
 /// The bearer token of `Authorization`, or why there is none to use.
 fn bearer(headers: &HeaderMap) -> Result<&str, A2aError> {
-    let value = headers
-        .get(header::AUTHORIZATION)
+    let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        A2aError::unauthenticated(
+            "send Authorization: Bearer <an orchestrator token> (the Agent Card's securitySchemes)",
+        )
+    })?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| bearer_token(v, MAX_TOKEN_BYTES))
         .ok_or_else(|| {
             A2aError::unauthenticated(
-                "send Authorization: Bearer <an orchestrator token> (the Agent Card's securitySchemes)",
+                "the Authorization header is not Bearer <an orchestrator token>",
             )
-        })?
-        .to_str()
-        .map_err(|_| A2aError::unauthenticated("the Authorization header is not text"))?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            A2aError::unauthenticated("the Authorization header is not Bearer <token>")
-        })?;
-    if token.len() > MAX_TOKEN_BYTES {
-        return Err(A2aError::unauthenticated("the bearer token is too long"));
-    }
-    Ok(token)
+        })
 }
 
 #[cfg(test)]

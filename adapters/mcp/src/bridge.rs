@@ -11,7 +11,9 @@ use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, ClientError, WsConfig, WsJsonRpcClient};
 use rmcp::handler::server::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, Extensions, Implementation, ServerCapabilities, ServerConfig,
+};
 use rmcp::{schemars, tool, tool_handler, tool_router, ServerHandler};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -68,18 +70,39 @@ pub struct ConversationArgs {
     pub conversation_id: String,
 }
 
-/// The MCP server: four tools over one connection to the orchestrator.
+/// The MCP server: four tools, each a call on the orchestrator as the caller's principal.
 #[derive(Clone)]
 pub struct Bridge {
-    config: WsConfig,
-    client: Arc<OnceCell<Arc<WsJsonRpcClient>>>,
+    upstream: Upstream,
     tool_router: ToolRouter<Bridge>,
 }
 
+/// Whose connection a tool calls through.
+#[derive(Clone)]
+enum Upstream {
+    /// The adapter's own agent (`--token`): over stdio, or one identity for every HTTP caller
+    /// of a single-tenant local setup.
+    Shared {
+        config: WsConfig,
+        client: Arc<OnceCell<Arc<WsJsonRpcClient>>>,
+    },
+    /// Each HTTP caller's own: the [`Caller`] the router put into its request.
+    PerCaller,
+}
+
+/// The connection of an HTTP caller that authenticated with its own orchestrator token, put
+/// into the request's extensions by the router; a tool's calls go through it.
+#[derive(Clone, Debug)]
+pub struct Caller(pub Arc<WsJsonRpcClient>);
+
 impl std::fmt::Debug for Bridge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let upstream = match &self.upstream {
+            Upstream::Shared { config, .. } => config.url.as_str(),
+            Upstream::PerCaller => "each caller's own",
+        };
         f.debug_struct("Bridge")
-            .field("url", &self.config.url)
+            .field("upstream", &upstream)
             .finish()
     }
 }
@@ -109,9 +132,7 @@ fn advice(e: &RpcError) -> &'static str {
         ErrorCode::ConversationNotFound => {
             "No such conversation. Call list_conversations to see the ones you take part in."
         }
-        ErrorCode::Forbidden => {
-            "You do not take part in this conversation. Call list_conversations to see yours."
-        }
+        ErrorCode::Forbidden => "This is not allowed for you; the message says why.",
         ErrorCode::IdempotencyKeyReused => {
             "This clientRequestId was used before with another message. Use a new key for a new message."
         }
@@ -123,7 +144,7 @@ fn advice(e: &RpcError) -> &'static str {
             "The arguments were refused; correct them as the message says."
         }
         ErrorCode::Unauthenticated => {
-            "The adapter's token was refused by the orchestrator; its operator must set a valid ORCHESTRATOR_TOKEN."
+            "The token was refused by the orchestrator (unknown, revoked or expired): connect again with a valid one."
         }
         _ => "Try again in a moment.",
     }
@@ -167,31 +188,54 @@ type ToolResult = Result<CallToolResult, rmcp::ErrorData>;
 
 #[tool_router]
 impl Bridge {
-    /// A bridge that connects to the orchestrator on first use (and reconnects by itself).
+    /// A bridge that speaks as the agent of `config`'s token, connecting to the orchestrator
+    /// on first use (and reconnecting by itself).
     pub fn new(config: WsConfig) -> Bridge {
         Bridge {
-            config,
-            client: Arc::new(OnceCell::new()),
+            upstream: Upstream::Shared {
+                config,
+                client: Arc::new(OnceCell::new()),
+            },
             tool_router: Self::tool_router(),
         }
     }
 
-    async fn client(&self) -> Result<Arc<WsJsonRpcClient>, ClientError> {
-        self.client
-            .get_or_try_init(|| async {
-                WsJsonRpcClient::connect(self.config.clone())
-                    .await
-                    .map(Arc::new)
-            })
-            .await
-            .cloned()
+    /// A bridge whose every call goes through the [`Caller`] of its HTTP request: each MCP
+    /// client acts as the principal of its own bearer token.
+    pub fn per_caller() -> Bridge {
+        Bridge {
+            upstream: Upstream::PerCaller,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    async fn client(&self, ext: &Extensions) -> Result<Arc<WsJsonRpcClient>, ClientError> {
+        match &self.upstream {
+            Upstream::Shared { config, client } => client
+                .get_or_try_init(|| async {
+                    WsJsonRpcClient::connect(config.clone()).await.map(Arc::new)
+                })
+                .await
+                .cloned(),
+            Upstream::PerCaller => ext
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Caller>())
+                .map(|c| c.0.clone())
+                .ok_or_else(|| {
+                    ClientError::Transport("this call carries no caller's credentials".into())
+                }),
+        }
     }
 
     #[tool(
         description = "Wait for new messages in a conversation and learn whether you may speak. Pass the latestSeq of your previous call as sinceSeq (0 the first time): you get the messages after it, guidance (status may_speak, wait or closed; the current turn and speaker), the conversation's status, and a new latestSeq to pass next time. Waits up to timeoutMs when nothing is new."
     )]
-    async fn wait_for_updates(&self, Parameters(a): Parameters<WaitArgs>) -> ToolResult {
-        let client = match self.client().await {
+    async fn wait_for_updates(
+        &self,
+        Parameters(a): Parameters<WaitArgs>,
+        ext: Extensions,
+    ) -> ToolResult {
+        let client = match self.client(&ext).await {
             Ok(c) => c,
             Err(e) => return Ok(tool_error(e)),
         };
@@ -216,8 +260,12 @@ impl Bridge {
     #[tool(
         description = "Post a message to a conversation. finality: turn (default; you are done and the turn passes on), none (progress; you keep the turn) or conversation (ends the conversation). Give a clientRequestId to make a retry safe: the same key again appends nothing."
     )]
-    async fn post_message(&self, Parameters(a): Parameters<PostArgs>) -> ToolResult {
-        let client = match self.client().await {
+    async fn post_message(
+        &self,
+        Parameters(a): Parameters<PostArgs>,
+        ext: Extensions,
+    ) -> ToolResult {
+        let client = match self.client(&ext).await {
             Ok(c) => c,
             Err(e) => return Ok(tool_error(e)),
         };
@@ -241,8 +289,8 @@ impl Bridge {
     #[tool(
         description = "List the conversations you take part in, each with its status, latest seq, turn and guidance for you."
     )]
-    async fn list_conversations(&self) -> ToolResult {
-        let client = match self.client().await {
+    async fn list_conversations(&self, ext: Extensions) -> ToolResult {
+        let client = match self.client(&ext).await {
             Ok(c) => c,
             Err(e) => return Ok(tool_error(e)),
         };
@@ -255,8 +303,12 @@ impl Bridge {
     #[tool(
         description = "A conversation's state: status (active, paused or closed), latest seq, current turn and speaker, participants, and guidance for you."
     )]
-    async fn get_conversation(&self, Parameters(a): Parameters<ConversationArgs>) -> ToolResult {
-        let client = match self.client().await {
+    async fn get_conversation(
+        &self,
+        Parameters(a): Parameters<ConversationArgs>,
+        ext: Extensions,
+    ) -> ToolResult {
+        let client = match self.client(&ext).await {
             Ok(c) => c,
             Err(e) => return Ok(tool_error(e)),
         };

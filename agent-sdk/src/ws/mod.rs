@@ -182,6 +182,12 @@ impl WsJsonRpcClient {
             .map(|(_, after)| after.to_string())
     }
 
+    /// Whether the client has stopped for good (its token was refused on a reconnect, or it
+    /// was shut down): every call fails from then on.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// The connection's counters.
     pub fn stats(&self) -> &Arc<WsStats> {
         &self.stats
