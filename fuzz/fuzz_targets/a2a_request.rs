@@ -34,10 +34,11 @@ const METHODS: [&str; 10] = [
     "DeleteTaskPushNotificationConfig",
 ];
 
-/// Codes an A2A JSON-RPC answer may carry.
-const CODES: [i64; 14] = [
+/// Codes an A2A JSON-RPC answer may carry: A2A's table, and the adapter's own for a caller
+/// without credentials (-32040) and a peer over one of its caps (-32050).
+const CODES: [i64; 16] = [
     -32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003, -32004, -32005, -32006, -32007,
-    -32008, -32009,
+    -32008, -32009, -32040, -32050,
 ];
 
 fuzz_target!(|r: Req| {
@@ -63,6 +64,10 @@ fuzz_target!(|r: Req| {
         0 => req = req.header("A2A-Version", "1.0"),
         1 => req = req.header("A2A-Version", "0.3"),
         _ => {}
+    }
+    // Most requests carry the peer's token; some none (anonymous: 401).
+    if r.version < 224 {
+        req = req.header("Authorization", format!("Bearer {}", h.served.token));
     }
     let req = req.body(axum::body::Body::from(body)).expect("a request");
     h.served.rt.block_on(async {

@@ -1,13 +1,13 @@
 //! The A2A adapter for `a2a_request`: an orchestrator serving WebSocket on 127.0.0.1 with the
-//! scenario `expert` (the peer, then the expert, both external), and the adapter's routes in
-//! process, connected to it as the peer (an admin). A blocking `SendMessage` waits 1 ms: long
+//! scenario `expert` (the peer, its caller, then the expert, both external), and the adapter's
+//! routes in process; requests carry the token of `acme` (not an admin), who speaks as the
+//! peer, or none. A blocking `SendMessage` waits 1 ms: long
 //! enough for its wait loop to run once (nobody answers as the expert), short enough that the
 //! wait is not what a run spends its time on.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sdk::{WsConfig, WsJsonRpcClient};
 use serde_json::json;
 
 /// How many inputs one adapter and its server take before they are made again. Fewer than the
@@ -35,21 +35,19 @@ pub fn a2a() -> Arc<A2aHarness> {
 impl A2aHarness {
     fn make() -> A2aHarness {
         let expert = json!({
-            "participants": [{"id": "peer", "external": true}, {"id": "expert", "external": true}],
+            "participants": [{"id": "peer", "external": true, "caller": true}, {"id": "expert", "external": true}],
             "policy": {"order": "round_robin", "first": "peer"},
         });
         let served =
-            crate::Served::start("peer", true, vec![("expert".into(), expert)], async |_| {});
+            crate::Served::start("acme", false, vec![("expert".into(), expert)], async |_| {});
         let app = served.rt.block_on(async {
             let url = served.url();
-            let client = WsJsonRpcClient::connect(WsConfig::new(url.clone(), served.token.clone()))
-                .await
-                .expect("the adapter's connection");
             let app = orchestrator_a2a::App::start(
-                client,
                 &url,
+                None,
                 vec!["expert".into()],
                 "http://127.0.0.1:1".into(),
+                orchestrator_a2a::PeerLimits::default(),
             )
             .await
             .expect("the adapter")
