@@ -12,6 +12,7 @@ use orchestrator::host;
 use orchestrator::transport::server;
 
 mod inspect;
+mod shares;
 mod tokens;
 
 #[global_allocator]
@@ -137,6 +138,8 @@ enum Command {
         /// The key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
         #[arg(long, env = "ORCHESTRATOR_TLS_KEY")]
         tls_key: Option<PathBuf>,
+        #[command(flatten)]
+        shares: shares::ShareOpts,
         #[command(flatten)]
         sandbox: SandboxOpts,
     },
@@ -423,6 +426,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             token_recheck_ms,
             tls_cert,
             tls_key,
+            shares,
             sandbox,
         } => {
             let sandbox = sandbox.sandbox()?;
@@ -451,6 +455,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 token_recheck: std::time::Duration::from_millis(token_recheck_ms.max(1)),
                 ..Limits::default()
             };
+            let limits = shares.apply(limits);
             let named = match scenarios {
                 Some(dir) => load_scenarios(&dir, &sandbox)?,
                 None => Vec::new(),

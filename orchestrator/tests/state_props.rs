@@ -195,7 +195,8 @@ fn check_outcome(
         return Ok(());
     }
     if !is_member {
-        prop_assert_eq!(code(result), Some(ErrorCode::Forbidden));
+        // A conversation one does not take part in is answered as one that does not exist.
+        prop_assert_eq!(code(result), Some(ErrorCode::ConversationNotFound));
         return Ok(());
     }
     if before.core.closed {

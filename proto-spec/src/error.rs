@@ -56,6 +56,8 @@ pub mod codes {
     pub const PAYLOAD_TOO_LARGE: i32 = -32030;
     /// A sub-conversation over the depth or fan-out limit.
     pub const SUBCONVERSATION_LIMIT: i32 = -32031;
+    /// The agent's budget of bytes appended (a minute) is spent.
+    pub const QUOTA_EXCEEDED: i32 = -32032;
 }
 
 /// Every error the protocol returns.
@@ -111,11 +113,13 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// -32031: a sub-conversation over the depth or fan-out limit.
     SubconversationLimit,
+    /// -32032: the agent's budget of bytes appended is spent for now (`data.retryAfterMs`).
+    QuotaExceeded,
 }
 
 impl ErrorCode {
     /// Every code, in table order.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -141,6 +145,7 @@ impl ErrorCode {
         ErrorCode::RateLimited,
         ErrorCode::PayloadTooLarge,
         ErrorCode::SubconversationLimit,
+        ErrorCode::QuotaExceeded,
     ];
 
     /// The numeric JSON-RPC code.
@@ -172,6 +177,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => RATE_LIMITED,
             ErrorCode::PayloadTooLarge => PAYLOAD_TOO_LARGE,
             ErrorCode::SubconversationLimit => SUBCONVERSATION_LIMIT,
+            ErrorCode::QuotaExceeded => QUOTA_EXCEEDED,
         }
     }
 
@@ -208,6 +214,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "RateLimited",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
             ErrorCode::SubconversationLimit => "SubconversationLimit",
+            ErrorCode::QuotaExceeded => "QuotaExceeded",
         }
     }
 
@@ -235,6 +242,7 @@ impl ErrorCode {
             | ErrorCode::ConversationPaused => 409,
             ErrorCode::RateLimited => 429,
             ErrorCode::SubconversationLimit => 409,
+            ErrorCode::QuotaExceeded => 429,
             ErrorCode::ModeNotSupported => 422,
             ErrorCode::PayloadTooLarge | ErrorCode::FrameTooLarge => 413,
         }

@@ -57,6 +57,10 @@ try {
     if (!(r.failure() || {}).errorText?.includes("ERR_ABORTED")) failures.push(`${r.url()} ${(r.failure() || {}).errorText}`);
   });
   page.on("response", (r) => { if (r.status() >= 400) failures.push(`${r.url()} ${r.status()}`); });
+  // The console runs under a strict Content-Security-Policy: anything it blocks is a failure.
+  page.on("console", (m) => {
+    if (m.type() === "error" && /Content Security Policy/i.test(m.text())) failures.push("CSP: " + m.text());
+  });
   await page.goto(url, { timeout });
   // Before signing in, the sign-in card is all there is.
   const appHidden = await page.evaluate(() => document.getElementById("app").hidden);

@@ -92,6 +92,16 @@ def say(server, who, text, finality="turn", conversation="v1"):
 
 
 def test_viewer_in_headless_chromium(server, viewer_prereqs):
+    import httpx
+
+    # The console is served under a strict policy: only its own inline script and style run
+    # (by their hashes), it talks only to this server, and it cannot be framed.
+    page_headers = httpx.get(server.http + "/", timeout=10).headers
+    policy = page_headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src 'sha256-" in policy, policy
+    assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy, policy
+    assert page_headers["x-frame-options"] == "DENY" and page_headers["x-content-type-options"] == "nosniff"
+
     async def setup():
         admin = await Client.connect(server.url, server.tokens["admin"])
         await admin.call("createConversation", {"conversationId": "v1", "participants": ["alice", "bob"]})

@@ -288,7 +288,7 @@ impl TestServer {
     }
 
     /// The running server's view of conversation `id`.
-    fn view(&self, id: &str) -> std::sync::Arc<orchestrator::engine::hub::ConvView> {
+    pub fn view(&self, id: &str) -> std::sync::Arc<orchestrator::engine::hub::ConvView> {
         self.running()
             .orchestrator()
             .hub()

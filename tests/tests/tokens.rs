@@ -307,3 +307,39 @@ async fn an_expired_token_is_refused_and_a_use_is_recorded() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_wait_ends_when_its_token_is_revoked_and_answers_no_events() {
+    let server = server().await;
+    server.create("c", &["alice", "bob"]).await;
+    let addr = server.running().local_addr().to_string();
+    let bearer = format!("Authorization: Bearer {}\r\n", server.token("alice"));
+    let head = server.view("c").head();
+    let parked = tokio::spawn(async move {
+        let wait = format!("GET /conversations/c/wait?sinceSeq={head}&timeoutMs=30000");
+        tests::http_raw(&addr, &wait, &bearer, "").await
+    });
+    server.wait_for_waiters("c", 1).await;
+    let o = std::process::Command::new(binary())
+        .args(["token", "revoke", "--agent", "alice", "--db", &server.db])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // bob speaks once the token is gone from the database: the wait must not carry it out.
+    let mut bob = server.raw().await;
+    bob.authenticate(server.token("bob")).await;
+    let said = bob
+        .call(
+            1,
+            "sendMessage",
+            json!({"conversationId": "c", "payload": {"text": "secret"}, "finality": "none"}),
+        )
+        .await;
+    assert!(said["result"]["seq"].is_u64(), "{said}");
+    let answer = tokio::time::timeout(WAIT, parked)
+        .await
+        .expect("the wait ends in time")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(!answer.contains("secret"), "{answer}");
+}

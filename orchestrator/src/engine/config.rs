@@ -11,6 +11,12 @@ pub struct Limits {
     pub max_payload_bytes: usize,
     /// Open WebSocket connections at once (HTTP 429 at the handshake).
     pub max_connections: u32,
+    /// Open WebSocket connections from one address at once, counted at the handshake before
+    /// anyone authenticates (HTTP 429).
+    pub max_connections_per_address: u32,
+    /// Open WebSocket connections one agent has authenticated at once (`RateLimited` to the
+    /// `authenticate` beyond).
+    pub max_connections_per_agent: u32,
     /// Open sockets at once, whatever they carry (HTTP 503 and closed at once beyond).
     pub max_sockets: usize,
     /// How long a request head may take to arrive (after connecting, or after the last answer
@@ -30,6 +36,10 @@ pub struct Limits {
     pub rate_per_identity: u32,
     /// How many requests one identity may make at once above its rate.
     pub rate_burst: u32,
+    /// Bytes of payload one identity may append a minute, on each node, refilled continuously
+    /// (`QuotaExceeded`, -32032, with `retryAfterMs`; HTTP 429); 0: no budget. The agents the
+    /// server runs for scenarios are not metered.
+    pub max_append_bytes_per_minute: u64,
     /// How long a new WebSocket connection may take to authenticate before it is closed.
     pub auth_timeout: Duration,
     /// How long a WebSocket connection may go with no call, no call in flight and no
@@ -86,6 +96,9 @@ impl Default for Limits {
             max_frame_bytes: 1024 * 1024,
             max_payload_bytes: 256 * 1024,
             max_connections: 1024,
+            max_connections_per_address: 256,
+            max_connections_per_agent: 128,
+            max_append_bytes_per_minute: 64 * 1024 * 1024,
             max_sockets: 20_000,
             header_timeout: Duration::from_secs(10),
             max_in_flight_per_connection: 256,

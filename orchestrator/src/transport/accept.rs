@@ -67,6 +67,7 @@ pub async fn serve<L>(
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(writer.clone());
+            req.extensions_mut().insert(PeerAddr(addr));
             app.clone().oneshot(req.map(Body::new))
         });
         let mut stopping = stopping_rx.clone();
@@ -143,4 +144,14 @@ async fn refuse(mut io: Coalesced, limit: usize) {
 /// The connection a request came on (its frame writer), if the accept loop served it.
 pub fn writer_of<B>(req: &axum::http::Request<B>) -> Option<ConnWriter> {
     req.extensions().get::<ConnWriter>().cloned()
+}
+
+/// The address a request's connection came from, which the accept loop puts into every
+/// request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// The address of the connection `req` came on, if the accept loop served it.
+pub fn peer_of<B>(req: &axum::http::Request<B>) -> Option<std::net::IpAddr> {
+    req.extensions().get::<PeerAddr>().map(|p| p.0.ip())
 }

@@ -167,9 +167,13 @@ impl FromRequestParts<Shared> for StreamCaller {
 
 /// The token of `Authorization: Bearer <token>`.
 fn bearer(parts: &Parts) -> ApiResult<&str> {
+    bearer_of(&parts.headers)
+}
+
+/// The token of the `Authorization: Bearer <token>` of `headers`.
+fn bearer_of(headers: &axum::http::HeaderMap) -> ApiResult<&str> {
     {
-        let value = parts
-            .headers
+        let value = headers
             .get(header::AUTHORIZATION)
             .ok_or_else(|| {
                 api_error(
@@ -309,10 +313,41 @@ async fn viewer() -> Response {
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
+            (header::CONTENT_SECURITY_POLICY, viewer_policy()),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (
+                header::HeaderName::from_static("cross-origin-opener-policy"),
+                "same-origin",
+            ),
         ],
         Html(VIEWER),
     )
         .into_response()
+}
+
+/// The console's Content-Security-Policy: nothing loads but its own inline script and style
+/// (allowed by their SHA-256, so that no injected markup can run or restyle anything), and it
+/// talks only to this server; no framing, no forms elsewhere, no base URL.
+fn viewer_policy() -> &'static str {
+    static POLICY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    POLICY.get_or_init(|| {
+        let hash = |open: &str, close: &str| {
+            use base64::Engine;
+            use sha2::Digest;
+            let start = VIEWER.find(open).map_or(0, |i| i + open.len());
+            let end = VIEWER[start..].find(close).map_or(start, |i| start + i);
+            let digest = sha2::Sha256::digest(&VIEWER.as_bytes()[start..end]);
+            format!("'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest))
+        };
+        format!(
+            "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; img-src 'self' data:; \
+             base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            hash("<script>", "</script>"),
+            hash("<style>", "</style>")
+        )
+    })
 }
 
 async fn metrics() -> Response {
@@ -483,15 +518,37 @@ async fn resume(
 
 async fn wait(
     State(s): State<Shared>,
-    Caller(who): Caller,
+    StreamCaller(who, grant): StreamCaller,
     Known(id): Known,
     uri: Uri,
+    headers: axum::http::HeaderMap,
 ) -> ApiResult<Response> {
     let q: WaitQuery = query(&uri)?;
     let _slot = s.orch.open_stream(&who, "longpoll")?;
-    let r = s.orch.wait_events(&who, &id, q).await?;
+    let revoked = || {
+        ApiError::from(RpcError::new(
+            ErrorCode::Unauthenticated,
+            "the token this request carries was revoked or has expired",
+        ))
+    };
+    // The wait ends when the token is revoked or expires (as the node's recheck learns it).
+    let started = std::time::Instant::now();
+    let r = tokio::select! {
+        r = s.orch.wait_events(&who, &id, q) => r?,
+        () = grant.revoked() => return Err(revoked()),
+    };
+    // A wait that parked asks the database again before it answers: the token may have gone
+    // since the wait began, sooner than the recheck would say.
+    if started.elapsed() >= PARKED {
+        let token = bearer_of(&headers)?;
+        s.orch.authenticate(token).await.map_err(|_| revoked())?;
+    }
     ok_within(&s, r)
 }
+
+/// A long-poll that took this long waited for something (it did not answer at once), and checks
+/// its token again before it answers.
+const PARKED: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// `GET /scenarios`: the scenario library (admins).
 async fn scenarios(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Response> {

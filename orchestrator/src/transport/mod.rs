@@ -9,6 +9,7 @@ pub mod push;
 pub mod rpc;
 pub mod server;
 pub mod session;
+pub mod shares;
 pub mod sse;
 pub mod turnstile;
 pub mod ws;

@@ -123,6 +123,16 @@ impl Table {
                     }
                 }
                 let r = f(orch, who, p).await.map_err(|e| e.to_rpc())?;
+                // A read that waited (a long-poll) answers only if the token still holds; a
+                // write that landed is answered as it is (a retry with its key finds it).
+                let writes = [
+                    names::SEND_MESSAGE,
+                    names::SEND_TRACE,
+                    names::CREATE_CONVERSATION,
+                ];
+                if !writes.contains(&name) {
+                    session.identity()?;
+                }
                 serialized(&r)
             }
         });
@@ -182,6 +192,10 @@ pub fn methods(orch: Ctx) -> Methods {
                 ok: true,
                 agent_id: who.agent_id.clone(),
             };
+            session.take_share(
+                &who.agent_id,
+                ctx.limits().max_connections_per_agent as usize,
+            )?;
             tracing::info!(agent = %who.agent_id, admin = who.admin, "authenticated");
             session.set_identity(who, Some(grant));
             serialized(&result)

@@ -165,10 +165,13 @@ async fn rpc_route(State(app): State<AppState>, req: Request<Body>) -> Response 
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     if upgrade {
         let frames = accept::writer_of(&req);
-        let session = Arc::new(Session::new(
-            Some(crate::engine::telemetry::Open::connection("ws")),
-            frames,
-        ));
+        let session = Arc::new(
+            Session::new(
+                Some(crate::engine::telemetry::Open::connection("ws")),
+                frames,
+            )
+            .with_agent_shares(app.connections.per_agent().clone()),
+        );
         return ws::upgrade(req, app.methods, session, &app.connections);
     }
     if req.method() != Method::POST {

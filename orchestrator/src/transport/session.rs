@@ -13,6 +13,7 @@ use crate::engine::auth::{Grant, Identity};
 use crate::engine::error::Result;
 use crate::engine::hub::live::LiveSubscriber;
 use crate::engine::hub::ConvView;
+use crate::transport::shares::{Share, Shares};
 
 /// What a call on a connection whose token was revoked or expired is told.
 pub const REVOKED: &str =
@@ -34,6 +35,10 @@ pub struct Session {
     executors: Registry,
     /// When the last call came, in milliseconds since the process started.
     last_call_ms: AtomicU64,
+    /// Where a WebSocket connection counts against its agent's share of connections, and the
+    /// share it holds once authenticated.
+    agent_shares: Option<Arc<Shares<String>>>,
+    agent_share: Mutex<Option<Share<String>>>,
 }
 
 /// Milliseconds since the process started (for when a connection last called).
@@ -68,6 +73,35 @@ impl Session {
             last_call_ms: AtomicU64::new(now_ms()),
             ..Default::default()
         }
+    }
+
+    /// Counts the connection against its agent's share of connections once it authenticates.
+    pub fn with_agent_shares(mut self, shares: Arc<Shares<String>>) -> Self {
+        self.agent_shares = Some(shares);
+        self
+    }
+
+    /// Takes the connection's place in `agent`'s share of connections (at most `cap`), giving
+    /// back the one it held; a connection that is not counted (HTTP) always has its place.
+    pub fn take_share(&self, agent: &str, cap: usize) -> Result<(), RpcError> {
+        let Some(shares) = &self.agent_shares else {
+            return Ok(());
+        };
+        let mut held = self.agent_share.lock().unwrap_or_else(|p| p.into_inner());
+        let key = agent.to_string();
+        // Re-authenticating as the same agent keeps its place.
+        if held.as_ref().is_some_and(|s| s.key() == &key) {
+            return Ok(());
+        }
+        let share = shares.take(&key, cap).ok_or_else(|| {
+            RpcError::new(
+                ErrorCode::RateLimited,
+                format!("{agent} has too many open connections (limit {cap} an agent); close some first"),
+            )
+            .with_data(serde_json::json!({"limit": cap, "per": "agent"}))
+        })?;
+        *held = Some(share);
+        Ok(())
     }
 
     /// Whether anything is open on the connection: a call in flight, a subscription, a

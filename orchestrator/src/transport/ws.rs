@@ -30,6 +30,7 @@ use crate::transport::jsonrpc::{self, Frame};
 use crate::transport::net::{close_frame, ping_frame, text_frame, ConnWriter};
 use crate::transport::rpc::{Methods, Outcome};
 use crate::transport::session::Session;
+use crate::transport::shares::Shares;
 
 /// How long a stopping server lets a connection's calls in flight answer.
 pub const DRAIN: Duration = Duration::from_secs(5);
@@ -41,9 +42,18 @@ pub struct Connections {
     none_open: Notify,
     /// Each identity's turn in the readers ([`super::turnstile`]).
     turnstiles: super::turnstile::Turnstiles,
+    /// The connections of each address (`--max-connections-per-address`).
+    per_address: Arc<Shares<std::net::IpAddr>>,
+    /// The connections each agent authenticated (`--max-connections-per-agent`).
+    per_agent: Arc<Shares<String>>,
 }
 
 impl Connections {
+    /// The connections each agent authenticated: a session takes its share there.
+    pub fn per_agent(&self) -> &Arc<Shares<String>> {
+        &self.per_agent
+    }
+
     /// Counts a connection if fewer than `max` are open.
     fn enter(self: &Arc<Self>, max: usize) -> Option<Counted> {
         let mut n = self.open.load(Ordering::Relaxed);
@@ -114,6 +124,27 @@ pub fn upgrade(
             .with_data(serde_json::json!({"limit": limits.max_connections})),
         );
     };
+    // Counted before anyone authenticates: one address cannot hold every connection.
+    let address_share = match crate::transport::accept::peer_of(&req) {
+        Some(ip) => match connections
+            .per_address
+            .take(&ip, limits.max_connections_per_address as usize)
+        {
+            Some(share) => Some(share),
+            None => {
+                let cap = limits.max_connections_per_address;
+                return error_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &RpcError::new(
+                        ErrorCode::RateLimited,
+                        format!("too many open connections from {ip} (limit {cap} an address); close some first"),
+                    )
+                    .with_data(serde_json::json!({"limit": cap, "per": "address"})),
+                );
+            }
+        },
+        None => None,
+    };
     let mut server = soketto::handshake::http::Server::new();
     let response = match server.receive_request(&req) {
         Ok(response) => response,
@@ -129,6 +160,7 @@ pub fn upgrade(
     };
     let upgraded = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
+        let _address_share = address_share;
         let io = match upgraded.await {
             Ok(io) => io,
             Err(e) => {

@@ -31,6 +31,7 @@ export const ErrorCode = {
   RateLimited: -32029,
   PayloadTooLarge: -32030,
   SubconversationLimit: -32031,
+  QuotaExceeded: -32032,
 } as const;
 
 /** One of the protocol's error codes. */

@@ -12,14 +12,16 @@ use crate::engine::hub::ConvView;
 use crate::engine::scenario::{runs_code, Scenario};
 
 impl Orchestrator {
-    /// The conversation, if `who` may read it.
+    /// The conversation, if `who` may read it. One it may not read is answered exactly as one
+    /// that does not exist (`ConversationNotFound`), so that ids cannot be probed.
     pub(super) fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvView>> {
-        let conv = self.hub.get(id).ok_or_else(|| {
+        let not_found = || {
             refuse(
                 ErrorCode::ConversationNotFound,
                 format!("no conversation {id}"),
             )
-        })?;
+        };
+        let conv = self.hub.get(id).ok_or_else(not_found)?;
         let may = match &who.scope {
             None => who.admin || self.takes_part_above(&who.agent_id, &conv),
             // An agent a scenario declares reads its own conversation and those below it, and
@@ -34,10 +36,7 @@ impl Orchestrator {
         if may {
             Ok(conv)
         } else {
-            Err(refuse(
-                ErrorCode::Forbidden,
-                format!("{} does not take part in conversation {id}", who.agent_id),
-            ))
+            Err(not_found())
         }
     }
 

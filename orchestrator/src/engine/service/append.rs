@@ -109,6 +109,7 @@ impl Orchestrator {
         .with_turn_hint(p.turn_hint.map(|h| h.turn))
         .with_client_request_id(p.client_request_id);
         self.check_payload(req.payload.get())?;
+        self.spend(who, req.payload.get().len())?;
         Ok((p.conversation_id, req))
     }
 
@@ -140,6 +141,7 @@ impl Orchestrator {
             .with_after(after);
         req.trailing = made.trailing;
         self.check_payload(req.payload.get())?;
+        self.spend(who, req.payload.get().len())?;
         self.writer.append(p.conversation_id, req).await
     }
 }

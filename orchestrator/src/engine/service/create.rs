@@ -36,11 +36,18 @@ impl Orchestrator {
             return Err(refuse(ErrorCode::Forbidden, ONLY_ADMINS));
         }
         let id = conversation_id(p.conversation_id)?;
+        let internal: Vec<String> = scenario
+            .as_ref()
+            .map(|s| s.internal().map(|(_, id, _)| id.to_string()).collect())
+            .unwrap_or_default();
         let (participants, policy) = match scenario {
             Some(s) => (s.participants, s.policy),
             None => (p.participants.unwrap_or_default(), None),
         };
         self.check_participants(&participants)?;
+        if let Some(parent) = &p.parent_conversation_id {
+            self.check_no_strangers(who, parent, &participants, &internal)?;
+        }
         if let Some(m) = &p.metadata {
             if m.to_string().len() > self.limits.max_payload_bytes {
                 return Err(refuse(
@@ -99,6 +106,41 @@ impl Orchestrator {
             ));
         }
         Ok(())
+    }
+
+    /// A sub-conversation opened on the authority of an agent that is not an admin names only
+    /// participants of its parent, and the participants its scenario has the server run: it
+    /// cannot pull an agent that has no part in the parent into a conversation (where its
+    /// executors would be offered turns and its answers read by the opener).
+    fn check_no_strangers(
+        &self,
+        who: &Identity,
+        parent: &str,
+        participants: &[String],
+        internal: &[String],
+    ) -> Result<()> {
+        let admin = who.admin || who.scope.as_ref().is_some_and(|s| s.authority.admin);
+        if admin {
+            return Ok(());
+        }
+        let Some(parent_view) = self.hub.get(parent) else {
+            return Ok(());
+        };
+        let stranger = participants.iter().enumerate().find(|(_, a)| {
+            !parent_view.is_participant(a) && !internal.contains(a) && **a != who.agent_id
+        });
+        match stranger {
+            None => Ok(()),
+            Some((i, a)) => Err(Error::Rpc(
+                RpcError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "participants[{i}]: {a:?} does not take part in conversation {parent}; a sub-conversation names participants of its parent (or participants its scenario has the server run)"
+                    ),
+                )
+                .with_data(serde_json::json!({"path": format!("participants[{i}]"), "agentId": a})),
+            )),
+        }
     }
 
     /// The scenario by name from the library, if one is named.

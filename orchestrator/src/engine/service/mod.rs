@@ -48,6 +48,8 @@ pub struct Orchestrator {
     tokens: Arc<crate::engine::auth::Tokens>,
     /// Each identity's request rate.
     rate: crate::engine::rate::RateLimiter,
+    /// Each identity's budget of bytes appended.
+    appended: crate::engine::rate::RateLimiter,
     /// Open streams, waits and subscriptions, in all and per agent.
     streams: Arc<crate::engine::streams::Streams>,
 }
@@ -97,6 +99,7 @@ impl Orchestrator {
                 limits.rate_per_identity,
                 limits.rate_burst,
             ),
+            appended: crate::engine::rate::RateLimiter::bytes(limits.max_append_bytes_per_minute),
             limits,
             scenarios: std::sync::RwLock::new(library),
             tokens,
@@ -207,6 +210,17 @@ impl Orchestrator {
         };
         tokio::time::sleep(refused.hold).await;
         Err(refused.error)
+    }
+
+    /// Spends `bytes` of `who`'s budget of bytes appended, or refuses the append
+    /// (`QuotaExceeded`). The agents the server runs for scenarios are not metered.
+    pub(super) fn spend(&self, who: &Identity, bytes: usize) -> Result<()> {
+        if who.scope.is_some() {
+            return Ok(());
+        }
+        self.appended
+            .take_n(&who.agent_id, bytes as f64)
+            .map_err(|r| Error::Rpc(r.error))
     }
 
     /// The hot state and fanout.

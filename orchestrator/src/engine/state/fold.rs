@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use proto_spec::system::SystemEvent;
-use proto_spec::{EventKind, Finality, Mode, ORCHESTRATOR_AUTHOR};
+use proto_spec::{EventKind, Finality, Mode};
 
 use super::docs::document_version;
 use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members, Seeded};
@@ -79,9 +79,9 @@ impl ConvMachine {
                 *v = (*v).max(version);
             }
         }
-        // A sub-conversation keeps its last participant message: its result when it closes.
-        if d.kind == EventKind::Message && d.author != ORCHESTRATOR_AUTHOR && self.parent.is_some()
-        {
+        // A sub-conversation keeps its last participant message: its result when it closes
+        // (not its input, which its opener wrote and need not be a participant).
+        if d.kind == EventKind::Message && self.parent.is_some() && self.is_participant(&d.author) {
             self.core.last_said = Some(Arc::new(LastSaid {
                 seq: d.seq,
                 author: d.author.clone(),

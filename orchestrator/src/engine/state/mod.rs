@@ -484,11 +484,11 @@ impl ConvMachine {
             duplicate: false,
         };
         self.observe(&first);
-        let opening = req.opening.map(|payload| {
+        let opening = req.opening.map(|(author, payload)| {
             let d = Draft {
                 seq: self.core.head + 1,
                 kind: EventKind::Message,
-                author: ORCHESTRATOR_AUTHOR.to_string(),
+                author,
                 turn: self.core.turn,
                 finality: Some(Finality::None),
                 doc: Draft::doc_of(EventKind::Message, payload.get()),
@@ -567,13 +567,11 @@ impl ConvMachine {
             ));
         }
         if req.author != ORCHESTRATOR_AUTHOR && !self.is_participant(&req.author) {
-            return Err(err(
-                ErrorCode::Forbidden,
-                format!(
-                    "{} does not take part in conversation {}",
-                    req.author, self.id
-                ),
-                Value::Null,
+            // Answered as a conversation that does not exist: who takes part is not told to
+            // those who do not.
+            return Err(RpcError::new(
+                ErrorCode::ConversationNotFound,
+                format!("no conversation {}", self.id),
             ));
         }
         Ok(())

@@ -59,9 +59,10 @@ pub struct AppendRequest {
     /// System events the orchestrator appends in the same transaction after this one
     /// (a policy decision such as `next_speaker`).
     pub follow_ups: Vec<SystemEvent>,
-    /// A message from the orchestrator appended right after this event and before the
-    /// policy's decision, with finality `none`: a sub-conversation's input, after its `created`.
-    pub opening: Option<Box<RawValue>>,
+    /// A message appended right after this event and before the policy's decision, with
+    /// finality `none`: a sub-conversation's input, after its `created`, by its author (the
+    /// agent that opened the sub-conversation).
+    pub opening: Option<(String, Box<RawValue>)>,
     /// For a write made for a claimed turn (an internal agent's on a shared log): the claim it
     /// holds; the write is refused if another node has taken the turn since.
     pub fence: Option<crate::engine::store::Fence>,
@@ -153,9 +154,10 @@ impl AppendRequest {
         AppendRequest::from_raw(ORCHESTRATOR_AUTHOR, EventKind::System, None, to_raw(event))
     }
 
-    /// Gives a sub-conversation's `created` event its input, as the opening message.
-    pub fn with_opening(mut self, input: Option<Value>) -> Self {
-        self.opening = input.map(|i| to_raw(&i));
+    /// Gives a sub-conversation's `created` event its input, as the opening message written by
+    /// `author`, the agent that opened it.
+    pub fn with_opening(mut self, author: &str, input: Option<Value>) -> Self {
+        self.opening = input.map(|i| (author.to_string(), to_raw(&i)));
         self
     }
 

@@ -643,7 +643,7 @@ impl Writer {
                     )
                 };
                 let created = AppendRequest::system(&SystemEvent::Created(created))
-                    .with_opening(child_of.and_then(|c| c.input));
+                    .with_opening(&created_by, child_of.and_then(|c| c.input));
                 match state.apply(created) {
                     Ok(Applied::Append(d, _)) => d,
                     _ => Vec::new(),

@@ -36,6 +36,7 @@ class ErrorCode(enum.IntEnum):
     RATE_LIMITED = -32029
     PAYLOAD_TOO_LARGE = -32030
     SUBCONVERSATION_LIMIT = -32031
+    QUOTA_EXCEEDED = -32032
 
     @property
     def wire_name(self) -> str:
