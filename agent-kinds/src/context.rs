@@ -148,8 +148,16 @@ pub enum Fetch {
 impl ContextSpec {
     /// Reads a declaration; the error names the field.
     pub fn from_value(v: &Value) -> Result<ContextSpec, String> {
-        let spec: ContextSpec =
-            serde_json::from_value(v.clone()).map_err(|e| format!("context: {e}"))?;
+        // The error names the field it failed at (`context.tail`), as the checks below do.
+        let spec: ContextSpec = serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            match path.as_str() {
+                "." => format!("context: {inner}"),
+                p if p.starts_with('[') => format!("context{p}: {inner}"),
+                p => format!("context.{p}: {inner}"),
+            }
+        })?;
         let mut seen = std::collections::HashSet::new();
         for (i, s) in spec.sources.iter().enumerate() {
             if s.name.is_empty() || ["tail", "mode", "output"].contains(&s.name.as_str()) {
@@ -434,6 +442,8 @@ mod tests {
         assert!(err.contains("declared twice"), "{err}");
         let err = ContextSpec::from_value(&json!({"tial": 3})).unwrap_err();
         assert!(err.contains("tial"), "{err}");
+        let err = ContextSpec::from_value(&json!({"tail": -1})).unwrap_err();
+        assert!(err.starts_with("context.tail: "), "{err}");
         let err = ContextSpec::from_value(
             &json!({"sources": [{"name": "a", "select": {"match": [{"path": "data", "op": "exists"}]}}]}),
         )

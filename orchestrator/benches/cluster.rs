@@ -134,6 +134,9 @@ async fn cluster(
         )?;
         let limits = Limits {
             max_connections: 4096,
+            max_connections_per_address: 4096,
+            max_connections_per_agent: 4096,
+            max_append_bytes_per_minute: 0,
             ..Limits::default()
         };
         orchs.push(Orchestrator::open(store, limits)?);

@@ -241,6 +241,9 @@ fn main() -> anyhow::Result<()> {
             .collect::<Result<_, _>>()?;
         let limits = Limits {
             max_connections: (hoard as u32 + flood_conns as u32 + 64).max(1024),
+            max_connections_per_address: u32::MAX,
+            max_connections_per_agent: u32::MAX,
+            max_append_bytes_per_minute: 0,
             ..Limits::default()
         };
         println!(

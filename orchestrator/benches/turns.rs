@@ -59,6 +59,8 @@ async fn measure(mode: Mode, turns: usize, sync: Synchronous) -> anyhow::Result<
     let store = Arc::new(SqliteStore::open(dir.path().join("turns.db"), sync)?);
     let bob_token = create_token(store.as_ref(), "bob", false)?;
     let mut options = orchestrator::host::Options::default();
+    // A benchmark appends far past a partner's default budget of bytes.
+    options.limits.max_append_bytes_per_minute = 0;
     if mode == Mode::InProcess {
         options.agents.insert("bob".into(), Arc::new(Reply));
     }

@@ -138,9 +138,14 @@ pub const TEST_ENV: &[&str] = &[
 ];
 
 /// The default limits, with agents allowed to reach loopback (where the tests' stand-ins for
-/// LLM endpoints, HTTP APIs and A2A agents listen) and to read [`TEST_ENV`].
+/// LLM endpoints, HTTP APIs and A2A agents listen) and to read [`TEST_ENV`]; every test client
+/// comes from one address and a few agents, so the shares of connections and the byte budget
+/// are off unless a test sets them (`tests/tests/isolation.rs`).
 pub fn test_limits() -> Limits {
     Limits {
+        max_connections_per_address: 100_000,
+        max_connections_per_agent: 100_000,
+        max_append_bytes_per_minute: 0,
         sandbox: agent_kinds::Sandbox::default()
             .allowing(agent_kinds::NetRule::Loopback)
             .with_env(TEST_ENV.iter().map(|s| s.to_string())),
@@ -554,6 +559,67 @@ impl DeafWs {
         let head = String::from_utf8_lossy(&head);
         assert!(head.starts_with("HTTP/1.1 101"), "{head}");
         DeafWs(tcp)
+    }
+
+    /// Sends one client frame: `first` is its first byte (FIN, RSV bits, opcode), the payload
+    /// masked with a zero key (so sent as it is).
+    pub async fn send_frame(&mut self, first: u8, payload: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        let mut frame = vec![first];
+        match payload.len() {
+            n if n < 126 => frame.push(0x80 | n as u8),
+            n if n < 65_536 => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                frame.push(0x80 | 127);
+                frame.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&[0, 0, 0, 0]);
+        frame.extend_from_slice(payload);
+        // The server may close before it has read all of it.
+        let _ = self.0.write_all(&frame).await;
+    }
+
+    /// Reads the server's frames until it ends the connection (at most [`WAIT`]): the code of
+    /// the close frame it sent, or `None` if it ended the connection without one.
+    pub async fn close_code(&mut self) -> Option<u16> {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 65_536];
+        tokio::time::timeout(WAIT, async {
+            while let Ok(n) = self.0.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&chunk[..n]);
+            }
+        })
+        .await
+        .expect("the server ends the connection in time");
+        // Walk the (unmasked) server frames for a close.
+        let mut at = 0;
+        while at + 2 <= got.len() {
+            let (op, len7) = (got[at] & 0x0f, (got[at + 1] & 0x7f) as usize);
+            let (len, head) = match len7 {
+                126 if at + 4 <= got.len() => {
+                    (u16::from_be_bytes([got[at + 2], got[at + 3]]) as usize, 4)
+                }
+                127 if at + 10 <= got.len() => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&got[at + 2..at + 10]);
+                    (u64::from_be_bytes(b) as usize, 10)
+                }
+                n => (n, 2),
+            };
+            if op == 0x8 && len >= 2 && at + head + 2 <= got.len() {
+                return Some(u16::from_be_bytes([got[at + head], got[at + head + 1]]));
+            }
+            at += head + len;
+        }
+        None
     }
 
     /// Reads (and ignores) what the server sends until it ends the connection, waiting at

@@ -136,6 +136,31 @@ async fn malformed_input_gets_its_error_and_others_keep_being_served() {
 }
 
 #[tokio::test]
+async fn frames_the_websocket_protocol_forbids_end_with_its_close_code() {
+    let limits = Limits {
+        max_frame_bytes: 64 * 1024,
+        ..tests::test_limits()
+    };
+    let ts = TestServer::with_limits(limits).await;
+    // A reserved opcode (3), and a text frame with RSV1 set and no extension agreed: 1002.
+    for first in [0x83u8, 0x80 | 0x40 | 0x01] {
+        let mut ws = tests::DeafWs::connect(&ts.url()).await;
+        ws.send_frame(first, b"{}").await;
+        assert_eq!(ws.close_code().await, Some(1002), "first byte {first:#x}");
+    }
+    // A message fragmented past the limit (40 KiB, 40 KiB, then the rest): 1009.
+    let mut ws = tests::DeafWs::connect(&ts.url()).await;
+    let part = vec![b' '; 40 * 1024];
+    ws.send_frame(0x01, &part).await;
+    ws.send_frame(0x00, &part).await;
+    ws.send_frame(0x80, &part).await;
+    assert_eq!(ws.close_code().await, Some(1009));
+    // The server goes on serving others.
+    let mut raw = ts.raw().await;
+    raw.authenticate(ts.token("alice")).await;
+}
+
+#[tokio::test]
 async fn frame_and_payload_limits() {
     let limits = Limits {
         max_frame_bytes: 64 * 1024,
@@ -256,4 +281,30 @@ async fn subscription_limit_per_connection() {
         .call(3, "getConversation", json!({"conversationId": "c1"}))
         .await;
     assert_eq!(r["result"]["latestSeq"], 1);
+}
+
+#[tokio::test]
+async fn requests_hyper_cannot_read_are_refused_in_the_protocols_error_shape() {
+    let ts = TestServer::start().await;
+    let addr = ts.running().local_addr().to_string();
+    let long_target = format!("GET /{}", "a".repeat(70_000));
+    let huge_header = format!("Authorization: Bearer {}\r\n", "a".repeat(1_000_000));
+    let cases = [
+        ("GARBAGE", String::new(), 400),
+        (long_target.as_str(), String::new(), 414),
+        ("GET /me", huge_header, 431),
+    ];
+    for (request, headers, status) in cases {
+        let answer = tests::http_raw(&addr, request, &headers, "").await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{status}: {}",
+            &answer[..answer.len().min(200)]
+        );
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{status}: {e}: {body}"));
+        assert_eq!(v["error"]["code"], -32600, "{status}: {v}");
+        assert_eq!(v["error"]["data"]["status"], status, "{v}");
+    }
 }

@@ -62,7 +62,15 @@ async fn resident_memory_comes_back_after_a_burst_of_connections() {
     node.start_with(
         &db,
         dir.path(),
-        &["--max-connections".as_ref(), "4096".as_ref()],
+        &[
+            "--max-connections",
+            "4096",
+            "--max-connections-per-address",
+            "4096",
+            "--max-connections-per-agent",
+            "4096",
+        ]
+        .map(std::ffi::OsStr::new),
     )
     .await;
     let url = format!("ws://127.0.0.1:{}/rpc", node.port);

@@ -293,9 +293,10 @@ async fn access_is_checked() {
             json!({"conversationId": "c1", "sinceSeq": 0, "timeoutMs": 10}),
         ),
     ] {
+        // Not carol's: answered as a conversation that does not exist.
         assert_eq!(
             error_code(carol.request::<Value, _>(m, P(p)).await),
-            codes::FORBIDDEN,
+            codes::CONVERSATION_NOT_FOUND,
             "{m}"
         );
     }
@@ -309,7 +310,7 @@ async fn access_is_checked() {
                 )
                 .await
         ),
-        codes::FORBIDDEN
+        codes::CONVERSATION_NOT_FOUND
     );
     assert_eq!(
         error_code(

@@ -250,7 +250,7 @@ async fn depth_and_fan_out_limits_refuse_runaway_trees_with_their_own_error() {
         .unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::Forbidden));
     let e = open_child(&carol, "root", "c-x").await.unwrap_err();
-    assert_eq!(e.code(), Some(ErrorCode::Forbidden));
+    assert_eq!(e.code(), Some(ErrorCode::ConversationNotFound));
 
     // Depth: root (0) → d1 (1) → d2 (2) → d3 refused.
     open_child(&alice, "root", "d1").await.expect("depth 1");

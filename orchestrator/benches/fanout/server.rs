@@ -37,6 +37,12 @@ impl Server {
                 "127.0.0.1:0",
                 "--max-connections",
                 "30000",
+                "--max-connections-per-address",
+                "30000",
+                "--max-connections-per-agent",
+                "30000",
+                "--max-append-bytes-per-minute",
+                "0",
                 "--max-streams",
                 "30000",
                 // The long-poll phase parks every waiter as one agent (2,000 by default, each

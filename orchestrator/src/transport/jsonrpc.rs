@@ -216,6 +216,19 @@ pub fn read(frame: Vec<u8>) -> Frame {
         );
     }
     let Some(id) = m.id else {
+        // A notification is still a request: without `jsonrpc: "2.0"` and a method name it
+        // is an invalid request (`{}`, a frame of unknown members), answered with id null.
+        let method_named = m
+            .method
+            .is_some_and(|r| serde_json::from_str::<&str>(r.get()).is_ok());
+        if m.jsonrpc.map(RawValue::get) != Some("\"2.0\"") || !method_named {
+            return Frame::Refused(
+                NULL.into(),
+                invalid(
+                    "not a JSON-RPC 2.0 request: `jsonrpc: \"2.0\"` and a `method` are required",
+                ),
+            );
+        }
         return Frame::Notification;
     };
     if !valid_id(id) {
@@ -388,6 +401,12 @@ mod tests {
             read(br#"{"jsonrpc":"2.0","method":"tail"}"#.to_vec()),
             Frame::Notification
         ));
+        // Without an id, still a request: `{}`, unknown members, a frame nested deep.
+        assert_eq!(refused("{}"), (Value::Null, -32600));
+        assert_eq!(refused(r#"{"jsonrpc":"2.0"}"#), (Value::Null, -32600));
+        assert_eq!(refused(r#"{"method":"tail"}"#), (Value::Null, -32600));
+        let deep = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
+        assert_eq!(refused(&deep), (Value::Null, -32600));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod http;
 pub mod jsonrpc;
 pub mod net;
 pub mod push;
+pub mod refusal;
 pub mod rpc;
 pub mod server;
 pub mod session;

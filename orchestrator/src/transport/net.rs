@@ -295,7 +295,11 @@ impl AsyncWrite for Coalesced {
             return Poll::Pending;
         }
         let was_empty = o.buf.is_empty();
-        o.buf.extend_from_slice(buf);
+        // hyper's own refusals (a request it cannot read) get the protocol's error shape.
+        match crate::transport::refusal::as_json(buf) {
+            Some(answer) => o.buf.extend_from_slice(&answer),
+            None => o.buf.extend_from_slice(buf),
+        }
         o.mid_frame = true;
         drop(o);
         if was_empty {

@@ -220,11 +220,14 @@ async fn serve(
     ));
     let max_response = methods.orchestrator().limits().max_response_bytes();
     let mut buf = Vec::new();
+    // The last message was over the limit: the rest of its fragments may follow.
+    let mut too_large = false;
     // The turnstile of the identity the session speaks as (kept while it does not change).
     let mut turnstile: Option<(String, Arc<tokio::sync::Semaphore>)> = None;
     loop {
         match receiver.receive(&mut buf).await {
             Ok(Incoming::Data(_)) => {
+                too_large = false;
                 heard.store(since(start), Ordering::Relaxed);
                 let frame = std::mem::take(&mut buf);
                 match jsonrpc::read(frame) {
@@ -300,6 +303,7 @@ async fn serve(
             Ok(Incoming::Pong(_)) => heard.store(since(start), Ordering::Relaxed),
             Ok(Incoming::Closed(_)) => break,
             Err(WsError::MessageTooLarge { current, maximum }) => {
+                too_large = true;
                 buf.clear();
                 heard.store(since(start), Ordering::Relaxed);
                 let e = RpcError::new(
@@ -315,7 +319,14 @@ async fn serve(
                 }
             }
             Err(e) => {
-                tracing::debug!(error = %e, "WebSocket connection ended");
+                // A frame the protocol does not allow ends the connection with the close code
+                // RFC 6455 gives it; an I/O error (the peer went) ends it without one.
+                if let Some((code, reason)) = close_for(&e, too_large) {
+                    tracing::debug!(error = %e, code, "WebSocket connection closed: a protocol error");
+                    frames.abort(&close_frame(code, reason));
+                } else {
+                    tracing::debug!(error = %e, "WebSocket connection ended");
+                }
                 break;
             }
         }
@@ -323,6 +334,23 @@ async fn serve(
     keeper.abort();
     session.subscriptions().cancel_all();
     session.executors().cancel_all();
+}
+
+/// The close code and reason for a read error that breaks the protocol: 1009 for a message
+/// over the limit, and for what follows a fragmented one (`after_too_large`: its remaining
+/// fragments cannot be read as frames); 1002 for a frame the protocol does not allow (a
+/// reserved opcode or bit, a fragmented control frame, a stray continuation); `None` for an I/O
+/// error or a connection already closed.
+fn close_for(e: &WsError, after_too_large: bool) -> Option<(u16, &'static str)> {
+    use soketto::base::Error as Codec;
+    match e {
+        WsError::Io(_) | WsError::Closed | WsError::Codec(Codec::Io(_)) => None,
+        WsError::Codec(Codec::PayloadTooLarge { .. }) | WsError::MessageTooLarge { .. } => {
+            Some((1009, "the message is over the frame limit"))
+        }
+        _ if after_too_large => Some((1009, "the message is over the frame limit")),
+        _ => Some((1002, "a frame the WebSocket protocol does not allow")),
+    }
 }
 
 /// Writes one text frame whose payload is `payload`.
