@@ -563,3 +563,46 @@ async fn plan_build_with_a_model_is_prompted_per_mode_and_a_bad_deliverable_is_r
         .iter()
         .any(|l| l == "reviewer: The API spec v1 has 1 endpoints. TERMINATE"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_agent_starts_the_helpdesk_and_speaks_as_its_caller() {
+    let server = TestServer::start().await;
+    server.set_library(vec![("helpdesk", example("helpdesk"))]);
+    let bob = server.sdk("bob", None).await;
+    bob.create_conversation(CreateConversationParams {
+        conversation_id: Some("desk".into()),
+        scenario_name: Some("helpdesk".into()),
+        ..Default::default()
+    })
+    .await
+    .expect("bob, not an admin, starts the help desk");
+    for text in ["I need a ticket", "File it please", "Thanks"] {
+        wait_for(&bob, "desk", "bob's turn", |s| {
+            s.status == ConversationStatus::Closed
+                || s.guidance.status == GuidanceStatus::MaySpeak
+        })
+        .await;
+        bob.send_message(SendMessageParams {
+            conversation_id: "desk".into(),
+            payload: MessagePayload::text(text),
+            finality: Finality::Turn,
+            turn_hint: None,
+            client_request_id: None,
+            after_key: None,
+        })
+        .await
+        .unwrap();
+    }
+    let log = closed_log(&bob, "desk").await;
+    assert_eq!(
+        said(&log)[..6],
+        [
+            "bob: I need a ticket",
+            "assistant: Hello! What do you need?",
+            "bob: File it please",
+            "assistant: Done: your ticket is filed.",
+            "bob: Thanks",
+            "assistant: Goodbye. TERMINATE"
+        ]
+    );
+}
