@@ -578,8 +578,7 @@ async fn any_agent_starts_the_helpdesk_and_speaks_as_its_caller() {
     .expect("bob, not an admin, starts the help desk");
     for text in ["I need a ticket", "File it please", "Thanks"] {
         wait_for(&bob, "desk", "bob's turn", |s| {
-            s.status == ConversationStatus::Closed
-                || s.guidance.status == GuidanceStatus::MaySpeak
+            s.status == ConversationStatus::Closed || s.guidance.status == GuidanceStatus::MaySpeak
         })
         .await;
         bob.send_message(SendMessageParams {
