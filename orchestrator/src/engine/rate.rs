@@ -113,10 +113,17 @@ impl RateLimiter {
             let (rate, burst) = (self.rate, self.burst);
             buckets.retain(|_, b| refilled(*b, now, rate, burst) < burst);
         }
-        let b = buckets.entry(agent.to_owned()).or_insert(Bucket {
-            tokens: self.burst,
-            at: now,
-        });
+        // The agent's id is copied only for its first bucket, not on every call.
+        if !buckets.contains_key(agent) {
+            let full = Bucket {
+                tokens: self.burst,
+                at: now,
+            };
+            buckets.insert(agent.to_owned(), full);
+        }
+        let Some(b) = buckets.get_mut(agent) else {
+            return Ok(());
+        };
         let tokens = refilled(*b, now, self.rate, self.burst);
         if tokens >= n {
             *b = Bucket {

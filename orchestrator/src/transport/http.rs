@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use proto_spec::http::headers;
@@ -27,9 +27,6 @@ use crate::engine::auth::Identity;
 use crate::engine::service::Orchestrator;
 use crate::engine::telemetry;
 use crate::transport::sse;
-
-/// The viewer page, embedded at build time.
-const VIEWER: &str = include_str!("../../assets/viewer.html");
 
 /// How often an idle SSE stream sends a keep-alive comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -48,7 +45,7 @@ type Shared = Arc<HttpState>;
 pub fn router(orch: Arc<Orchestrator>) -> Router {
     let state = Arc::new(HttpState { orch });
     Router::new()
-        .route("/", get(viewer))
+        .route("/", get(crate::transport::console::page))
         .route("/me", get(me))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
@@ -306,48 +303,6 @@ fn ok_within<T: Serialize>(s: &HttpState, value: T) -> ApiResult<Response> {
         ));
     }
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-async fn viewer() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-store"),
-            (header::CONTENT_SECURITY_POLICY, viewer_policy()),
-            (header::X_FRAME_OPTIONS, "DENY"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::REFERRER_POLICY, "no-referrer"),
-            (
-                header::HeaderName::from_static("cross-origin-opener-policy"),
-                "same-origin",
-            ),
-        ],
-        Html(VIEWER),
-    )
-        .into_response()
-}
-
-/// The console's Content-Security-Policy: nothing loads but its own inline script and style
-/// (allowed by their SHA-256, so that no injected markup can run or restyle anything), and it
-/// talks only to this server; no framing, no forms elsewhere, no base URL.
-fn viewer_policy() -> &'static str {
-    static POLICY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    POLICY.get_or_init(|| {
-        let hash = |open: &str, close: &str| {
-            use base64::Engine;
-            use sha2::Digest;
-            let start = VIEWER.find(open).map_or(0, |i| i + open.len());
-            let end = VIEWER[start..].find(close).map_or(start, |i| start + i);
-            let digest = sha2::Sha256::digest(&VIEWER.as_bytes()[start..end]);
-            format!("'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest))
-        };
-        format!(
-            "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; img-src 'self' data:; \
-             base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-            hash("<script>", "</script>"),
-            hash("<style>", "</style>")
-        )
-    })
 }
 
 async fn metrics() -> Response {
@@ -619,30 +574,4 @@ async fn events(
     resp.headers_mut()
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
-}
-
-#[cfg(test)]
-mod tests {
-    use proto_spec::SystemEvent;
-
-    /// The viewer describes system events by their `type`: each it names is one the protocol
-    /// has, and it names every one.
-    #[test]
-    fn the_viewer_knows_every_system_event_type() {
-        let start = super::VIEWER
-            .find("function describeSystem")
-            .expect("the viewer describes system events");
-        let body = &super::VIEWER[start..];
-        let body = &body[..body.find("default:").expect("a default case")];
-        let named: Vec<&str> = body
-            .split("case \"")
-            .skip(1)
-            .filter_map(|rest| rest.split('"').next())
-            .collect();
-        let mut sorted = named.clone();
-        sorted.sort_unstable();
-        let mut known = SystemEvent::TYPES.to_vec();
-        known.sort_unstable();
-        assert_eq!(sorted, known, "the viewer's cases: {named:?}");
-    }
 }

@@ -2,6 +2,7 @@
 //! REST, and the server that hosts them on one port.
 
 pub mod accept;
+pub mod console;
 pub mod http;
 pub mod jsonrpc;
 pub mod net;
