@@ -581,16 +581,9 @@ async fn any_agent_starts_the_helpdesk_and_speaks_as_its_caller() {
             s.status == ConversationStatus::Closed || s.guidance.status == GuidanceStatus::MaySpeak
         })
         .await;
-        bob.send_message(SendMessageParams {
-            conversation_id: "desk".into(),
-            payload: MessagePayload::text(text),
-            finality: Finality::Turn,
-            turn_hint: None,
-            client_request_id: None,
-            after_key: None,
-        })
-        .await
-        .unwrap();
+        bob.send_message(SendMessageParams::text("desk", text, Finality::Turn))
+            .await
+            .unwrap();
     }
     let log = closed_log(&bob, "desk").await;
     assert_eq!(

@@ -74,11 +74,9 @@ async fn with_library() -> TestServer {
 async fn an_agent_starts_a_scenario_that_names_a_caller_and_speaks_as_it() {
     let server = with_library().await;
     let alice = server.client("alice").await;
+    let start = json!({"conversationId": "a1", "scenarioName": "helpdesk"});
     let created: Value = alice
-        .request(
-            "createConversation",
-            P(json!({"conversationId": "a1", "scenarioName": "helpdesk"})),
-        )
+        .request("createConversation", P(start))
         .await
         .expect("an agent starts a scenario with a caller");
     assert_eq!(created["conversationId"], "a1");
@@ -149,11 +147,9 @@ async fn without_a_caller_only_an_admin_creates_a_conversation() {
         assert_eq!(tests::error_code(refused), -32002, "{params}");
     }
     let admin = server.client("admin").await;
+    let plain = json!({"conversationId": "p1", "scenarioName": "plain"});
     let _: Value = admin
-        .request(
-            "createConversation",
-            P(json!({"conversationId": "p1", "scenarioName": "plain"})),
-        )
+        .request("createConversation", P(plain))
         .await
         .expect("an admin creates any conversation");
 }

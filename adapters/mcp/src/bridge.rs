@@ -227,6 +227,27 @@ impl Bridge {
         }
     }
 
+    /// Runs `call` on the caller's connection: `view` of its result as the tool's answer, or
+    /// the tool error that says what to do.
+    async fn answered<R, Fut>(
+        &self,
+        ext: &Extensions,
+        call: impl FnOnce(Arc<WsJsonRpcClient>) -> Fut,
+        view: impl FnOnce(R) -> Value,
+    ) -> ToolResult
+    where
+        Fut: std::future::Future<Output = Result<R, ClientError>>,
+    {
+        let client = match self.client(ext).await {
+            Ok(c) => c,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        Ok(match call(client).await {
+            Ok(r) => answer(view(r)),
+            Err(e) => tool_error(e),
+        })
+    }
+
     #[tool(
         description = "Wait for new messages in a conversation and learn whether you may speak. Pass the latestSeq of your previous call as sinceSeq (0 the first time): you get the messages after it, guidance (status may_speak, wait or closed; the current turn and speaker), the conversation's status, and a new latestSeq to pass next time. Waits up to timeoutMs when nothing is new."
     )]
@@ -235,26 +256,23 @@ impl Bridge {
         Parameters(a): Parameters<WaitArgs>,
         ext: Extensions,
     ) -> ToolResult {
-        let client = match self.client(&ext).await {
-            Ok(c) => c,
-            Err(e) => return Ok(tool_error(e)),
-        };
         let p = GetUpdatesParams {
             conversation_id: a.conversation_id,
             since_seq: a.since_seq,
             limit: None,
             timeout_ms: Some(a.timeout_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS)),
         };
-        Ok(match client.get_updates(p).await {
-            Ok(r) => answer(json!({
+        let view = |r: GetUpdatesResult| {
+            json!({
                 "messages": r.messages.iter().map(message_view).collect::<Vec<_>>(),
                 "guidance": r.guidance,
                 "status": r.status,
                 "latestSeq": r.latest_seq,
                 "timedOut": r.timed_out,
-            })),
-            Err(e) => tool_error(e),
-        })
+            })
+        };
+        self.answered(&ext, |c| async move { c.get_updates(p).await }, view)
+            .await
     }
 
     #[tool(
@@ -265,10 +283,6 @@ impl Bridge {
         Parameters(a): Parameters<PostArgs>,
         ext: Extensions,
     ) -> ToolResult {
-        let client = match self.client(&ext).await {
-            Ok(c) => c,
-            Err(e) => return Ok(tool_error(e)),
-        };
         let p = SendMessageParams {
             conversation_id: a.conversation_id,
             payload: MessagePayload {
@@ -280,24 +294,19 @@ impl Bridge {
             client_request_id: a.client_request_id,
             after_key: None,
         };
-        Ok(match client.send_message(p).await {
-            Ok(r) => answer(json!({"seq": r.seq, "turn": r.turn, "duplicate": r.duplicate})),
-            Err(e) => tool_error(e),
-        })
+        let view =
+            |r: AppendResult| json!({"seq": r.seq, "turn": r.turn, "duplicate": r.duplicate});
+        self.answered(&ext, |c| async move { c.send_message(p).await }, view)
+            .await
     }
 
     #[tool(
         description = "List the conversations you take part in, each with its status, latest seq, turn and guidance for you."
     )]
     async fn list_conversations(&self, ext: Extensions) -> ToolResult {
-        let client = match self.client(&ext).await {
-            Ok(c) => c,
-            Err(e) => return Ok(tool_error(e)),
-        };
-        Ok(match client.list_conversations().await {
-            Ok(r) => answer(serde_json::to_value(r).unwrap_or(Value::Null)),
-            Err(e) => tool_error(e),
-        })
+        let view = |r: ListConversationsResult| serde_json::to_value(r).unwrap_or(Value::Null);
+        self.answered(&ext, |c| async move { c.list_conversations().await }, view)
+            .await
     }
 
     #[tool(
@@ -308,14 +317,10 @@ impl Bridge {
         Parameters(a): Parameters<ConversationArgs>,
         ext: Extensions,
     ) -> ToolResult {
-        let client = match self.client(&ext).await {
-            Ok(c) => c,
-            Err(e) => return Ok(tool_error(e)),
-        };
-        Ok(match client.get_conversation(&a.conversation_id).await {
-            Ok(r) => answer(serde_json::to_value(r).unwrap_or(Value::Null)),
-            Err(e) => tool_error(e),
-        })
+        let view = |r: Snapshot| serde_json::to_value(r).unwrap_or(Value::Null);
+        let id = a.conversation_id;
+        self.answered(&ext, |c| async move { c.get_conversation(&id).await }, view)
+            .await
     }
 }
 

@@ -69,6 +69,15 @@ fn digest(b: &[u8]) -> [u8; 32] {
     out
 }
 
+/// The bearer token of a request's `Authorization` header (the scheme in any case, RFC 9110
+/// §11.1), if it has one of at most [`MAX_TOKEN_BYTES`].
+fn bearer_of(req: &axum::extract::Request) -> Option<&str> {
+    req.headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| bearer_token(v, MAX_TOKEN_BYTES))
+}
+
 /// A 401 answer that says what to send.
 fn unauthorized(why: &str) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -89,13 +98,7 @@ async fn per_caller(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let token = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| bearer_token(v, MAX_TOKEN_BYTES))
-        .map(str::to_string);
-    let Some(token) = token else {
+    let Some(token) = bearer_of(&req).map(str::to_string) else {
         return unauthorized(
             "this MCP endpoint needs `Authorization: Bearer <an orchestrator token>`: you act as that token's agent",
         );
@@ -130,14 +133,7 @@ async fn shared_secret(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let given = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| digest(t.trim().as_bytes()));
+    let given = bearer_of(&req).map(|t| digest(t.as_bytes()));
     if given.as_ref() == Some(&*token) {
         return next.run(req).await;
     }

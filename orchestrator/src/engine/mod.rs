@@ -9,6 +9,7 @@ pub mod hub;
 pub mod rate;
 pub mod scenario;
 pub mod service;
+pub mod shares;
 pub mod state;
 pub mod store;
 pub mod streams;

@@ -2,26 +2,26 @@
 //! WebSocket subscriptions. One agent cannot hold every stream the server will keep open, and
 //! the server keeps no more than its limit.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use proto_spec::{ErrorCode, RpcError};
 
+use crate::engine::shares::{Share, Shares};
 use crate::engine::telemetry::Open;
 
 /// The counts, shared by every transport.
 #[derive(Debug, Default)]
 pub struct Streams {
     open: AtomicUsize,
-    per_agent: Mutex<HashMap<String, usize>>,
+    per_agent: Arc<Shares<String>>,
 }
 
 /// One open stream, counted while it lives.
 #[derive(Debug)]
 pub struct StreamSlot {
     streams: Arc<Streams>,
-    agent: String,
+    _share: Option<Share<String>>,
     _open: Open,
 }
 
@@ -36,16 +36,12 @@ impl Streams {
         per_agent: usize,
     ) -> Result<StreamSlot, RpcError> {
         let before = self.open.fetch_add(1, Ordering::Relaxed);
-        let mine = {
-            let mut counts = self.per_agent.lock().unwrap_or_else(|p| p.into_inner());
-            let n = counts.entry(agent.to_string()).or_default();
-            *n += 1;
-            *n - 1
-        };
+        let share = self.per_agent.take(&agent.to_string(), per_agent);
+        let mine_over = share.is_none();
         // Counted from here on: a refusal gives its place back when the slot drops.
         let slot = StreamSlot {
             streams: self.clone(),
-            agent: agent.to_string(),
+            _share: share,
             _open: Open::subscriber(transport),
         };
         let refuse = |message: String, limit: usize| {
@@ -58,7 +54,7 @@ impl Streams {
                 limit,
             );
         }
-        if mine >= per_agent {
+        if mine_over {
             return refuse(
                 format!(
                     "{agent} has too many open streams, waits and subscriptions (limit {per_agent} an agent); close some first"
@@ -73,17 +69,6 @@ impl Streams {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.streams.open.fetch_sub(1, Ordering::Relaxed);
-        let mut counts = self
-            .streams
-            .per_agent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&self.agent) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.agent);
-            }
-        }
     }
 }
 

@@ -11,7 +11,6 @@ pub mod refusal;
 pub mod rpc;
 pub mod server;
 pub mod session;
-pub mod shares;
 pub mod sse;
 pub mod turnstile;
 pub mod ws;

@@ -13,7 +13,7 @@ use crate::engine::auth::{Grant, Identity};
 use crate::engine::error::Result;
 use crate::engine::hub::live::LiveSubscriber;
 use crate::engine::hub::ConvView;
-use crate::transport::shares::{Share, Shares};
+use crate::engine::shares::{Share, Shares};
 
 /// What a call on a connection whose token was revoked or expired is told.
 pub const REVOKED: &str =

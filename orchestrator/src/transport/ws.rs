@@ -25,12 +25,12 @@ use soketto::Incoming;
 use tokio::sync::Notify;
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
 
+use crate::engine::shares::Shares;
 use crate::transport::http::error_response;
 use crate::transport::jsonrpc::{self, Frame};
 use crate::transport::net::{close_frame, ping_frame, text_frame, ConnWriter};
 use crate::transport::rpc::{Methods, Outcome};
 use crate::transport::session::Session;
-use crate::transport::shares::Shares;
 
 /// How long a stopping server lets a connection's calls in flight answer.
 pub const DRAIN: Duration = Duration::from_secs(5);

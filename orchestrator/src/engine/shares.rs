@@ -1,7 +1,7 @@
-//! Shares of the open WebSocket connections: how many one address holds (counted at the
-//! handshake, before anyone authenticates) and how many one agent holds (counted when a
-//! connection authenticates), each held to a cap beside the global `--max-connections`, so that
-//! one client cannot take every connection the server will keep open.
+//! Shares: counts by key, each held to a cap beside a global one, so that one client cannot
+//! take all of something the server keeps open: the WebSocket connections of one address
+//! (counted at the handshake, before anyone authenticates) and of one agent (counted when a
+//! connection authenticates), and one agent's streams ([`crate::engine::streams`]).
 
 use std::collections::HashMap;
 use std::hash::Hash;
