@@ -119,7 +119,8 @@ async fn steps_in_sequence_each_take_the_result_of_the_last() {
         "tea came from China"
     );
 
-    // Each child records its parent and opens with its input, from the orchestrator.
+    // Each child records its parent and opens with its input, written by the agent that
+    // opened it (the planner).
     let second = started[1]["child"].as_str().unwrap().to_string();
     let snap = admin.get_conversation(&second).await.unwrap();
     assert_eq!(snap.parent_conversation_id.as_deref(), Some("seq"));
@@ -127,7 +128,7 @@ async fn steps_in_sequence_each_take_the_result_of_the_last() {
     let created = child_log[0].payload_value();
     assert_eq!(created["parent"]["conversationId"], "seq");
     assert_eq!(created["parent"]["depth"], 1);
-    assert_eq!(child_log[1].author, ORCHESTRATOR_AUTHOR);
+    assert_eq!(child_log[1].author, "planner");
     assert_eq!(
         child_log[1].payload_value()["text"],
         "Given: tea came from China. How did it travel?"
@@ -182,7 +183,7 @@ async fn parallel_children_are_open_at_once_and_whoever_takes_part_above_may_fol
         .expect("alice reads a child");
     assert_eq!(snap.parent_conversation_id.as_deref(), Some("par"));
     let refused = carol.get_conversation(&children[0]).await.unwrap_err();
-    assert_eq!(refused.code(), Some(ErrorCode::Forbidden));
+    assert_eq!(refused.code(), Some(ErrorCode::ConversationNotFound));
 
     for c in &children {
         let input = full_log(&bob, c).await[1].payload_value()["text"]
