@@ -202,3 +202,25 @@ def test_a_peer_over_its_caps_is_refused_and_the_others_are_served(stack):
     over = new(99, stack.tokens["globex"])
     assert over["error"]["code"] == -32050 and "TOO_MANY_NEW_CONTEXTS" in json.dumps(over), over
     assert "result" in new(100, stack.tokens["acme"])
+
+
+def test_the_official_client_of_another_peer_finds_nothing(stack):
+    """The same refusals through the official a2a-sdk client, authenticated as globex through
+    the Agent Card's scheme: acme's task is not found, acme's context takes nothing, and
+    ListTasks lists none of acme's."""
+    task = acme_task(stack)
+
+    async def main():
+        client = await client_for(stack.a2a + "/expert", streaming=False, token=stack.tokens["globex"])
+        with pytest.raises(Exception) as got:
+            await client.get_task(pb.GetTaskRequest(id=task["id"]))
+        assert type(got.value).__name__ == "TaskNotFoundError", repr(got.value)
+        with pytest.raises(Exception):
+            await send(client, user_message("mine now", "g-official", context_id=task["contextId"]))
+        listed = await client.list_tasks(pb.ListTasksRequest())
+        await client.close()
+        return listed
+
+    listed = asyncio.run(main())
+    assert list(listed.tasks) == [] and listed.total_size == 0
+    assert messages_of(stack, task["contextId"]) == [("acme", SECRET)]
