@@ -201,11 +201,11 @@ def test_rest_errors_for_each_bad_input(server):
     assert r.headers["www-authenticate"] == "Bearer"
     error_of(httpx.post(base, json=good, headers=auth("oct_wrong")), 401, -32001)
     error_of(httpx.get(f"{server.http}/conversations", headers={"Authorization": "Basic abc"}), 401, -32001)
-    # Another agent's conversation.
+    # Another agent's conversation: answered as one that does not exist.
     create(server, "private", participants=("bob",))
-    error_of(httpx.get(f"{server.http}/conversations/private", headers=auth(server.tokens["alice"])), 403, -32002)
-    error_of(post(server, "alice", "hi", cid="private"), 403, -32002)
-    error_of(httpx.get(f"{server.http}/conversations/private/events", headers=auth(server.tokens["alice"])), 403, -32002)
+    error_of(httpx.get(f"{server.http}/conversations/private", headers=auth(server.tokens["alice"])), 404, -32003)
+    error_of(post(server, "alice", "hi", cid="private"), 404, -32003)
+    error_of(httpx.get(f"{server.http}/conversations/private/events", headers=auth(server.tokens["alice"])), 404, -32003)
     # Unknown conversation.
     error_of(httpx.get(f"{server.http}/conversations/nope/wait", headers=auth(server.tokens["alice"])), 404, -32003)
     # Invalid JSON, a missing field, an unknown field (a forged author).
