@@ -18,7 +18,9 @@
 //! the same raw-frame clients, load and frames on a bare WebSocket server that answers each
 //! request at once (`common/echo_ws.rs`: no orchestrator); the goal compares the orchestrator's
 //! appends with its round trips. `BENCH_ONLY=in-process`, `websocket`, `websocket-jsonrpsee`,
-//! `ceiling` or `echo` runs one phase alone (for profiling).
+//! `ceiling` or `echo` runs one phase alone (for profiling). Each agent's budget of bytes appended
+//! is off unless `BENCH_BUDGET` names one (bytes a minute; one too large to be spent measures
+//! what the budget's bookkeeping costs each append).
 
 mod common;
 use common::{env, median, settle};
@@ -137,7 +139,7 @@ async fn setup(
         max_connections: 4096,
         max_connections_per_address: 4096,
         max_connections_per_agent: 4096,
-        max_append_bytes_per_minute: 0,
+        max_append_bytes_per_minute: env("BENCH_BUDGET", 0),
         ..Limits::default()
     };
     let orch = Orchestrator::open(store, limits)?;
