@@ -9,6 +9,7 @@ streams or new contexts is refused while every other peer is served."""
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -185,7 +186,7 @@ def test_a_peer_over_its_caps_is_refused_and_the_others_are_served(stack):
         async with httpx.AsyncClient(timeout=20) as http:
             headers = {**auth(stack.tokens["globex"]), "Accept": "text/event-stream"}
             body = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task["id"]}}
-            for _ in range(100):
+            for _ in range(400):
                 async with http.stream("POST", url, json=body, headers=headers) as r:
                     if r.headers.get("content-type", "").startswith("text/event-stream"):
                         return True
@@ -224,3 +225,36 @@ def test_the_official_client_of_another_peer_finds_nothing(stack):
     listed = asyncio.run(main())
     assert list(listed.tasks) == [] and listed.total_size == 0
     assert messages_of(stack, task["contextId"]) == [("acme", SECRET)]
+
+
+def test_a_peer_over_its_calls_in_flight_is_refused_and_the_others_are_served(stack):
+    """With one call in flight allowed a peer, globex's blocking SendMessage (nobody answers it)
+    holds its place: globex's next call is refused with the adapter's limit error, while acme
+    is served."""
+    import threading
+
+    stack.adapter.kill()
+    stack.adapter.wait(10)
+    start_adapter(stack, "127.0.0.1:0", "--max-calls-per-peer", "1")
+    url = stack.a2a + "/expert/"
+    blocking = {"message": {"messageId": "hold-1", "role": "ROLE_USER", "parts": [{"text": "wait for the expert"}]}}
+    def hold():
+        # Ends when the adapter answers (60 s) or is stopped at the test's end: either is fine.
+        try:
+            httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": blocking},
+                       headers=auth(stack.tokens["globex"]), timeout=8)
+        except httpx.HTTPError:
+            pass
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    refused = None
+    for _ in range(400):
+        answer = rpc(url, "ListTasks", {}, token=stack.tokens["globex"])
+        if "error" in answer:
+            refused = answer
+            break
+        time.sleep(0.05)
+    assert refused is not None and refused["error"]["code"] == -32050, refused
+    assert "TOO_MANY_CALLS" in json.dumps(refused)
+    assert "result" in rpc(url, "ListTasks", {}, token=stack.tokens["acme"])
