@@ -188,11 +188,8 @@ async fn read_context(call: &Call<'_>, snapshot: &Snapshot) -> Result<Vec<TaskVi
 }
 
 /// A context's tasks (first seq and state, newest first), from the cache when the context did
-/// not change since.
-async fn summary(
-    call: &Call<'_>,
-    snapshot: &Snapshot,
-) -> Result<Vec<(u64, &'static str)>, A2aError> {
+/// not change since; with their views when its log was read for them.
+async fn summary(call: &Call<'_>, snapshot: &Snapshot) -> Result<Summary, A2aError> {
     let cached = {
         let listed = call.peer.listed.lock().unwrap_or_else(|e| e.into_inner());
         listed
@@ -200,15 +197,16 @@ async fn summary(
             .filter(|l| l.seq == snapshot.latest_seq)
             .map(|l| l.tasks.clone())
     };
-    match cached {
-        Some(tasks) => Ok(tasks),
-        None => Ok(read_context(call, snapshot)
-            .await?
-            .iter()
-            .map(|v| (v.id.start, v.state.wire()))
-            .collect()),
+    if let Some(tasks) = cached {
+        return Ok((tasks, None));
     }
+    let views = read_context(call, snapshot).await?;
+    let tasks = views.iter().map(|v| (v.id.start, v.state.wire())).collect();
+    Ok((tasks, Some(views)))
 }
+
+/// A context's tasks (first seq and state), and their views if they were read.
+type Summary = (Vec<(u64, &'static str)>, Option<Vec<TaskView>>);
 
 /// `ListTasks`: the peer's tasks, newest status first, a page at a time (`pageSize` 1–100,
 /// default 50; `nextPageToken` names where the next page starts), with the filters `contextId`,
@@ -223,7 +221,7 @@ pub(crate) async fn list_tasks(call: &Call<'_>, params: &Value) -> Result<Value,
     for snapshot in contexts(call, &q).await? {
         let ms = millis(snapshot.last_event_at.as_deref());
         let places = |start: u64| (ms, snapshot.conversation_id.clone(), start);
-        let summary = summary(call, &snapshot).await?;
+        let (summary, read) = summary(call, &snapshot).await?;
         let on_page: Vec<u64> = summary
             .iter()
             .filter(|(start, state)| {
@@ -238,7 +236,10 @@ pub(crate) async fn list_tasks(call: &Call<'_>, params: &Value) -> Result<Value,
             continue;
         }
         more |= on_page.len() > room;
-        let views = read_context(call, &snapshot).await?;
+        let views = match read {
+            Some(views) => views,
+            None => read_context(call, &snapshot).await?,
+        };
         for start in on_page.into_iter().take(room) {
             if let Some(v) = views.iter().find(|v| v.id.start == start) {
                 page.push(v.wire(call.me(), q.history));

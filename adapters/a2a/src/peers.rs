@@ -54,10 +54,9 @@ pub struct Peer {
     pub client: Arc<WsJsonRpcClient>,
     /// The agent id it speaks as.
     pub me: String,
-    /// The pool's key of its token, and a secret only the token gives (the key of its context
-    /// ids).
+    /// The pool's key of its token (its SHA-256): a secret only the token gives, which also
+    /// keys its context ids.
     key: [u8; 32],
-    secret: [u8; 32],
     calls: Arc<Semaphore>,
     streams: Arc<Semaphore>,
     contexts: Mutex<VecDeque<Instant>>,
@@ -146,12 +145,12 @@ impl Peer {
     }
 
     /// The context id of the conversation a first message with `message_id` opens: a keyed
-    /// hash of it under the peer's secret, so a retried first message finds its conversation
+    /// hash of it under the peer's key (its token's SHA-256), so a retried first message finds its conversation
     /// again (also after a restart of the adapter), and nobody without the peer's token can
     /// tell one in advance.
     pub fn context_id(&self, message_id: &str) -> String {
         let mut h = Sha256::new();
-        h.update(self.secret);
+        h.update(self.key);
         h.update(b"\0a2a-context\0");
         h.update(message_id.as_bytes());
         format!("a2a-{}", hex::encode(&h.finalize()[..16]))
@@ -172,19 +171,11 @@ impl Peer {
         owned.insert((scenario.to_string(), conversation.to_string()));
     }
 
-    fn new(
-        client: WsJsonRpcClient,
-        me: String,
-        key: [u8; 32],
-        token: &str,
-        limits: &PeerLimits,
-    ) -> Peer {
+    fn new(client: WsJsonRpcClient, me: String, key: [u8; 32], limits: &PeerLimits) -> Peer {
         Peer {
             me,
             client: Arc::new(client),
             key,
-            secret: Sha256::digest([b"a2a-peer-secret\0".as_slice(), token.as_bytes()].concat())
-                .into(),
             calls: Arc::new(Semaphore::new(limits.calls)),
             streams: Arc::new(Semaphore::new(limits.streams)),
             contexts: Mutex::new(VecDeque::new()),
@@ -219,7 +210,7 @@ impl Peers {
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Peer>, A2aError> {
         let token = bearer(headers)?;
         let limits = &self.limits;
-        let made = |client, me, key| Peer::new(client, me, key, token, limits);
+        let made = |client, me, key| Peer::new(client, me, key, limits);
         self.pool.get(token, made).await.map_err(|e| match e {
             PoolError::Refused(_) => A2aError::unauthenticated(
                 "the orchestrator does not accept this token (unknown, revoked or expired)",

@@ -113,26 +113,38 @@ impl RateLimiter {
             let (rate, burst) = (self.rate, self.burst);
             buckets.retain(|_, b| refilled(*b, now, rate, burst) < burst);
         }
-        // The agent's id is copied only for its first bucket, not on every call.
-        if !buckets.contains_key(agent) {
-            let full = Bucket {
-                tokens: self.burst,
-                at: now,
-            };
-            buckets.insert(agent.to_owned(), full);
-        }
-        let Some(b) = buckets.get_mut(agent) else {
-            return Ok(());
+        let full = Bucket {
+            tokens: self.burst,
+            at: now,
         };
-        let tokens = refilled(*b, now, self.rate, self.burst);
+        let tokens = refilled(
+            buckets.get(agent).copied().unwrap_or(full),
+            now,
+            self.rate,
+            self.burst,
+        );
+        let left = if tokens >= n { tokens - n } else { tokens };
+        // The agent's id is copied only for its first bucket, not on every call.
+        match buckets.get_mut(agent) {
+            Some(b) => {
+                *b = Bucket {
+                    tokens: left,
+                    at: now,
+                }
+            }
+            None => {
+                buckets.insert(
+                    agent.to_owned(),
+                    Bucket {
+                        tokens: left,
+                        at: now,
+                    },
+                );
+            }
+        }
         if tokens >= n {
-            *b = Bucket {
-                tokens: tokens - n,
-                at: now,
-            };
             return Ok(());
         }
-        *b = Bucket { tokens, at: now };
         // Counted from the answer, which comes `hold` after this.
         let wait_ms = (((n - tokens) / self.rate * 1000.0).ceil() as u64)
             .saturating_sub(hold.as_millis() as u64)
