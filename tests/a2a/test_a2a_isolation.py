@@ -239,12 +239,19 @@ def test_a_peer_over_its_calls_in_flight_is_refused_and_the_others_are_served(st
     url = stack.a2a + "/expert/"
     blocking = {"message": {"messageId": "hold-1", "role": "ROLE_USER", "parts": [{"text": "wait for the expert"}]}}
     def hold():
-        # Ends when the adapter answers (60 s) or is stopped at the test's end: either is fine.
-        try:
-            httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": blocking},
-                       headers=auth(stack.tokens["globex"]), timeout=8)
-        except httpx.HTTPError:
-            pass
+        # The holder may itself be refused while one of the ListTasks below is in flight: it
+        # tries again until its call is taken. It then ends when the adapter answers (60 s) or
+        # is stopped at the test's end: either is fine.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                answer = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": blocking},
+                                    headers=auth(stack.tokens["globex"]), timeout=30).json()
+            except httpx.HTTPError:
+                return
+            if answer.get("error", {}).get("code") != -32050:
+                return
+            time.sleep(0.02)
 
     holder = threading.Thread(target=hold, daemon=True)
     holder.start()
