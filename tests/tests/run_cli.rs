@@ -173,7 +173,7 @@ async fn with_a_turn_timeout_a_failing_agent_is_skipped_and_the_run_goes_on() {
     assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
     for expected in [
         "✗ turn 2: bob failed (attempt 1 of 3): the function threw: Error: bob is broken",
-        "… turn 2 waits for its timeout to move on",
+        "… turn 2 waits for its timeout (300ms from the turn's start), then the turn goes to alice",
         "⌛ turn 2 timed out (bob)",
         "[3] alice: again",
         "stopped: max_turns",
@@ -184,6 +184,33 @@ async fn with_a_turn_timeout_a_failing_agent_is_skipped_and_the_run_goes_on() {
             ran.stdout
         );
     }
+}
+
+#[tokio::test]
+async fn a_failure_whose_turn_timeout_would_close_the_conversation_stops_the_run_at_once() {
+    // The model cannot be reached; the timeout (60 s, longer than the run's limit) would only
+    // close the conversation, as no rule names a speaker after it: nothing can make progress.
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = format!(
+        "participants:\n  - id: user\n    kind: scripted\n    replies: [\"question\"]\n  - id: assistant\n    kind: llm\n    baseUrl: http://127.0.0.1:{port}/v1\n    model: m\n    retries: 0\npolicy:\n  order: rules\n  first: user\n  rules:\n    - when: {{ author: user }}\n      next: assistant\n    - when: {{ author: assistant }}\n      next: user\nturn:\n  timeout: 60s\n"
+    );
+    let path = write(dir.path(), "s.yaml", &scenario);
+    let ran = run(&[
+        "run",
+        path.to_str().unwrap(),
+        "--timeout",
+        "50s",
+        "--agent-net",
+        "loopback",
+    ])
+    .await;
+    assert_eq!(ran.code, Some(3), "{}\n{}", ran.stdout, ran.stderr);
+    let last = ran.stdout.lines().last().unwrap_or("");
+    assert!(
+        last.contains("assistant failed all 3 attempts at turn 2, and its turn timeout would close the conversation (no_rule_matched)"),
+        "{last}"
+    );
 }
 
 #[tokio::test]
@@ -258,9 +285,9 @@ async fn an_external_participant_is_told_how_to_speak_and_its_curl_line_works() 
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let (seen, body) = answer_by_curl(&mut lines, "hello from carol").await;
     assert!(
-        seen.iter()
-            .any(|l| l.contains("waiting for carol (not run by this server)")
-                && l.contains("authenticate with oct_")),
+        seen.iter().any(|l| l.contains(
+            "waiting for carol (not run by this server), up to the run's time limit (50s"
+        )) && seen.iter().any(|l| l.contains("authenticate with oct_")),
         "{seen:?}"
     );
     assert!(body.contains("\"seq\""), "the post was accepted: {body}");
@@ -287,7 +314,8 @@ async fn the_plan_build_example_runs_with_a_person_approving_by_curl() {
         "{seen}"
     );
     assert!(
-        seen.contains("⏸ approval of api-builder requested from alice"),
+        seen.contains("⏸ approval of api-builder (build mode) requested from alice")
+            && seen.contains("waiting for alice to approve or reject api-builder's turn"),
         "{seen}"
     );
     let (rest, code) = rest_of(lines, child).await;

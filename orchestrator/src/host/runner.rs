@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proto_spec::system::{ExecutorTrace, StopData, SystemEvent};
+use proto_spec::system::{ExecutorTrace, SpeakerReason, StopData, SystemEvent};
 use proto_spec::{CreateConversationParams, EventKind, Finality, SubscribeParams};
 use serde_json::Value;
 
@@ -128,12 +128,18 @@ struct Transcript<'a> {
     participants: Vec<String>,
     /// Turns taken so far.
     turns: u64,
-    /// The open turn: its number, speaker and whether a timeout moves it on.
+    /// The open turn: its number and speaker.
     turn: u64,
     speaker: String,
-    timeout: bool,
     /// The external participants already told how to speak.
     told: Vec<String>,
+    /// The agents that gave up their turn (failed every attempt) since a participant last
+    /// closed a turn: while they are all that could speak next, nothing can make progress.
+    gave_up: Vec<String>,
+    /// The speaker whose turn the open turn's holder is asked to approve.
+    approving: Option<String>,
+    /// The live conversation, to ask what its turn timeout will decide.
+    view: Option<Arc<crate::engine::hub::ConvView>>,
 }
 
 const PALETTE: [&str; 6] = ["36", "33", "35", "32", "34", "31"];
@@ -180,7 +186,10 @@ impl Transcript<'_> {
                     Some(SystemEvent::NextSpeaker(n)) => {
                         self.turn = n.turn;
                         self.speaker = n.speaker.clone();
-                        self.timeout = n.timeout_ms.is_some();
+                        self.approving = n
+                            .for_speaker
+                            .clone()
+                            .filter(|_| n.reason == Some(SpeakerReason::Approval));
                         match n.mode {
                             Some(m) if m != proto_spec::Mode::Converse => {
                                 format!("  → turn {}: {} ({m} mode)", n.turn, n.speaker)
@@ -188,10 +197,22 @@ impl Transcript<'_> {
                             _ => format!("  → turn {}: {}", n.turn, n.speaker),
                         }
                     }
-                    Some(SystemEvent::ApprovalRequested(a)) => format!(
-                        "  ⏸ approval of {} requested from {}",
-                        a.for_speaker, a.approver
-                    ),
+                    Some(SystemEvent::ApprovalRequested(a)) => {
+                        // The mode asked of it, or else its default one.
+                        let policy = self.view.as_ref().and_then(|v| v.policy());
+                        let mode = a
+                            .mode
+                            .or_else(|| {
+                                policy.and_then(|p| p.modes_of(&a.for_speaker).first().copied())
+                            })
+                            .filter(|m| *m != proto_spec::Mode::Converse)
+                            .map(|m| format!(" ({m} mode)"))
+                            .unwrap_or_default();
+                        format!(
+                            "  ⏸ approval of {}{mode} requested from {}: the turn goes to {} once approved",
+                            a.for_speaker, a.approver, a.for_speaker
+                        )
+                    }
                     Some(SystemEvent::TurnTimeout(t)) => {
                         format!("  ⌛ turn {} timed out ({})", t.turn, t.speaker)
                     }
@@ -224,17 +245,27 @@ impl Transcript<'_> {
                     ""
                 };
                 writeln!(self.out, "{head} {text}{mark}").map_err(Error::Transcript)?;
-                if e.finality != Some(Finality::None) && e.author != proto_spec::ORCHESTRATOR_AUTHOR
-                {
+                let by_orchestrator = e.author == proto_spec::ORCHESTRATOR_AUTHOR;
+                if e.finality != Some(Finality::None) && !by_orchestrator {
                     self.turns += 1;
+                    self.gave_up.clear();
                 }
                 if e.finality == Some(Finality::Conversation) {
-                    return Ok(Some(End::Closed(match StopData::of(&p) {
-                        Some(reason) if e.author == proto_spec::ORCHESTRATOR_AUTHOR => {
-                            reason.as_str().to_string()
+                    let stop = StopData::of(&p).filter(|_| by_orchestrator);
+                    let reason = match stop {
+                        Some(reason) => reason.as_str().to_string(),
+                        None => format!("closed by {}", e.author),
+                    };
+                    // Closed by a timeout after agents gave up, not by the scenario's end: the
+                    // run did not get anywhere.
+                    match self.gave_up.last() {
+                        Some(last) if stop.is_some_and(|r| !completes(r)) => {
+                            return Ok(Some(End::Stuck(format!(
+                                "{last} gave up its turn, and the conversation then stopped: {reason}"
+                            ))));
                         }
-                        _ => format!("closed by {}", e.author),
-                    })));
+                        _ => return Ok(Some(End::Closed(reason))),
+                    }
                 }
             }
         }
@@ -260,26 +291,61 @@ impl Transcript<'_> {
         if !last || a.turn != self.turn {
             return Ok(None);
         }
-        if self.timeout {
-            self.line(
-                "2",
-                &format!("  … turn {} waits for its timeout to move on", a.turn),
-            )?;
-            return Ok(None);
+        if !self.gave_up.contains(&a.agent) {
+            self.gave_up.push(a.agent.clone());
         }
         let tries = if a.attempt == 1 {
             "its attempt".to_string()
         } else {
             format!("all {} attempts", a.attempt)
         };
-        Ok(Some(End::Stuck(format!(
-            "{} failed {tries} at turn {}, and no turn timeout moves the conversation on (a scenario's `turn: {{timeout: 30s}}` would); last error: {}",
-            a.agent, a.turn, err.error
-        ))))
+        let failed = format!("{} failed {tries} at turn {}", a.agent, a.turn);
+        let stuck = |why: String| {
+            Ok(Some(End::Stuck(format!(
+                "{failed}, and {why}; last error: {}",
+                err.error
+            ))))
+        };
+        // What the turn's timeout will do decides whether waiting for it leads anywhere.
+        let core = self.view.as_ref().map(|v| v.core());
+        if core.as_ref().is_some_and(|c| c.turn != a.turn) {
+            return Ok(None); // the turn has already moved on
+        }
+        let policy = self.view.as_ref().and_then(|v| v.policy());
+        let decided = policy
+            .zip(core.as_ref())
+            .and_then(|(p, c)| p.after_timeout(c));
+        match (decided, policy.and_then(|p| p.timeout_ms)) {
+            (Some(Err(reason)), _) if !completes(reason) => stuck(format!(
+                "its turn timeout would close the conversation ({})",
+                reason.as_str()
+            )),
+            (Some(Ok(Some(next))), _) if self.gave_up.contains(&next) => stuck(format!(
+                "its turn timeout would give the turn to {next}, who gave up already"
+            )),
+            (Some(decided), Some(ms)) => {
+                let then = match decided {
+                    Ok(Some(n)) => format!("the turn goes to {n}"),
+                    Ok(None) => "the floor opens".to_string(),
+                    Err(reason) => format!("the conversation closes ({})", reason.as_str()),
+                };
+                let wait = humantime(Duration::from_millis(ms));
+                self.line(
+                    "2",
+                    &format!("  … turn {} waits for its timeout ({wait} from the turn's start), then {then}", a.turn),
+                )?;
+                Ok(None)
+            }
+            _ => stuck(
+                "no turn timeout moves the conversation on (a scenario's `turn: {timeout: 30s}` would)"
+                    .to_string(),
+            ),
+        }
     }
 
-    /// When the open turn is an external participant's, says (once per participant) how to
-    /// speak for it.
+    /// When the open turn is an external participant's, says how to speak for it: the
+    /// address and token the first time, the `curl` line that posts its answer (or, asked to
+    /// approve, its decision), and how long the run waits for it.
     fn external_waited_for(&mut self) -> Result<()> {
         let Some(x) = self
             .settings
@@ -290,21 +356,34 @@ impl Transcript<'_> {
         else {
             return Ok(());
         };
-        if self.told.contains(&x.id) {
-            return self.line("2", &format!("  … waiting for {}", x.id));
+        let limit = humantime(self.settings.limit);
+        let what = match &self.approving {
+            Some(speaker) => format!("{} to approve or reject {speaker}'s turn", x.id),
+            None => x.id.clone(),
+        };
+        let first = !self.told.contains(&x.id);
+        if !first && self.approving.is_none() {
+            return self.line("2", &format!("  … waiting for {what}"));
         }
         self.told.push(x.id.clone());
         let addr = self.settings.address.clone().unwrap_or_default();
-        let lines = [
-            format!(
-                "  … waiting for {} (not run by this server): connect to ws://{addr}/rpc and authenticate with {}, or post its answer over HTTP:",
-                x.id, x.token
-            ),
-            format!(
-                "    curl -s -X POST http://{addr}/conversations/{}/messages -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{{\"payload\":{{\"text\":\"…\"}},\"finality\":\"turn\"}}'",
-                self.conversation_id, x.token
-            ),
-        ];
+        let mut lines = vec![format!(
+            "  … waiting for {what} (not run by this server), up to the run's time limit ({limit}, --timeout):"
+        )];
+        if first {
+            lines.push(format!(
+                "    connect to ws://{addr}/rpc and authenticate with {}, or post over HTTP:",
+                x.token
+            ));
+        }
+        let (text, after) = match &self.approving {
+            Some(_) => ("approve", "   # or \"reject\" to refuse it"),
+            None => ("…", ""),
+        };
+        lines.push(format!(
+            "    curl -s -X POST http://{addr}/conversations/{}/messages -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' -d '{{\"payload\":{{\"text\":\"{text}\"}},\"finality\":\"turn\"}}'{after}",
+            self.conversation_id, x.token
+        ));
         for l in lines {
             self.line("2", &l)?;
         }
@@ -358,8 +437,10 @@ pub async fn run(
         turns: 0,
         turn: 0,
         speaker: String::new(),
-        timeout: false,
         told: Vec::new(),
+        gave_up: Vec::new(),
+        approving: None,
+        view: orch.hub().get(&id),
     };
     transcript.line("1", &header)?;
     let deadline = tokio::time::Instant::now() + settings.limit;
@@ -405,9 +486,22 @@ pub async fn run(
     Ok(summary)
 }
 
+/// Whether the conversation stopping for `reason` is the scenario's own end (its stop
+/// condition, its sequence done, its time), not the way out of a turn nobody took.
+fn completes(reason: proto_spec::system::StopReason) -> bool {
+    use proto_spec::system::StopReason as R;
+    matches!(
+        reason,
+        R::OnText | R::MaxTurns | R::SequenceDone | R::MaxDuration
+    )
+}
+
 /// `90s`, `10m`, `1h30m`: a duration as `--timeout` takes it.
 fn humantime(d: Duration) -> String {
     let s = d.as_secs();
+    if s == 0 {
+        return format!("{}ms", d.subsec_millis());
+    }
     match (s / 3600, (s % 3600) / 60, s % 60) {
         (0, 0, s) => format!("{s}s"),
         (0, m, 0) => format!("{m}m"),

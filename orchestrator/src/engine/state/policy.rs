@@ -163,6 +163,49 @@ impl TurnPolicy {
         })
     }
 
+    /// What a timeout of `speaker`'s turn `turn` decides, with `core` the state once the
+    /// timeout is observed.
+    fn timeout_decision(&self, speaker: &str, turn: u64, core: &super::TurnState) -> Decision {
+        // A turn ended by its timeout is a turn: it counts towards maxTurns.
+        if self.max_turns.is_some_and(|max| turn >= max) {
+            return Decision::Stop(StopReason::MaxTurns);
+        }
+        // Nobody answered for two full rounds: nobody is speaking, so the conversation ends
+        // instead of timing out forever.
+        if core.silent_turns >= self.silent_limit() {
+            return Decision::Stop(StopReason::NoAnswer);
+        }
+        match self.on_timeout {
+            OnTimeout::End => Decision::Stop(StopReason::TurnTimeout),
+            OnTimeout::Retry => Decision::Speaker(NextSpeaker {
+                mode: Some(core.mode),
+                retry: true,
+                position: core.sequence_pos.map(|p| p as u64),
+                ..NextSpeaker::new(speaker.to_string(), 0)
+            }),
+            OnTimeout::Skip => self.by_order(speaker, None, core.sequence_pos),
+        }
+    }
+
+    /// What the open turn's timeout will decide when it fires: the participant the turn goes to
+    /// next (`Ok(None)`: nobody in particular, the floor opens), or why the conversation closes.
+    /// The state machine decides the same when the `turn_timeout` is appended; `run` asks
+    /// ahead to tell whether waiting for it can lead anywhere. `None` without a turn timeout.
+    pub fn after_timeout(
+        &self,
+        core: &super::TurnState,
+    ) -> Option<std::result::Result<Option<String>, StopReason>> {
+        self.timeout_ms?;
+        let speaker = core.speaker.clone()?;
+        let mut after = core.clone();
+        after.silent_turns = after.silent_turns.saturating_add(1);
+        Some(match self.timeout_decision(&speaker, core.turn, &after) {
+            Decision::Speaker(n) => Ok(Some(n.speaker)),
+            Decision::Stop(reason) => Err(reason),
+            Decision::Open => Ok(None),
+        })
+    }
+
     /// How many turns in a row may end by a timeout before the conversation ends with reason
     /// `no_answer`: two full rounds of speakers (at least two turns).
     pub fn silent_limit(&self) -> u32 {
@@ -225,27 +268,7 @@ impl ConvMachine {
                     })
                 }
                 Some(SystemEvent::TurnTimeout(t)) => {
-                    // A turn ended by its timeout is a turn: it counts towards maxTurns.
-                    if policy.max_turns.is_some_and(|max| d.turn >= max) {
-                        return (vec![self.closing_draft(StopReason::MaxTurns)], None);
-                    }
-                    // Nobody answered for two full rounds: nobody is speaking, so the
-                    // conversation ends instead of timing out forever.
-                    if self.core.silent_turns >= policy.silent_limit() {
-                        return (vec![self.closing_draft(StopReason::NoAnswer)], None);
-                    }
-                    match policy.on_timeout {
-                        OnTimeout::End => Decision::Stop(StopReason::TurnTimeout),
-                        OnTimeout::Retry => Decision::Speaker(NextSpeaker {
-                            mode: Some(self.core.mode),
-                            retry: true,
-                            position: self.core.sequence_pos.map(|p| p as u64),
-                            ..NextSpeaker::new(t.speaker, 0)
-                        }),
-                        OnTimeout::Skip => {
-                            policy.by_order(&t.speaker, None, self.core.sequence_pos)
-                        }
-                    }
+                    policy.timeout_decision(&t.speaker, d.turn, &self.core)
                 }
                 Some(SystemEvent::IdleTimeout) => Decision::Stop(StopReason::IdleTimeout),
                 Some(SystemEvent::MaxDuration) => Decision::Stop(StopReason::MaxDuration),
