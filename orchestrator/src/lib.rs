@@ -16,7 +16,7 @@
 //! - [`transport`]: how clients reach the method core. JSON-RPC over WebSocket
 //!   ([`transport::rpc`], with the connection's [`transport::session`]), `subscribe` written
 //!   straight into each connection ([`transport::push`], which implements the hub's live
-//!   seam), SSE, long-poll, REST and the viewer ([`transport::http`]), coalesced writes
+//!   seam), SSE, long-poll, REST and the console ([`transport::http`]), coalesced writes
 //!   ([`transport::net`]) and the axum host on one port ([`transport::server`]).
 //! - [`host`]: the composition root. It opens the store and the orchestrator on it, and wires
 //!   the agents that run inside the server to the method core through the in-process client

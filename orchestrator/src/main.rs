@@ -315,7 +315,7 @@ impl From<SyncMode> for Synchronous {
 const ROUTES: &str = "\
 Routes (one port; every conversation route needs Authorization: Bearer <token>):
   /rpc                              JSON-RPC 2.0 over WebSocket (proto-spec/PROTOCOL.md)
-  GET  /                            the conversation viewer
+  GET  /                            the console
   GET  /healthz                     liveness (no token)
   GET  /metrics                     Prometheus metrics (no token)
   GET  /openapi.json                the HTTP routes as OpenAPI (no token)
@@ -526,7 +526,9 @@ fn scenario_value(text: &str, sandbox: &agent_kinds::Sandbox) -> anyhow::Result<
     Ok(v)
 }
 
-/// Every scenario file of a folder, by name (its `name:`, else the file's stem).
+/// Every scenario file of a folder, by name (its `name:`, else the file's stem). A file that
+/// cannot be read or is not a valid scenario is reported (a warning with every such file and
+/// its problem) and left out: one broken example does not keep the rest from being served.
 fn load_scenarios(
     dir: &std::path::Path,
     sandbox: &agent_kinds::Sandbox,
@@ -539,8 +541,16 @@ fn load_scenarios(
         if !["yaml", "yml", "json"].contains(&ext) {
             continue;
         }
-        let text = std::fs::read_to_string(&path)?;
-        let v = scenario_value(&text, sandbox).with_context(|| format!("{}", path.display()))?;
+        let loaded = std::fs::read_to_string(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| scenario_value(&text, sandbox));
+        let v = match loaded {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), problem = %e, "scenario left out of the library");
+                continue;
+            }
+        };
         let stem = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -693,14 +703,14 @@ async fn serve(
     let running = server::start_with(orch, listener, tls).await?;
     let addr = running.local_addr();
     println!(
-        "orchestrator listening on {ws}://{addr}/rpc, HTTP and the viewer on {http}://{addr}/ (database {}, {}{node})",
+        "orchestrator listening on {ws}://{addr}/rpc, HTTP and the console on {http}://{addr}/ (database {}, {}{node})",
         store::display(&db),
         conversations
     );
     tracing::info!(
         websocket = %format!("{ws}://{addr}/rpc"),
         http = %format!("{http}://{addr}/"),
-        viewer = %format!("{http}://{addr}/"),
+        console = %format!("{http}://{addr}/"),
         metrics = %format!("{http}://{addr}/metrics"),
         database = %store::display(&db),
         "serving"

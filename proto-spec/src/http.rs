@@ -1,7 +1,7 @@
 //! The HTTP routes served beside `/rpc` on the same port: their bodies, queries and results,
 //! and the route table the OpenAPI document ([`crate::spec::openapi`]) is generated from.
 //!
-//! Every route but `/healthz`, `/metrics`, `/openapi.json` and the viewer page (`/`) needs
+//! Every route but `/healthz`, `/metrics`, `/openapi.json` and the console page (`/`) needs
 //! `Authorization: Bearer <token>`. Errors are [`HttpError`] bodies with the protocol's code
 //! and the HTTP status of [`crate::ErrorCode::http_status`].
 

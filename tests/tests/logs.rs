@@ -99,7 +99,7 @@ async fn serve_logs_what_an_operator_needs_as_json_lines() {
     assert_eq!(start["level"], "INFO");
     let f = &start["fields"];
     assert_eq!(f["websocket"], format!("ws://127.0.0.1:{port}/rpc"));
-    assert_eq!(f["viewer"], format!("http://127.0.0.1:{port}/"));
+    assert_eq!(f["console"], format!("http://127.0.0.1:{port}/"));
     assert_eq!(f["http"], format!("http://127.0.0.1:{port}/"));
 
     // A refused request: its code, over HTTP.
@@ -164,7 +164,7 @@ async fn text_logs_have_no_colour_codes_off_a_terminal_and_a_database_in_use_is_
     let start = served.line("the start", |l| l.contains("serving")).await;
     assert!(start.contains(" INFO "), "{start}");
     assert!(
-        start.contains(&format!("viewer=http://127.0.0.1:{}/", served.port)),
+        start.contains(&format!("console=http://127.0.0.1:{}/", served.port)),
         "{start}"
     );
     for l in served.lines.lock().unwrap().iter() {

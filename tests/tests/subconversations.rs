@@ -184,6 +184,19 @@ async fn parallel_children_are_open_at_once_and_whoever_takes_part_above_may_fol
     assert_eq!(snap.parent_conversation_id.as_deref(), Some("par"));
     let refused = carol.get_conversation(&children[0]).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::ConversationNotFound));
+    // ... and lists them (the console's tree and sidebar come from this list); carol does not.
+    let listed = |r: ListConversationsResult| -> Vec<String> {
+        r.conversations
+            .into_iter()
+            .map(|c| c.conversation_id)
+            .collect()
+    };
+    let alices = listed(alice.list_conversations().await.expect("alice lists"));
+    for id in children.iter().chain([&"par".to_string()]) {
+        assert!(alices.contains(id), "{id} in alice's list {alices:?}");
+    }
+    let carols = listed(carol.list_conversations().await.expect("carol lists"));
+    assert!(carols.is_empty(), "{carols:?}");
 
     for c in &children {
         let input = full_log(&bob, c).await[1].payload_value()["text"]

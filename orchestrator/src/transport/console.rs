@@ -1,4 +1,4 @@
-//! The console (`GET /`): one page embedded at build time (`assets/viewer.html`, no build
+//! The console (`GET /`): one page embedded at build time (`assets/console.html`, no build
 //! step), served under a strict Content-Security-Policy that lets only its own inline script
 //! and style run, by their SHA-256, with the usual hardening headers (docs/security.md).
 
@@ -6,7 +6,7 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 
 /// The console page, embedded at build time.
-const VIEWER: &str = include_str!("../../assets/viewer.html");
+const CONSOLE: &str = include_str!("../../assets/console.html");
 
 /// `GET /`: the console, with its security headers.
 pub async fn page() -> Response {
@@ -23,7 +23,7 @@ pub async fn page() -> Response {
                 "same-origin",
             ),
         ],
-        Html(VIEWER),
+        Html(CONSOLE),
     )
         .into_response()
 }
@@ -37,9 +37,9 @@ fn policy() -> &'static str {
         let hash = |open: &str, close: &str| {
             use base64::Engine;
             use sha2::Digest;
-            let start = VIEWER.find(open).map_or(0, |i| i + open.len());
-            let end = VIEWER[start..].find(close).map_or(start, |i| start + i);
-            let digest = sha2::Sha256::digest(&VIEWER.as_bytes()[start..end]);
+            let start = CONSOLE.find(open).map_or(0, |i| i + open.len());
+            let end = CONSOLE[start..].find(close).map_or(start, |i| start + i);
+            let digest = sha2::Sha256::digest(&CONSOLE.as_bytes()[start..end]);
             format!("'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest))
         };
         format!(
@@ -55,14 +55,14 @@ fn policy() -> &'static str {
 mod tests {
     use proto_spec::SystemEvent;
 
-    /// The viewer describes system events by their `type`: each it names is one the protocol
+    /// The console describes system events by their `type`: each it names is one the protocol
     /// has, and it names every one.
     #[test]
     fn the_viewer_knows_every_system_event_type() {
-        let start = super::VIEWER
+        let start = super::CONSOLE
             .find("function describeSystem")
-            .expect("the viewer describes system events");
-        let body = &super::VIEWER[start..];
+            .expect("the console describes system events");
+        let body = &super::CONSOLE[start..];
         let body = &body[..body.find("default:").expect("a default case")];
         let named: Vec<&str> = body
             .split("case \"")
@@ -73,6 +73,6 @@ mod tests {
         sorted.sort_unstable();
         let mut known = SystemEvent::TYPES.to_vec();
         known.sort_unstable();
-        assert_eq!(sorted, known, "the viewer's cases: {named:?}");
+        assert_eq!(sorted, known, "the console's cases: {named:?}");
     }
 }

@@ -1,5 +1,5 @@
 //! The HTTP routes beside `/rpc`: SSE, long-poll, REST, `/me`, `/metrics`, `/openapi.json`
-//! and the viewer page. Each route is a thin shell over the method core in [`crate::engine::service`],
+//! and the console page. Each route is a thin shell over the method core in [`crate::engine::service`],
 //! like the JSON-RPC methods.
 //!
 //! Every route that touches a conversation needs `Authorization: Bearer <token>`. Errors are

@@ -239,8 +239,8 @@ pub const ROUTES: &[RouteSpec] = &[
     RouteSpec {
         method: "get",
         path: "/",
-        operation_id: "viewer",
-        summary: "The live conversation viewer (an HTML page; it signs in with a token).",
+        operation_id: "console",
+        summary: "The live console (an HTML page; it signs in with a token).",
         needs_auth: false,
         body: None,
         query: None,

@@ -372,14 +372,14 @@ impl Orchestrator {
         self.writer.forget_idle(idle).await
     }
 
-    /// `listConversations`: the caller's conversations (every one, for an admin).
+    /// `listConversations`: the conversations the caller may read: those it takes part in and
+    /// the sub-conversations below them (every one, for an admin).
     pub async fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
         self.meet_closed(who).await;
-        let mut convs = if who.admin {
-            self.hub.all()
-        } else {
-            self.hub.conversations_of(&who.agent_id)
-        };
+        let mut convs = self.hub.all();
+        if !who.admin {
+            convs.retain(|c| self.takes_part_above(&who.agent_id, c));
+        }
         if let Some(s) = &who.scope {
             convs.retain(|c| self.within(c, &s.home));
         }

@@ -1,5 +1,5 @@
-// Drives the viewer page in Debian's headless Chromium (a fresh profile each run), step by step, on commands from the
-// test that runs it (tests/python/test_viewer.py):
+// Drives the console page in Debian's headless Chromium (a fresh profile each run), step by step, on commands from the
+// test that runs it (tests/python/test_console.py):
 //   stdin  "EXPECT <text>"  -> waits until a message with that text is on the page,
 //   stdout "SAW <json>"       with the seqs shown so far and how often the stream reconnected;
 //   stdin  "SHOT <path>"    -> saves a screenshot; stdout "SHOT <path>";
@@ -22,7 +22,12 @@
 //   stdin  "CREATE <name>"  -> an admin creates a conversation from library scenario <name>; stdout
 //                              "CREATED <id>" once it is open;
 //   stdin  "SEARCH <text>"  -> types in the search box; stdout "LISTED <json>" with the ids shown;
-//   stdin  "STREAMING"      -> stdout "STREAMING <n>": bubbles still marked as streaming.
+//   stdin  "STREAMING"      -> stdout "STREAMING <n>": bubbles still marked as streaming;
+//   stdin  "APPROVAL"       -> waits for the approval bar; stdout "APPROVAL <its text>";
+//   stdin  "SIGNOUT"        -> signs out; stdout "SIGNEDOUT <json>" with the token field's value and
+//                              whether the sign-in card shows;
+//   stdin  "SIGNIN <token>" -> types the token (as a person pastes it) and signs in; stdout
+//                              "SIGNEDIN <json>" with who is signed in, or the error shown.
 // Without VIEWER_CONVERSATION it opens none and says "SIGNEDIN <json>" (whether the app was hidden
 // before signing in, and the controls still disabled).
 // Environment: VIEWER_URL, VIEWER_TOKEN, VIEWER_CONVERSATION, CHROMIUM (default /usr/bin/chromium).
@@ -208,6 +213,24 @@ try {
       })));
       const system = await page.$$eval("#events .system", (ss) => ss.map((x) => x.textContent));
       console.log("DOCS " + JSON.stringify({ docs, system }));
+    } else if (cmd === "APPROVAL") {
+      await page.locator("#approval:not([hidden])").waitFor({ timeout }).catch(() => fail("no approval bar"));
+      console.log("APPROVAL " + (await page.textContent("#approval-what")));
+    } else if (cmd === "SIGNOUT") {
+      await page.click("#signout", { timeout });
+      await page.locator("#signin:not([hidden])").waitFor({ timeout }).catch(() => fail("no sign-in card"));
+      const field = await page.inputValue("#token");
+      const listed = await page.locator("#list .item").count();
+      console.log("SIGNEDOUT " + JSON.stringify({ field, listed }));
+    } else if (cmd === "SIGNIN") {
+      await page.locator("#token").pressSequentially(arg, { timeout });
+      await page.click("#signin-button");
+      await page.waitForFunction(() => document.getElementById("whoami").textContent ||
+                                       document.getElementById("error").textContent, null, { timeout })
+        .catch(() => fail("signing in showed nothing"));
+      const who = await page.textContent("#whoami");
+      const error = await page.textContent("#error");
+      console.log("SIGNEDIN " + JSON.stringify({ who, error }));
     } else if (cmd === "FAILURES") {
       console.log("FAILURES " + JSON.stringify(failures));
     } else if (cmd === "QUIT") {

@@ -1,8 +1,8 @@
-"""The viewer page in a real browser: Debian's headless Chromium driven by playwright-core
-(tests/browser/viewer.mjs). It signs in, opens a conversation, sees messages posted over /rpc
+"""The console page in a real browser: Debian's headless Chromium driven by playwright-core
+(tests/browser/console.mjs). It signs in, opens a conversation, sees messages posted over /rpc
 appear (a streamed turn in one bubble), rides out a server restart by Last-Event-ID without
 showing anything twice, pauses and resumes as an admin, and leaves a screenshot in
-target/artifacts/viewer.png."""
+target/artifacts/console.png."""
 
 import json
 import os
@@ -32,7 +32,7 @@ def browser_ready():
 def viewer_prereqs():
     if not browser_ready():
         message = (
-            f"the viewer test needs {CHROMIUM} (Debian's chromium), node, and "
+            f"the console test needs {CHROMIUM} (Debian's chromium), node, and "
             "`npm ci` in tests/browser; scripts/test installs them"
         )
         if os.environ.get("ORCHESTRATOR_SKIP_BROWSER") == "1":
@@ -52,7 +52,7 @@ class Page:
             CHROMIUM=CHROMIUM,
         )
         self.proc = subprocess.Popen(
-            ["node", str(BROWSER_DIR / "viewer.mjs")],
+            ["node", str(BROWSER_DIR / "console.mjs")],
             cwd=BROWSER_DIR,
             env=env,
             stdin=subprocess.PIPE,
@@ -91,7 +91,7 @@ def say(server, who, text, finality="turn", conversation="v1"):
     return run(main())
 
 
-def test_viewer_in_headless_chromium(server, viewer_prereqs):
+def test_console_in_headless_chromium(server, viewer_prereqs):
     import httpx
 
     # The console is served under a strict policy: only its own inline script and style run
@@ -143,7 +143,7 @@ def test_viewer_in_headless_chromium(server, viewer_prereqs):
         page.do("STATUS active", "STATUS")
 
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = ARTIFACTS / "viewer.png"
+        shot = ARTIFACTS / "console.png"
         page.do(f"SHOT {shot}", "SHOT")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -162,7 +162,7 @@ def test_viewer_in_headless_chromium(server, viewer_prereqs):
         assert any("sub-conversation of v1" in t for t in followed["system"]), followed
         # The tree of sub-conversations, from the root.
         assert page.do("TREE", "TREE") == ["v1", "v1.child"]
-        page.do(f"SHOT {ARTIFACTS / 'viewer-tree.png'}", "SHOT")
+        page.do(f"SHOT {ARTIFACTS / 'console-tree.png'}", "SHOT")
     finally:
         page.close()
 
@@ -187,7 +187,7 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
         sent = page.do("SEND hello from the browser", "SENT")
         assert sent == {"count": 1, "cleared": True}, sent
         page.do("GUIDANCE waiting for bob", "GUIDANCE")
-        page.do(f"SHOT {ARTIFACTS / 'viewer-composer.png'}", "SHOT")
+        page.do(f"SHOT {ARTIFACTS / 'console-composer.png'}", "SHOT")
 
         # Enough turns to fill the pane: the newest stays in view.
         for i in range(12):
@@ -201,7 +201,7 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
         marker = page.do("MARKER", "MARKER")
         assert "new event" in marker, marker
         assert page.do("VISIBLE while you were reading", "VISIBLE") == "false"
-        page.do(f"SHOT {ARTIFACTS / 'viewer-marker.png'}", "SHOT")
+        page.do(f"SHOT {ARTIFACTS / 'console-marker.png'}", "SHOT")
         page.do("CLICK newer", "CLICKED")
         assert page.do("VISIBLE while you were reading", "VISIBLE") == "true"
 
@@ -210,9 +210,9 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
         assert len(rows) == 27, rows
         assert rows[0].startswith("turn 1 · alice") and rows[1].startswith("turn 2 · bob"), rows
         assert "so far" in rows[-1], rows
-        page.do(f"SHOT {ARTIFACTS / 'viewer-timeline.png'}", "SHOT")
+        page.do(f"SHOT {ARTIFACTS / 'console-timeline.png'}", "SHOT")
 
-        narrow = page.do(f"NARROW {ARTIFACTS / 'viewer-narrow.png'}", "NARROW")
+        narrow = page.do(f"NARROW {ARTIFACTS / 'console-narrow.png'}", "NARROW")
         assert narrow["scrollWidth"] <= narrow["width"], narrow
         assert page.do("FAILURES", "FAILURES") == []
     finally:
@@ -260,7 +260,7 @@ def test_plans_and_deliverables_are_documents(server, viewer_prereqs):
         assert 'owner: "ops"' in spec["leaves"], spec
         assert any("next speaker: planner (turn 2) · plan mode" in s for s in shown["system"]), shown
         assert any("next speaker: builder (turn 3) · build mode" in s for s in shown["system"]), shown
-        page.do(f"SHOT {ARTIFACTS / 'viewer-documents.png'}", "SHOT")
+        page.do(f"SHOT {ARTIFACTS / 'console-documents.png'}", "SHOT")
         assert page.do("FAILURES", "FAILURES") == []
     finally:
         page.close()
@@ -303,8 +303,70 @@ def test_an_admin_creates_from_the_library_and_finds_it_again(tmp_path, viewer_p
         say(server, "alice", "done, closing", finality="conversation", conversation=created)
         page.do("EXPECT done, closing", "SAW")
         assert page.do("STREAMING", "STREAMING") == "0"
-        page.do(f"SHOT {ARTIFACTS / 'viewer-created.png'}", "SHOT")
+        page.do(f"SHOT {ARTIFACTS / 'console-created.png'}", "SHOT")
         assert page.do("FAILURES", "FAILURES") == []
     finally:
         page.close()
         server.stop(signal.SIGKILL)
+
+
+def test_a_participant_sees_the_tree_below_it_and_signing_out_clears_the_token(server, viewer_prereqs):
+    """bob opens a sub-conversation of t1 that alice takes no part in; alice (a participant of
+    t1, who may read it) finds it in the sidebar and the tree. Signing out empties the token
+    field, so the next token pasted signs in as written."""
+
+    async def setup():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": "t1", "participants": ["alice", "bob"]})
+        await admin.close()
+        bob = await Client.connect(server.url, server.tokens["bob"])
+        await bob.call("createConversation", {"conversationId": "t1.sub", "participants": ["bob"],
+                                              "parentConversationId": "t1", "input": {"text": "bob's errand"}})
+        await bob.close()
+
+    run(setup())
+    say(server, "alice", "the main thread", conversation="t1")
+    page = Page(server, "t1", who="alice")
+    try:
+        page.answer("OPENED")
+        assert page.do("TREE", "TREE") == ["t1", "t1.sub"]
+        assert page.do("SEARCH t1", "LISTED") == ["t1", "t1.sub"]
+        out = page.do("SIGNOUT", "SIGNEDOUT")
+        assert out == {"field": "", "listed": 0}, out
+        signed = page.do(f"SIGNIN {server.tokens['bob']}", "SIGNEDIN")
+        assert "bob" in signed["who"] and not signed["error"], signed
+        assert page.do("FAILURES", "FAILURES") == []
+    finally:
+        page.close()
+
+
+def test_an_approval_shows_what_is_approved_and_is_answered_by_a_button(server, viewer_prereqs):
+    """At a scenario's approval checkpoint the approver sees for whom and after what, with
+    Approve and Reject; Approve posts the decision and the approved speaker takes its turn."""
+
+    async def setup():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": "ap1", "scenario": {
+            "participants": [
+                {"id": "planner", "kind": "scripted", "replies": ["Ship the status page on Friday."]},
+                "alice",
+                {"id": "builder", "kind": "scripted", "replies": ["Built it."]},
+            ],
+            "policy": {"order": "sequence", "sequence": ["planner", "builder"],
+                       "approvals": [{"before": "builder", "approver": "alice"}]},
+            "stop": {"maxTurns": 3}}})
+        await admin.close()
+
+    run(setup())
+    page = Page(server, "ap1", who="alice")
+    try:
+        page.answer("OPENED")
+        what = page.do("APPROVAL", "APPROVAL")
+        assert what == "Approve builder's turn after planner: “Ship the status page on Friday.”?", what
+        page.do("CLICK approve", "CLICKED")
+        page.do("EXPECT Built it.", "SAW")
+        shown = page.do("DOCS 0", "DOCS")
+        assert any("alice is asked to approve builder's turn" in t for t in shown["system"]), shown
+        assert page.do("FAILURES", "FAILURES") == []
+    finally:
+        page.close()
