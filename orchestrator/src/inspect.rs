@@ -43,19 +43,51 @@ pub enum Source {
     Server(WsJsonRpcClient),
 }
 
+/// The turn state of conversation `id`, folded from its whole log.
+fn state_of(
+    store: &dyn Store,
+    id: &str,
+    participants: &[String],
+) -> anyhow::Result<orchestrator_state::TurnState> {
+    let mut machine = orchestrator_state::ConvMachine::new(id, participants.to_vec());
+    let mut after = 0;
+    loop {
+        let page = store.read_log(id, after, PAGE)?;
+        for e in &page {
+            machine.observe(&orchestrator_state::Draft {
+                seq: e.seq,
+                kind: e.kind,
+                author: e.author.clone(),
+                turn: e.turn,
+                finality: e.finality,
+                doc: orchestrator_state::Draft::doc_of(e.kind, e.payload.get()),
+                payload: e.payload.clone(),
+                client_request_id: None,
+                hash: None,
+            });
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => after = last.seq,
+            _ => return Ok(machine.core),
+        }
+    }
+}
+
+use orchestrator::engine::state as orchestrator_state;
+
 /// One row of `conversations list`.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Row {
     /// The conversation.
     pub conversation_id: String,
-    /// `open` or `closed` (from a database); `active`, `paused` or `closed` (from a server).
+    /// `active`, `paused` or `closed`, the protocol's words.
     pub status: String,
     /// The seq of its last event.
     pub latest_seq: u64,
     /// Its participants.
     pub participants: Vec<String>,
-    /// Who holds the turn (from a server).
+    /// Who holds the turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speaker: Option<String>,
     /// When its last event was committed (from a database).
@@ -137,20 +169,39 @@ impl Source {
         match self {
             Source::Db(store) => {
                 let store = store.clone();
-                let listed =
-                    tokio::task::spawn_blocking(move || store.list_conversations()).await??;
-                Ok(listed
-                    .into_iter()
-                    .map(|c| Row {
-                        conversation_id: c.conversation_id,
-                        status: if c.closed { "closed" } else { "open" }.into(),
-                        latest_seq: c.latest_seq,
-                        participants: c.participants,
-                        speaker: None,
-                        last_activity: c.last_ms.map(store::format_ts),
-                        parent_conversation_id: None,
-                    })
-                    .collect())
+                tokio::task::spawn_blocking(move || {
+                    let listed = store.list_conversations()?;
+                    let mut rows = Vec::with_capacity(listed.len());
+                    for c in listed {
+                        // A closed conversation's state is its closing; an open one's is folded
+                        // from its log, as the server folds it.
+                        let core = if c.closed {
+                            None
+                        } else {
+                            Some(state_of(
+                                store.as_ref(),
+                                &c.conversation_id,
+                                &c.participants,
+                            )?)
+                        };
+                        let status = match &core {
+                            None => "closed",
+                            Some(core) if core.paused => "paused",
+                            Some(_) => "active",
+                        };
+                        rows.push(Row {
+                            conversation_id: c.conversation_id,
+                            status: status.into(),
+                            latest_seq: c.latest_seq,
+                            participants: c.participants,
+                            speaker: core.and_then(|core| core.speaker),
+                            last_activity: c.last_ms.map(store::format_ts),
+                            parent_conversation_id: None,
+                        });
+                    }
+                    anyhow::Ok(rows)
+                })
+                .await?
             }
             Source::Server(client) => Ok(client
                 .list_conversations()
@@ -486,12 +537,11 @@ pub async fn conversations(command: ConversationsCommand) -> anyhow::Result<u8> 
         ConversationsCommand::List { json, target } => {
             let rows = target.open().await?.list().await?;
             if json {
-                for r in &rows {
-                    out(&serde_json::to_string(r)?)?;
-                }
+                // One document: an array of rows.
+                out(&serde_json::to_string_pretty(&rows)?)?;
                 return Ok(0);
             }
-            let cells: Vec<[String; 5]> = rows
+            let cells: Vec<[String; 6]> = rows
                 .iter()
                 .map(|r| {
                     [
@@ -499,10 +549,8 @@ pub async fn conversations(command: ConversationsCommand) -> anyhow::Result<u8> 
                         r.status.clone(),
                         r.latest_seq.to_string(),
                         r.participants.join(","),
-                        r.last_activity
-                            .clone()
-                            .or_else(|| r.speaker.clone())
-                            .unwrap_or_default(),
+                        r.speaker.clone().unwrap_or_else(|| "-".into()),
+                        r.last_activity.clone().unwrap_or_default(),
                     ]
                 })
                 .collect();
@@ -512,7 +560,8 @@ pub async fn conversations(command: ConversationsCommand) -> anyhow::Result<u8> 
                     "STATUS",
                     "EVENTS",
                     "PARTICIPANTS",
-                    "LAST ACTIVITY / SPEAKER",
+                    "SPEAKER",
+                    "LAST ACTIVITY",
                 ],
                 &cells,
             ))?;

@@ -98,9 +98,8 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
             let mut out = std::io::stdout().lock();
             use std::io::Write;
             if json {
-                for t in &tokens {
-                    writeln!(out, "{}", serde_json::to_string(t)?)?;
-                }
+                // One document: an array of tokens (never their secrets).
+                writeln!(out, "{}", serde_json::to_string_pretty(&tokens)?)?;
                 return Ok(0);
             }
             let when = |ms: Option<i64>, none: &str| {

@@ -46,6 +46,10 @@ async fn with_messages() -> TestServer {
     for (i, text) in ["one", "two", "three"].iter().enumerate() {
         tests::ws_send(&alice, "c", text, &format!("k{i}")).await;
     }
+    // And `r`, whose turn is bob's.
+    let admin = server.sdk("admin", None).await;
+    let scenario = json!({"participants": ["alice", "bob"], "policy": {"order": "round_robin", "first": "bob"}});
+    tests::create_scenario(&admin, "r", scenario).await;
     server
 }
 
@@ -65,14 +69,22 @@ async fn list_show_tail_and_export_read_the_database_and_the_server_alike() {
             row.contains("alice,bob") && row.contains(" 4 "),
             "{target:?}: {out}"
         );
+        // The protocol's word for its status, from the database as from the server.
+        assert!(row.contains(" active "), "{target:?}: {out}");
+        let r = lines.iter().find(|l| l.starts_with("r ")).expect("r");
+        assert!(
+            r.contains(" active ") && r.contains(" bob "),
+            "the speaker: {target:?}: {out}"
+        );
 
         let (_, out, _) = cli(&["conversations", "list", "--json"], &target);
-        let c: Value = out
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        let rows: Vec<Value> = serde_json::from_str(&out).expect("one JSON document: an array");
+        let c = rows
+            .iter()
             .find(|v| v["conversationId"] == "c")
             .expect("c as JSON");
         assert_eq!(c["latestSeq"], 4);
+        assert_eq!(c["status"], "active");
         assert_eq!(c["participants"], json!(["alice", "bob"]));
 
         let (ok, out, err) = cli(&["tail", "c", "--since", "2"], &target);

@@ -81,10 +81,10 @@ fn token_commands_work_on_a_database_file_and_never_show_a_token_again() {
         lines[2].contains("admin") && lines[2].contains(" yes "),
         "{table}"
     );
-    let json: Vec<Value> = text(&token_cmd(dir.path(), &["list", "--json", "--db", db]).stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let json: Vec<Value> = serde_json::from_str(&text(
+        &token_cmd(dir.path(), &["list", "--json", "--db", db]).stdout,
+    ))
+    .expect("one JSON document: an array");
     assert_eq!(json.len(), 2);
     let expires = json[1]["expiresMs"].as_i64().expect("the admin's expiry");
     let created = json[1]["createdMs"].as_i64().unwrap();
