@@ -116,8 +116,6 @@ async fn serve_logs_what_an_operator_needs_as_json_lines() {
         .await;
     assert_eq!(refused["fields"]["code"], "Unauthenticated");
     assert_eq!(refused["fields"]["number"], -32001);
-    served.json("connection opened", |_| true).await;
-    served.json("connection closed", |_| true).await;
 
     // An agent that fails, in a scenario whose turn timeout moves on.
     let client = connect(&format!("ws://127.0.0.1:{port}/rpc"), &admin).await;
@@ -149,9 +147,49 @@ async fn serve_logs_what_an_operator_needs_as_json_lines() {
     let timed_out = served.json("turn timed out", |_| true).await;
     assert_eq!(timed_out["fields"]["speaker"], "bob");
 
-    // Every line is one JSON object.
+    // A trace that names a turn already over is refused (`TurnClosed`) as an executor's late
+    // trace is in normal work: counted, logged at `debug` only.
+    tests::create_scenario(
+        &client,
+        "late",
+        json!({"participants": ["admin", "x"], "policy": {"order": "round_robin", "first": "admin"}}),
+    )
+    .await;
+    use agent_sdk::proto::{Finality, MessagePayload, SendMessageParams, SendTraceParams};
+    use agent_sdk::AgentClient;
+    client
+        .send_message(SendMessageParams {
+            conversation_id: "late".into(),
+            payload: MessagePayload::text("done"),
+            finality: Finality::Turn,
+            turn_hint: None,
+            client_request_id: None,
+            after_key: None,
+        })
+        .await
+        .expect("admin closes turn 1");
+    let late = client
+        .send_trace(SendTraceParams {
+            conversation_id: "late".into(),
+            payload: json!({"type": "note"}),
+            turn: Some(1),
+            client_request_id: None,
+            finality: None,
+            after_key: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), Some(agent_sdk::proto::ErrorCode::TurnClosed));
+
+    // Every line is one JSON object; connections coming and going are not logged at `info`
+    // (they are at `debug`), nor is a write that named a turn already over (`TurnClosed`).
     for l in served.lines.lock().unwrap().iter() {
         assert!(serde_json::from_str::<Value>(l).is_ok(), "not JSON: {l}");
+        assert!(
+            !l.contains("connection opened") && !l.contains("connection closed"),
+            "{l}"
+        );
+        assert!(!l.contains("TurnClosed"), "{l}");
     }
     drop(served.child);
 }

@@ -236,10 +236,16 @@ pub fn error(code: ErrorCode, transport: &'static str) {
     counter!(ERRORS, "code" => code.name(), "transport" => transport).increment(1);
 }
 
-/// A request refused: counted ([`error`]) and logged at `info` with its code.
+/// A request refused: counted ([`error`]) and logged with its code, at `info`; at `debug` when
+/// it is how the protocol settles a race every client meets in normal work (`TurnClosed`: a
+/// write that names a turn already over, such as an executor's trace sent after its reply).
 pub fn refused(e: &proto_spec::RpcError, transport: &'static str) {
     error(e.code, transport);
-    tracing::info!(code = e.code.name(), number = e.code.code(), transport, reason = %e.message, "request refused");
+    if e.code == ErrorCode::TurnClosed {
+        tracing::debug!(code = e.code.name(), number = e.code.code(), transport, reason = %e.message, "request refused");
+    } else {
+        tracing::info!(code = e.code.name(), number = e.code.code(), transport, reason = %e.message, "request refused");
+    }
 }
 
 /// A turn handed out.

@@ -54,7 +54,7 @@ impl axum::serve::Listener for CoalescingListener {
 /// Counts and logs a connection just accepted.
 fn opened(mut conn: Coalesced, addr: SocketAddr, over: &'static str) -> (Coalesced, SocketAddr) {
     crate::engine::telemetry::accepted();
-    tracing::info!(peer = %addr, over, "connection opened");
+    tracing::debug!(peer = %addr, over, "connection opened");
     conn.peer = Some((addr, std::time::Instant::now()));
     (conn, addr)
 }
@@ -351,7 +351,7 @@ impl AsyncWrite for Coalesced {
 impl Drop for Coalesced {
     fn drop(&mut self) {
         if let Some((peer, since)) = self.peer {
-            tracing::info!(peer = %peer, secs = since.elapsed().as_secs_f64(), "connection closed");
+            tracing::debug!(peer = %peer, secs = since.elapsed().as_secs_f64(), "connection closed");
         }
         self.shared.lock().dropped = true;
         self.shared.wake_writer.notify_one();
