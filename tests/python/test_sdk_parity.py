@@ -83,14 +83,18 @@ def test_the_same_agent_in_three_languages_writes_the_same_log(server, mode):
         logs = {}
         for language, command in commands.items():
             env = {**os.environ, "ORCHESTRATOR_URL": server.url, "ORCHESTRATOR_TOKEN": server.tokens["bob"]}
-            partner = subprocess.Popen(command(mode), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env.pop("ORCHESTRATOR_LOG", None)
+            partner = subprocess.Popen(command(mode), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:
                 conversation_id = f"parity-{mode}-{language}"
                 await converse(admin, alice, conversation_id)
                 logs[language] = normalized(await whole_log(admin, conversation_id), conversation_id)
             finally:
                 partner.kill()
-                partner.wait()
+                _, said = partner.communicate()
+            # Each says, by default, that it connected and which turns it took.
+            for word in ["connected", "took turn", conversation_id]:
+                assert word in said, f"{language} did not log {word!r}:\n{said}"
         replies = [e["payload"]["text"] for e in logs["rust"] if e["author"] == "bob" and e["kind"] == "message"]
         assert replies == [f"You said: {t}" for t in SCRIPT]
         traces = [(e["payload"]["type"], e["clientRequestId"]) for e in logs["rust"] if e["kind"] == "trace"]
@@ -101,3 +105,13 @@ def test_the_same_agent_in_three_languages_writes_the_same_log(server, mode):
         await alice.close()
 
     run(main())
+
+
+def test_each_partner_agent_gives_up_on_a_wrong_url_with_a_clear_message():
+    commands = partners()
+    for language, command in commands.items():
+        env = {**os.environ, "ORCHESTRATOR_URL": "ws://127.0.0.1:1/rpc", "ORCHESTRATOR_TOKEN": "oct_x",
+               "ORCHESTRATOR_CONNECT_TIMEOUT": "1"}
+        ran = subprocess.run(command("push"), env=env, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 1, (language, ran.returncode, ran.stderr)
+        assert "could not connect to ws://127.0.0.1:1/rpc" in ran.stderr, (language, ran.stderr)

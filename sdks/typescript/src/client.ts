@@ -42,7 +42,24 @@ export interface ClientOptions {
   maxBackoffMs?: number;
   /** Certificate authorities to trust for `wss://` (PEM), beside the system's. */
   ca?: string | Buffer | Array<string | Buffer>;
+  /**
+   * How long `connect` tries to make the first connection before it gives up (a wrong URL, a
+   * server that is not there), in milliseconds; 10,000 by default. Once connected, the client
+   * reconnects for good.
+   */
+  connectTimeoutMs?: number;
+  /** Where the client and its executors say what they do (connections, turns, errors); silent by default. */
+  logger?: Logger;
 }
+
+/** What the SDK logs through: `console` fits, or any logger with these three methods. */
+export interface Logger {
+  debug(message: string): void;
+  info(message: string): void;
+  warn(message: string): void;
+}
+
+const SILENT: Logger = { debug() {}, info() {}, warn() {} };
 
 const END = Symbol("end");
 
@@ -204,6 +221,7 @@ export class Client {
   private owner: Promise<void> | null = null;
   private readyWaiters: Array<(error: Error | null) => void> = [];
   private wake: (() => void) | null = null;
+  private lastError = "";
 
   private constructor(
     readonly url: string,
@@ -217,12 +235,32 @@ export class Client {
    */
   static async connect(url: string, token: string, options: ClientOptions = {}): Promise<Client> {
     const client = new Client(url, token, options);
+    const limit = options.connectTimeoutMs ?? 10_000;
+    let timer: NodeJS.Timeout | undefined;
     const ready = new Promise<void>((resolve, reject) => {
       client.readyWaiters.push((e) => (e ? reject(e) : resolve()));
+      timer = setTimeout(() => {
+        const why = client.lastError || "no answer";
+        reject(new ConnectionClosed(
+          `could not connect to ${url} within ${limit / 1000} s (${why}): is the server running there? (ORCHESTRATOR_URL)`,
+        ));
+      }, limit);
     });
     client.owner = client.own();
-    await ready;
+    try {
+      await ready;
+    } catch (e) {
+      await client.close();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
     return client;
+  }
+
+  /** Where this client and its executors log. */
+  get logger(): Logger {
+    return this.options.logger ?? SILENT;
   }
 
   /** Closes the connection for good: calls still waiting reject with `ConnectionClosed`. */
@@ -472,6 +510,9 @@ export class Client {
           break;
         }
         this.ws = ws;
+        this.logger.info(this.reconnects === 0
+          ? `connected to ${this.url} as ${this.agentId}`
+          : `connected again to ${this.url} as ${this.agentId} (after ${this.reconnects} drops)`);
         const closed = new Promise<void>((resolve) => ws.once("close", () => resolve()));
         ws.on("message", (raw) => this.read(String(raw)));
         this.resume();
@@ -487,6 +528,11 @@ export class Client {
           this.failAll(fatal);
           this.settleReady(fatal);
           return;
+        }
+        this.lastError = message(e);
+        // Said once when the connection is lost, then now and then while it stays down.
+        if ((failures & (failures - 1)) === 0) {
+          this.logger.warn(`connection to ${this.url} failed: ${this.lastError}; trying again`);
         }
       } finally {
         this.ws = null;
@@ -613,4 +659,9 @@ export class Client {
     for (const sub of this.subs) sub.end();
     for (const offers of this.offers) offers.end();
   }
+}
+
+function message(e: unknown): string {
+  if (e instanceof Error) return e.message || e.name;
+  return String(e);
 }

@@ -204,6 +204,7 @@ export class ExecutorCore {
           continue;
         }
         lastError = message(e);
+        client.logger.warn(`turn ${a.turn} of ${a.conversationId}: attempt ${attempt} failed: ${lastError}`);
         await this.traceError(client, a, attempt, lastError);
         const delay = this.policy.retryAfter(attempt, performance.now(), a.deadline);
         if (delay === null) return { label: "failed", error: lastError };
@@ -371,8 +372,15 @@ export class ExternalExecutor {
   }
 
   private async runOne(a: Assignment): Promise<void> {
+    const log = this.client.logger;
+    log.info(`took turn ${a.turn} of ${a.conversationId}`);
     const report = await this.core.run(this.agent, this.client, a);
     this.reports.push([a, report]);
+    const what = `turn ${a.turn} of ${a.conversationId}`;
+    if (report.label === "done") log.info(`${what} done: ${report.outcome ?? ""}`);
+    else if (report.label === "failed" || report.label === "deadline_exceeded") {
+      log.warn(`${what} ${report.label.replace("_", " ")}: ${report.error ?? ""}`);
+    } else log.info(`${what} not run: ${report.label.replace("_", " ")}`);
   }
 
   private spawn(work: Promise<void>): void {

@@ -7,7 +7,7 @@
  */
 
 export { type Agent, AgentContext, DeadlineExceeded, TurnOutcome } from "./agent.js";
-export { Client, type ClientOptions, type Json, newKey, Offers, Subscription } from "./client.js";
+export { Client, type ClientOptions, type Json, type Logger, newKey, Offers, Subscription } from "./client.js";
 export { AuthenticationFailed, ConnectionClosed, ErrorCode, errorName, OrchestratorError, RpcError } from "./errors.js";
 export { type Assignment, ExecPolicy, ExecutorCore, ExternalExecutor, type RunReport, stillMine } from "./executor.js";
 export type * from "./wire.js";

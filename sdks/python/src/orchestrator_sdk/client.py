@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import random
 import ssl as ssl_module
 import uuid
@@ -23,6 +24,8 @@ from typing import Any, AsyncIterator, Callable, cast
 import websockets
 
 from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
+
+log = logging.getLogger("orchestrator_sdk.client")
 from .wire import (
     AppendResult,
     ClaimTurnResult,
@@ -148,8 +151,13 @@ class Client:
         ssl: ssl_module.SSLContext | None = None,
         min_backoff: float = 0.05,
         max_backoff: float = 5.0,
+        connect_timeout: float = 10.0,
     ) -> None:
         self.url = url
+        #: How long `connect` tries to make the first connection before it gives up (a wrong
+        #: URL, a server that is not there); once connected, the client reconnects for good.
+        self.connect_timeout = connect_timeout
+        self._last_error = ""
         self._token = token
         self._ssl = ssl
         self._min_backoff = min_backoff
@@ -418,11 +426,21 @@ class Client:
     async def _wait_ready(self) -> None:
         ready = asyncio.create_task(self._ready.wait())
         assert self._owner is not None
-        done, _ = await asyncio.wait({ready, self._owner}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {ready, self._owner}, timeout=self.connect_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
         if self._owner in done:
             ready.cancel()
             exc = self._owner.exception()
             raise exc if exc is not None else ConnectionClosed("the connection ended")
+        if not done:
+            ready.cancel()
+            why = self._last_error or "no answer"
+            await self.close()
+            raise ConnectionClosed(
+                f"could not connect to {self.url} within {self.connect_timeout:g} s ({why}): "
+                "is the server running there? (ORCHESTRATOR_URL)"
+            )
 
     async def _send(self, i: int, call: _Call) -> None:
         ws = self._ws
@@ -444,6 +462,10 @@ class Client:
                 tls: dict[str, Any] = {} if self._ssl is None else {"ssl": self._ssl}
                 async with websockets.connect(self.url, max_size=None, **tls) as ws:
                     await self._authenticate(ws)
+                    if self.reconnects == 0:
+                        log.info("connected to %s as %s", self.url, self.agent_id)
+                    else:
+                        log.info("connected again to %s as %s (after %d drops)", self.url, self.agent_id, self.reconnects)
                     self._ws = ws
                     reading = asyncio.create_task(self._read(ws))
                     await self._resume()
@@ -459,8 +481,11 @@ class Client:
                 self._fatal = e
                 self._fail_all(e)
                 raise
-            except (OSError, websockets.WebSocketException, asyncio.TimeoutError):
-                pass
+            except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as e:
+                self._last_error = str(e) or type(e).__name__
+                # Said once when the connection is lost, then now and then while it stays down.
+                if failures == 0 or (failures & (failures - 1)) == 0:
+                    log.warning("connection to %s failed: %s; trying again", self.url, self._last_error)
             finally:
                 self._ws = None
                 self._ready.clear()

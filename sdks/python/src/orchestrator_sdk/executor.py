@@ -197,6 +197,7 @@ class ExecutorCore:
                 return RunReport("deadline_exceeded")
             if isinstance(ran, Exception):
                 last_error = str(ran) or type(ran).__name__
+                log.warning("turn %d of %s: attempt %d failed: %s", a.turn, a.conversation_id, attempt, last_error)
                 await self._trace_error(client, a, attempt, last_error)
                 delay = self.policy.retry_after(attempt, loop.time(), a.deadline)
                 if delay is None:
@@ -371,9 +372,15 @@ class ExternalExecutor:
         self._spawn(self._run(a))
 
     async def _run(self, a: Assignment) -> None:
+        log.info("took turn %d of %s", a.turn, a.conversation_id)
         report = await self.core.run(self.agent, self.client, a)
         self.reports.append((a, report))
-        log.debug("turn %d of %s ran: %s", a.turn, a.conversation_id, report)
+        if report.label == "done":
+            log.info("turn %d of %s done: %s", a.turn, a.conversation_id, report.outcome.value if report.outcome else "")
+        elif report.label in ("failed", "deadline_exceeded"):
+            log.warning("turn %d of %s %s: %s", a.turn, a.conversation_id, report.label.replace("_", " "), report.error or "")
+        else:
+            log.info("turn %d of %s not run: %s", a.turn, a.conversation_id, report.label.replace("_", " "))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
