@@ -274,3 +274,46 @@ async fn no_log_level_writes_a_token() {
         assert!(!l.contains(secret), "a log line holds the token: {l}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_scenario_file_is_reported_and_the_rest_of_the_library_is_served() {
+    // The examples folder as it is, where two scenarios call a model on 127.0.0.1, which a
+    // server refuses without `--agent-net loopback`, and a file that is not even YAML.
+    let dir = tempfile::tempdir().unwrap();
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/scenarios");
+    let library = dir.path().join("library");
+    std::fs::create_dir(&library).unwrap();
+    for entry in std::fs::read_dir(examples).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, library.join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(library.join("torn.yaml"), "participants: [unclosed").unwrap();
+    let db = dir.path().join("o.db").display().to_string();
+    let admin = token(&db, "admin", true);
+    let served = serve(&db, &["--scenarios", library.to_str().unwrap()]).await;
+    for file in ["torn.yaml", "llm-tools.yaml", "plan-build-llm.yaml"] {
+        let line = served
+            .line(file, |l| {
+                l.contains("scenario left out of the library") && l.contains(file)
+            })
+            .await;
+        assert!(line.contains(" WARN "), "{line}");
+    }
+    let line = served
+        .line("the reason", |l| l.contains("llm-tools.yaml"))
+        .await;
+    assert!(
+        line.contains("--agent-net"),
+        "says what would let it in: {line}"
+    );
+    let client = connect(&format!("ws://127.0.0.1:{}/rpc", served.port), &admin).await;
+    let listed = agent_sdk::AgentClient::list_scenarios(&client)
+        .await
+        .expect("the library");
+    let names: Vec<&str> = listed.scenarios.iter().map(|s| s.name.as_str()).collect();
+    for name in ["plan-build", "planner", "helpdesk", "tool-routing"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    assert!(!names.contains(&"llm-tools"), "{names:?}");
+    drop(served.child);
+}
