@@ -312,7 +312,8 @@ pub struct ListConversationsParams {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListConversationsResult {
-    /// A snapshot of each conversation the caller takes part in (every one, for an admin).
+    /// A snapshot of each conversation the caller may read: those it takes part in and the
+    /// sub-conversations below them (every one, for an admin).
     pub conversations: Vec<Snapshot>,
 }
 

@@ -312,7 +312,10 @@ export type ListConversationsParams = Record<string, unknown>;
 
 /** `listConversations` result. */
 export interface ListConversationsResult {
-  /** A snapshot of each conversation the caller takes part in (every one, for an admin). */
+  /**
+   * A snapshot of each conversation the caller may read: those it takes part in and the
+   * sub-conversations below them (every one, for an admin).
+   */
   conversations: Array<Snapshot>;
 }
 

@@ -379,7 +379,9 @@ class ListConversationsParams(TypedDict):
 class ListConversationsResult(TypedDict):
     """`listConversations` result."""
     conversations: list[Snapshot]
-    """A snapshot of each conversation the caller takes part in (every one, for an admin)."""
+    """A snapshot of each conversation the caller may read: those it takes part in and the
+    sub-conversations below them (every one, for an admin).
+    """
 
 
 class ListScenariosParams(TypedDict):
