@@ -9,6 +9,7 @@ use std::time::Duration;
 use agent_sdk::{AgentClient, WsConfig, WsJsonRpcClient};
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
+use orchestrator::engine::state::{ConvMachine, Draft, TurnState};
 use orchestrator::engine::store::{self, Store};
 use proto_spec::system::SystemEvent;
 use proto_spec::{Event, EventKind, Finality, TailParams};
@@ -44,36 +45,21 @@ pub enum Source {
 }
 
 /// The turn state of conversation `id`, folded from its whole log.
-fn state_of(
-    store: &dyn Store,
-    id: &str,
-    participants: &[String],
-) -> anyhow::Result<orchestrator_state::TurnState> {
-    let mut machine = orchestrator_state::ConvMachine::new(id, participants.to_vec());
+fn state_of(store: &dyn Store, id: &str, participants: &[String]) -> anyhow::Result<TurnState> {
+    let mut machine = ConvMachine::new(id, participants.to_vec());
     let mut after = 0;
     loop {
         let page = store.read_log(id, after, PAGE)?;
-        for e in &page {
-            machine.observe(&orchestrator_state::Draft {
-                seq: e.seq,
-                kind: e.kind,
-                author: e.author.clone(),
-                turn: e.turn,
-                finality: e.finality,
-                doc: orchestrator_state::Draft::doc_of(e.kind, e.payload.get()),
-                payload: e.payload.clone(),
-                client_request_id: None,
-                hash: None,
-            });
+        let (full, last) = (page.len() == PAGE, page.last().map_or(after, |e| e.seq));
+        for e in page {
+            machine.observe(&Draft::of_event(e));
         }
-        match page.last() {
-            Some(last) if page.len() == PAGE => after = last.seq,
-            _ => return Ok(machine.core),
+        if !full {
+            return Ok(machine.core);
         }
+        after = last;
     }
 }
-
-use orchestrator::engine::state as orchestrator_state;
 
 /// One row of `conversations list`.
 #[derive(Debug, serde::Serialize)]

@@ -60,6 +60,21 @@ pub struct Draft {
 }
 
 impl Draft {
+    /// A committed event as the fold reads it again (without its idempotency key).
+    pub fn of_event(e: proto_spec::Event) -> Draft {
+        Draft {
+            seq: e.seq,
+            kind: e.kind,
+            doc: Draft::doc_of(e.kind, e.payload.get()),
+            author: e.author,
+            turn: e.turn,
+            finality: e.finality,
+            payload: e.payload,
+            client_request_id: None,
+            hash: None,
+        }
+    }
+
     /// Whether an event of `kind` with payload `raw` may be a plan or a deliverable.
     pub fn doc_of(kind: EventKind, raw: &str) -> bool {
         kind == EventKind::Message && maybe_document(raw)

@@ -90,17 +90,7 @@ fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
     let at_seq = f.events.last().map_or(0, |e| e.seq);
     let mut drafts = Vec::with_capacity(f.events.len() + 1);
     for e in f.events {
-        let d = Draft {
-            seq: e.seq,
-            kind: e.kind,
-            author: e.author,
-            turn: e.turn,
-            finality: e.finality,
-            doc: Draft::doc_of(e.kind, e.payload.get()),
-            payload: e.payload,
-            client_request_id: None,
-            hash: None,
-        };
+        let d = Draft::of_event(e);
         state.observe(&d);
         drafts.push(d);
     }
