@@ -81,6 +81,17 @@ class Page:
                 self.proc.kill()
 
 
+def created(server, conversation_id, scenario):
+    """Conversation `conversation_id` from `scenario`, created by the admin."""
+
+    async def create():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        await admin.call("createConversation", {"conversationId": conversation_id, "scenario": scenario})
+        await admin.close()
+
+    run(create())
+
+
 def say(server, who, text, finality="turn", conversation="v1"):
     async def main():
         c = await Client.connect(server.url, server.tokens[who])
@@ -172,13 +183,7 @@ def test_the_viewer_is_a_console(server, viewer_prereqs):
     events pane follows new events, or says how many came while she reads back; a narrow
     screen scrolls no sideways; no request fails. Screenshots in target/artifacts."""
 
-    async def setup():
-        admin = await Client.connect(server.url, server.tokens["admin"])
-        await admin.call("createConversation", {"conversationId": "v2", "scenario": {
-            "participants": ["alice", "bob"], "policy": {"order": "round_robin", "first": "alice"}}})
-        await admin.close()
-
-    run(setup())
+    created(server, "v2", {"participants": ["alice", "bob"], "policy": {"order": "round_robin", "first": "alice"}})
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = Page(server, "v2", who="alice")
     try:
@@ -224,22 +229,17 @@ def test_plans_and_deliverables_are_documents(server, viewer_prereqs):
     rendered (headings, a list, bold), the builder's JSON deliverable folded, each with its
     version and the agent and mode that produced it; text is never run as HTML."""
 
-    async def setup():
-        admin = await Client.connect(server.url, server.tokens["admin"])
-        await admin.call("createConversation", {"conversationId": "docs", "scenario": {
-            "participants": [
-                "alice",
-                {"id": "planner", "kind": "scripted", "modes": ["plan", "converse"],
-                 "plan": {"type": "launch", "sections": ["Goal", "Steps"]},
-                 "replies": ["# Goal\nShip **it** <script>alert(1)</script>.\n# Steps\n1. Build\n2. Test"]},
-                {"id": "builder", "kind": "scripted", "modes": ["build"],
-                 "deliverable": {"format": "json", "type": "spec"},
-                 "replies": ['{"endpoints": [{"path": "/status"}], "owner": "ops"}']},
-            ],
-            "policy": {"order": "round_robin", "first": "alice"}}})
-        await admin.close()
-
-    run(setup())
+    created(server, "docs", {
+        "participants": [
+            "alice",
+            {"id": "planner", "kind": "scripted", "modes": ["plan", "converse"],
+             "plan": {"type": "launch", "sections": ["Goal", "Steps"]},
+             "replies": ["# Goal\nShip **it** <script>alert(1)</script>.\n# Steps\n1. Build\n2. Test"]},
+            {"id": "builder", "kind": "scripted", "modes": ["build"],
+             "deliverable": {"format": "json", "type": "spec"},
+             "replies": ['{"endpoints": [{"path": "/status"}], "owner": "ops"}']},
+        ],
+        "policy": {"order": "round_robin", "first": "alice"}})
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = Page(server, "docs", who="alice")
     try:
@@ -344,20 +344,15 @@ def test_an_approval_shows_what_is_approved_and_is_answered_by_a_button(server, 
     """At a scenario's approval checkpoint the approver sees for whom and after what, with
     Approve and Reject; Approve posts the decision and the approved speaker takes its turn."""
 
-    async def setup():
-        admin = await Client.connect(server.url, server.tokens["admin"])
-        await admin.call("createConversation", {"conversationId": "ap1", "scenario": {
-            "participants": [
-                {"id": "planner", "kind": "scripted", "replies": ["Ship the status page on Friday."]},
-                "alice",
-                {"id": "builder", "kind": "scripted", "replies": ["Built it."]},
-            ],
-            "policy": {"order": "sequence", "sequence": ["planner", "builder"],
-                       "approvals": [{"before": "builder", "approver": "alice"}]},
-            "stop": {"maxTurns": 3}}})
-        await admin.close()
-
-    run(setup())
+    created(server, "ap1", {
+        "participants": [
+            {"id": "planner", "kind": "scripted", "replies": ["Ship the status page on Friday."]},
+            "alice",
+            {"id": "builder", "kind": "scripted", "replies": ["Built it."]},
+        ],
+        "policy": {"order": "sequence", "sequence": ["planner", "builder"],
+                   "approvals": [{"before": "builder", "approver": "alice"}]},
+        "stop": {"maxTurns": 3}})
     page = Page(server, "ap1", who="alice")
     try:
         page.answer("OPENED")
