@@ -136,6 +136,8 @@ def test_console_in_headless_chromium(server, viewer_prereqs):
         say(server, "alice", "the answer is 42", finality="turn")
         saw = page.do("EXPECT the answer is 42", "SAW")
         assert saw["seqs"] == [1, 2, 3, 4, 5, 6]
+        # One bubble for the streamed turn (seqs 4 and 5 were updates of it), now its final seq.
+        assert saw["domSeqs"] == [1, 2, 3, 6], saw
 
         # The server restarts under the page: the stream drops, and resumes by Last-Event-ID.
         port = server.port

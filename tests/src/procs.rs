@@ -85,6 +85,8 @@ pub struct Node {
     /// On PostgreSQL, its name in the turn claims since its last start (`node-…`).
     pub name: Option<String>,
     child: Option<tokio::process::Child>,
+    /// What it logged (stderr), line by line, since its last start.
+    logged: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Node {
@@ -94,6 +96,7 @@ impl Node {
             port: free_port(),
             name: None,
             child: None,
+            logged: Default::default(),
         }
     }
 
@@ -116,10 +119,19 @@ impl Node {
             .arg(scenarios)
             .args(more)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start a node");
+        let logged = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let into = logged.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                into.lock().unwrap().push(line);
+            }
+        });
+        self.logged = logged;
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = tokio::io::BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
@@ -133,6 +145,28 @@ impl Node {
             .find(|w| w.starts_with("node-"))
             .map(str::to_string);
         self.child = Some(child);
+    }
+
+    /// Waits (at most [`crate::WAIT`]) until the node has logged a line containing `what`.
+    pub async fn logged(&self, what: &str) -> String {
+        let until = tokio::time::Instant::now() + crate::WAIT;
+        loop {
+            if let Some(l) = self
+                .logged
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(what))
+            {
+                return l.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the node never logged {what:?}:\n{}",
+                self.logged.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Sends `signal` to the running process.

@@ -638,8 +638,14 @@ async fn a_batch_on_a_shared_log_takes_a_bounded_number_of_jobs() {
         q.await.expect("joined").expect("an append");
     }
     let batches = count(&stats.batches) - batches_before;
-    // The held batch, then 3,000 jobs in batches of at most 512: six at least after it.
+    // The held batch, then 3,000 jobs in batches of at most 512: six at least after it, and
+    // none of them (nor any batch before) took more than 512 jobs.
     assert!(batches > 3000_u64.div_ceil(512), "{batches} batches");
+    assert!(
+        (1..=512).contains(&count(&stats.most_jobs)),
+        "the largest batch took {} jobs",
+        count(&stats.most_jobs)
+    );
     let r = send(&a.client("alice").await, "many", "after", "k-after").await;
     assert_eq!(r["seq"], 3003, "{r}");
 }

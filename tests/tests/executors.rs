@@ -157,7 +157,12 @@ async fn run_suite(server: &TestServer) -> BTreeMap<String, Vec<Value>> {
         // Let anything late land before reading the log for good.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let again = log_of(&admin, &id).await;
-        assert!(again.len() >= log.len());
+        // The log only grows: what was read first is still its beginning, unchanged.
+        assert_eq!(
+            again.get(..log.len()),
+            Some(&log[..]),
+            "{id}: the log read again does not begin with the one read first"
+        );
         logs.insert(
             b.to_string(),
             again

@@ -378,7 +378,9 @@ async fn wait_for_change_wakes_on_append_and_times_out() {
             .unwrap();
         r
     });
-    // Whether the waiter is parked before the append or arrives after it, it answers the same.
+    // Parked before the append that wakes it: the wake-up is what is tested, not an answer
+    // from the log.
+    ts.wait_for_waiters("c1", 1).await;
     send(&alice, "c1", "wake", "turn").await;
     let r = tokio::time::timeout(WAIT, waiter).await.unwrap().unwrap();
     assert_eq!(r, json!({"latestSeq": 2, "timedOut": false}));

@@ -159,7 +159,7 @@ async fn serve_speaks_tls_and_reloads_its_certificate_on_sighup() {
     // A key that cannot be read: the reload is refused, the certificate in use stays.
     std::fs::write(&live.key, "not a key").unwrap();
     node.signal(nix::sys::signal::Signal::SIGHUP);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    node.logged("TLS certificate not reloaded").await;
     let (code, body) = curl(&["--cacert".as_ref(), second.ca.as_os_str(), health.as_ref()]);
     assert_eq!(
         code, 0,

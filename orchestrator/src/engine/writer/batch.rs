@@ -340,6 +340,7 @@ impl Writer {
             }
         }
         self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
+        self.stats.most_jobs.fetch_max(jobs, Ordering::Relaxed);
         for t in &work.touched {
             self.convs.slots[t.slot].mark = 0;
         }

@@ -181,6 +181,8 @@ pub struct WriterStats {
     pub events: AtomicU64,
     /// Jobs handled (appends, duplicates, refusals, creations).
     pub jobs: AtomicU64,
+    /// The most jobs one batch has handled.
+    pub most_jobs: AtomicU64,
     /// Nanoseconds the writer thread spent on batches, all told.
     pub busy_ns: AtomicU64,
     /// Of which: locking the batch's conversations and catching up on them (a shared store).
