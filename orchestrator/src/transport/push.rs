@@ -1,10 +1,10 @@
-//! `subscribe` over WebSocket, written straight into each connection's send buffer.
+//! `subscribe` and `registerExecutor` over WebSocket, written straight into each connection's
+//! send buffer.
 //!
-//! A subscription's frames do not go through jsonrpsee's per-connection channel and send task:
-//! the middleware [`Subscriptions`] answers `subscribe` itself, writing the answer frame and
-//! then every `event` notification into the connection's buffer ([`ConnWriter`]), between the
-//! frames jsonrpsee writes. The answer is written before any notification, so a client always
-//! learns the subscription id first.
+//! [`subscribe`] answers the call itself, writing the answer frame and then every `event`
+//! notification into the connection's buffer ([`ConnWriter`]), in order with the connection's
+//! other frames. The answer is written before any notification, so a client always learns the
+//! subscription id first.
 //!
 //! A subscription to one conversation reads its backlog after the cursor (from the ring of
 //! recent events, or from the store), then joins the conversation's [`LiveSet`](crate::engine::hub::live::LiveSet) as a
