@@ -131,6 +131,9 @@ enum Command {
         /// expired token loses its connections and streams within this long.
         #[arg(long, env = "ORCHESTRATOR_TOKEN_RECHECK_MS", default_value_t = Limits::default().token_recheck.as_millis() as u64)]
         token_recheck_ms: u64,
+        /// Print the limits these flags make, every one by name, and exit without serving.
+        #[arg(long)]
+        print_limits: bool,
         /// Serve over TLS (wss://, https://) with this certificate chain (PEM, the server's
         /// certificate first); reloaded on SIGHUP. With --tls-key.
         #[arg(long, env = "ORCHESTRATOR_TLS_CERT")]
@@ -428,6 +431,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             tls_key,
             shares,
             sandbox,
+            print_limits,
         } => {
             let sandbox = sandbox.sandbox()?;
             // A certificate that cannot be read stops the start, before the database is opened.
@@ -456,6 +460,10 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 ..Limits::default()
             };
             let limits = shares.apply(limits);
+            if print_limits {
+                println!("{limits:#?}");
+                return Ok(0);
+            }
             let named = match scenarios {
                 Some(dir) => load_scenarios(&dir, &sandbox)?,
                 None => Vec::new(),
