@@ -236,6 +236,7 @@ impl ExecutorCore {
 
     /// Runs the agent until an attempt ends the turn, the turn stops being its own, the
     /// attempts run out or the deadline passes, tracing each attempt.
+    #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
     async fn attempts(
         &self,
         agent: &dyn Agent,

@@ -12,8 +12,13 @@ use orchestrator::host;
 use orchestrator::transport::server;
 
 mod inspect;
+mod run_command;
+mod scenario_files;
 mod shares;
 mod tokens;
+
+use run_command::{run, RunOpts};
+use scenario_files::{load_scenarios, scenario_value, SandboxOpts};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -188,117 +193,6 @@ enum Command {
     },
 }
 
-/// What the agents the server runs for scenarios may reach (docs/security.md).
-#[derive(clap::Args, Debug)]
-struct SandboxOpts {
-    /// An environment variable scenarios may read (an http header's {env}, an llm's
-    /// apiKeyEnv) and processes receive; repeat it, or separate names with commas. None by
-    /// default.
-    #[arg(
-        long = "agent-env",
-        env = "ORCHESTRATOR_AGENT_ENV",
-        value_delimiter = ','
-    )]
-    agent_env: Vec<String>,
-    /// Where http, llm, a2a and MCP-over-HTTP participants may connect: public, loopback,
-    /// private, a network such as 10.0.0.0/8, or a host name; repeat it, or separate with
-    /// commas. Default: public (loopback, private and link-local addresses refused).
-    #[arg(
-        long = "agent-net",
-        env = "ORCHESTRATOR_AGENT_NET",
-        value_delimiter = ',',
-        default_value = "public"
-    )]
-    agent_net: Vec<String>,
-    /// Run process participants and MCP servers as this user (name or uid); the server must
-    /// be able to switch to it (root).
-    #[arg(long = "process-user", env = "ORCHESTRATOR_PROCESS_USER")]
-    process_user: Option<String>,
-    /// How many functions and processes may run at once.
-    #[arg(
-        long = "max-running",
-        env = "ORCHESTRATOR_MAX_RUNNING",
-        default_value_t = 8
-    )]
-    max_running: usize,
-    /// CPU seconds each process may use.
-    #[arg(
-        long = "process-cpu-secs",
-        env = "ORCHESTRATOR_PROCESS_CPU_SECS",
-        default_value_t = 60
-    )]
-    process_cpu_secs: u64,
-    /// Memory each process may map, and the most a function's heap may have, in MiB.
-    #[arg(
-        long = "process-memory-mb",
-        env = "ORCHESTRATOR_PROCESS_MEMORY_MB",
-        default_value_t = 1024
-    )]
-    process_memory_mb: u64,
-}
-
-impl SandboxOpts {
-    fn sandbox(&self) -> anyhow::Result<agent_kinds::Sandbox> {
-        use agent_kinds::{NetRule, ProcessUser, Sandbox};
-        for name in &self.agent_env {
-            anyhow::ensure!(
-                !name.is_empty() && !name.contains('='),
-                "--agent-env: {name:?} is not a variable name"
-            );
-        }
-        let net = self
-            .agent_net
-            .iter()
-            .map(|r| NetRule::parse(r))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| anyhow::anyhow!("--agent-net: {e}"))?;
-        let user = match &self.process_user {
-            Some(u) => {
-                Some(ProcessUser::lookup(u).map_err(|e| anyhow::anyhow!("--process-user: {e}"))?)
-            }
-            None => None,
-        };
-        Ok(Sandbox::default()
-            .with_env(self.agent_env.iter().cloned())
-            .with_net(net)
-            .with_process_user(user)
-            .with_exec_limits(
-                self.max_running,
-                self.process_cpu_secs,
-                self.process_memory_mb,
-            ))
-    }
-}
-
-#[derive(clap::Args, Debug)]
-struct RunOpts {
-    /// Keep the conversation in this database: a SQLite file or postgres://USER@HOST:PORT/DB
-    /// (default: a temporary SQLite file).
-    #[arg(long, env = "ORCHESTRATOR_DB")]
-    db: Option<String>,
-    /// Where external participants connect, when the scenario has any (port 0: any free one).
-    #[arg(long, env = "ORCHESTRATOR_RUN_LISTEN", default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
-    /// Give up after this long (`90s`, `10m`, …); exit status 4.
-    #[arg(long, env = "ORCHESTRATOR_RUN_TIMEOUT", default_value = "10m")]
-    timeout: String,
-    /// Colours: auto (on a terminal), always, never.
-    #[arg(long, env = "ORCHESTRATOR_COLOR", value_enum, default_value_t = Color::Auto)]
-    color: Color,
-    /// A folder of scenario files, by name, for scenarios that open sub-conversations by name.
-    #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
-    scenarios: Option<PathBuf>,
-    #[command(flatten)]
-    sandbox: SandboxOpts,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Color {
-    Auto,
-    Always,
-    Never,
-}
-
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum SyncMode {
     Full,
@@ -400,6 +294,7 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Runs a command; its exit status.
+#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Token { command } => tokens::token(command),
@@ -523,144 +418,6 @@ async fn interruption() -> u8 {
     }
     let _ = tokio::signal::ctrl_c().await;
     130
-}
-
-/// Reads a scenario (YAML or JSON) and checks it.
-fn scenario_value(text: &str, sandbox: &agent_kinds::Sandbox) -> anyhow::Result<serde_json::Value> {
-    let v: serde_json::Value =
-        serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("not valid YAML: {e}"))?;
-    orchestrator::engine::scenario::Scenario::parse(&v, sandbox)
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    Ok(v)
-}
-
-/// Every scenario file of a folder, by name (its `name:`, else the file's stem). A file that
-/// cannot be read or is not a valid scenario is reported (a warning with every such file and
-/// its problem) and left out: one broken example does not keep the rest from being served.
-fn load_scenarios(
-    dir: &std::path::Path,
-    sandbox: &agent_kinds::Sandbox,
-) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
-    let mut out = Vec::new();
-    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
-    for entry in entries {
-        let path = entry?.path();
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if !["yaml", "yml", "json"].contains(&ext) {
-            continue;
-        }
-        let loaded = std::fs::read_to_string(&path)
-            .map_err(anyhow::Error::from)
-            .and_then(|text| scenario_value(&text, sandbox));
-        let v = match loaded {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(file = %path.display(), problem = %e, "scenario left out of the library");
-                continue;
-            }
-        };
-        let stem = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("scenario");
-        let name = v["name"].as_str().unwrap_or(stem).to_string();
-        out.push((name, v));
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
-}
-
-/// Runs a scenario to its end; the exit status (README: "Exit statuses").
-async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::Result<u8> {
-    use orchestrator::host::runner::{External, RunSettings};
-    use std::io::IsTerminal;
-    let limit = orchestrator::engine::scenario::parse_duration(&serde_json::json!(opts.timeout))
-        .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?;
-    let color = match opts.color {
-        Color::Always => true,
-        Color::Never => false,
-        Color::Auto => std::io::stdout().is_terminal(),
-    };
-    let temp = tempfile::tempdir()?;
-    let db = opts
-        .db
-        .unwrap_or_else(|| temp.path().join("run.db").display().to_string());
-    let store = store::open(&db, Synchronous::Full)
-        .with_context(|| format!("opening {}", store::display(&db)))?;
-    let sandbox = opts.sandbox.sandbox()?;
-    let named = match &opts.scenarios {
-        Some(dir) => load_scenarios(dir, &sandbox)?,
-        None => Vec::new(),
-    };
-    let spec = orchestrator::engine::scenario::Scenario::parse(&scenario, &sandbox)
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let mut externals = Vec::new();
-    for p in &spec.participants {
-        let runs_here = spec
-            .policy
-            .as_ref()
-            .is_some_and(|pol| pol.agents.contains_key(p));
-        if !runs_here {
-            externals.push(External {
-                id: p.clone(),
-                token: auth::create_token(store.as_ref(), p, false)?,
-            });
-        }
-    }
-    let options = host::Options {
-        scenarios: named,
-        ..host::Options::with_limits(Limits {
-            sandbox,
-            ..Limits::default()
-        })
-    };
-    let max_attempts = options.exec_policy.max_attempts;
-    let orch = options.start(store)?;
-    let mut running = None;
-    let mut address = None;
-    if !externals.is_empty() {
-        let listener =
-            server::bind(opts.listen).with_context(|| format!("listening on {}", opts.listen))?;
-        let r = server::start(orch.clone(), listener).await?;
-        eprintln!(
-            "external participants connect to ws://{}/rpc with:",
-            r.local_addr()
-        );
-        for x in &externals {
-            eprintln!("  {}: {}", x.id, x.token);
-        }
-        address = Some(r.local_addr().to_string());
-        running = Some(r);
-    }
-    let settings = RunSettings {
-        color,
-        limit,
-        max_attempts,
-        externals,
-        address,
-    };
-    let mut out = std::io::stdout();
-    let result = tokio::select! {
-        r = orchestrator::host::runner::run(orch.clone(), scenario, &mut out, &settings) => r.map(|s| s.end.exit_code()),
-        code = interruption() => {
-            eprintln!("orchestrator: interrupted");
-            Ok(code)
-        }
-    };
-    match running {
-        Some(r) => r.stop().await,
-        None => orch.shutdown().await,
-    }
-    match result {
-        Ok(code) => Ok(code),
-        // The reader went away (`| head`): nothing more to say, to anyone.
-        Err(orchestrator::engine::error::Error::Transcript(e))
-            if e.kind() == std::io::ErrorKind::BrokenPipe =>
-        {
-            Ok(0)
-        }
-        Err(e) => Err(anyhow::anyhow!("{e}")),
-    }
 }
 
 async fn serve(

@@ -255,6 +255,7 @@ impl Writer {
     /// back: answers what each job it ran asks, the batch's unanswered replies, in job order,
     /// and whether that is because of a conflict (another node appended first) rather than an
     /// answer that must be decided on a view read from the log.
+    #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
     fn process_once(
         &mut self,
         batch: &mut Vec<Job>,
