@@ -45,7 +45,7 @@ async fn start(db: &str, conversations: usize) -> anyhow::Result<Started> {
     let t = Instant::now();
     let orch = open(db)?;
     let last = format!("conv-{}", conversations - 1);
-    orch.meet(&last).await;
+    orch.ensure_known(&last).await;
     let snap = orch.get_conversation(
         &Identity::new("admin", true),
         ConversationParams {

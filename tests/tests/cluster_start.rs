@@ -70,7 +70,7 @@ async fn a_node_starting_while_another_writes_ends_at_the_logs_heads() {
     // Node b holds each conversation at the log's head, or knows how far behind it its view
     // is (it reads back what other nodes commit only when something there needs it): nothing
     // written was missed.
-    let known = |id: &str| on_b.hub().get(id).map(|c| c.head().max(c.heard()));
+    let known = |id: &str| on_b.hub().get(id).map(|c| c.head().max(c.remote_head()));
     tests::eventually("node b knows the log's head of every conversation", || {
         (0..OPEN).all(|i| {
             let id = format!("c-{i}");

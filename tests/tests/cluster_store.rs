@@ -332,7 +332,7 @@ async fn a_failed_lock_leaves_the_writer_working() {
             .get("stuck")
             // Knows of it: it reads back what others write only when something there
             // needs it, and a write of its own to a view behind reads it under the lock.
-            .is_some_and(|c| c.core().head.max(c.heard()) == 3)
+            .is_some_and(|c| c.core().head.max(c.remote_head()) == 3)
     })
     .await;
     db.batch_execute(&hold_conversation("stuck"))
@@ -378,7 +378,7 @@ async fn a_write_to_a_held_conversation_is_put_off_not_waited_for() {
             .get("held")
             // Knows of it: it reads back what others write only when something there
             // needs it, and a write of its own to a view behind reads it under the lock.
-            .is_some_and(|c| c.core().head.max(c.heard()) == 3)
+            .is_some_and(|c| c.core().head.max(c.remote_head()) == 3)
     })
     .await;
     let put_off = || {
@@ -440,7 +440,7 @@ async fn a_node_reads_back_what_others_commit_when_something_there_needs_it() {
     }
     tests::eventually("node b hears of every write", || {
         ids.iter()
-            .all(|id| on_b.hub().get(id).is_some_and(|c| c.heard() == 6))
+            .all(|id| on_b.hub().get(id).is_some_and(|c| c.remote_head() == 6))
     })
     .await;
     for id in ids {
@@ -482,7 +482,9 @@ async fn a_node_reads_back_what_others_commit_when_something_there_needs_it() {
         .await
         .expect("closed through node a");
     tests::eventually("node b hears of the close", || {
-        on_b.hub().get("closing").is_some_and(|c| c.heard() == 7)
+        on_b.hub()
+            .get("closing")
+            .is_some_and(|c| c.remote_head() == 7)
     })
     .await;
     let _: Value = b
@@ -532,7 +534,9 @@ async fn a_node_moves_past_events_that_change_nothing_but_the_head() {
             .expect("a plain message through node a");
     }
     tests::eventually("node b hears of them", || {
-        on_b.hub().get("passing").is_some_and(|c| c.heard() == 6)
+        on_b.hub()
+            .get("passing")
+            .is_some_and(|c| c.remote_head() == 6)
     })
     .await;
     let before = counter(orchestrator::engine::telemetry::CLUSTER_PASSED);

@@ -260,6 +260,42 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
 }
 
+/// Every `every`, until the server stops: writes the tokens' last uses and revokes the grants
+/// of tokens revoked or expired since (on this node or another, or by `token revoke`).
+pub(crate) fn spawn_token_recheck(
+    hub: &std::sync::Arc<crate::engine::hub::Hub>,
+    store: &std::sync::Arc<dyn crate::engine::store::Store>,
+    tokens: &std::sync::Arc<Tokens>,
+    every: std::time::Duration,
+) {
+    let (store, tokens) = (store.clone(), tokens.clone());
+    let mut closing = hub.closing();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = closing.wait_for(|c| *c) => return,
+            }
+            let (store, tokens) = (store.clone(), tokens.clone());
+            let checked = tokio::task::spawn_blocking(move || {
+                tokens.recheck(store.as_ref(), crate::engine::store::now_ms())
+            })
+            .await;
+            match checked {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => {
+                    tracing::info!(
+                        connections = n,
+                        "a token was revoked or expired; its connections and streams lose it"
+                    )
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not check the tokens in use"),
+                Err(e) => tracing::warn!(error = %e, "the token check stopped"),
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

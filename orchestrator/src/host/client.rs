@@ -85,10 +85,10 @@ impl InProcessClient {
     }
 
     /// The orchestrator, once it holds conversation `id` (on a shared store it may be in the
-    /// database only: [`Orchestrator::meet`]), as the WebSocket methods do.
+    /// database only: [`Orchestrator::ensure_known`]), as the WebSocket methods do.
     async fn at(&self, id: &str) -> ClientResult<Arc<Orchestrator>> {
         let o = self.o()?;
-        o.meet_to_read(id).await;
+        o.catch_up_to_read(id).await;
         Ok(o)
     }
 }

@@ -111,7 +111,7 @@ fn api_error(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError(RpcError::new(code, message), None)
 }
 
-/// The conversation id in the path, met by this node first ([`Orchestrator::meet`]).
+/// The conversation id in the path, known to this node first ([`Orchestrator::ensure_known`]).
 #[derive(Debug)]
 pub struct Known(pub String);
 
@@ -128,7 +128,7 @@ impl FromRequestParts<Shared> for Known {
                 )
                 .into_response()
             })?;
-        state.orch.meet_to_read(&id).await;
+        state.orch.catch_up_to_read(&id).await;
         Ok(Known(id))
     }
 }

@@ -93,7 +93,7 @@ impl Table {
     }
 
     /// A method of the core: counted in flight, authenticated, admitted, params parsed, the
-    /// conversation it names met, then run.
+    /// conversation it names known here, then run.
     fn add<P, R, F, Fut>(&mut self, name: &'static str, f: F)
     where
         P: DeserializeOwned + Send + 'static,
@@ -116,9 +116,9 @@ impl Table {
                         // An append is decided on the log itself, under its lock (a view left
                         // behind is read then); a read needs the view current.
                         if name == names::SEND_MESSAGE || name == names::SEND_TRACE {
-                            orch.meet(&id).await;
+                            orch.ensure_known(&id).await;
                         } else {
-                            orch.meet_to_read(&id).await;
+                            orch.catch_up_to_read(&id).await;
                         }
                     }
                 }

@@ -227,19 +227,19 @@ impl ConvView {
     }
 
     /// On a shared log, another node's notice named `head` for it.
-    pub fn heard_of(&self, head: u64) {
+    pub fn note_remote_head(&self, head: u64) {
         self.heard
             .fetch_max(head, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The highest head other nodes' notices named for it.
-    pub fn heard(&self) -> u64 {
+    pub fn remote_head(&self) -> u64 {
         self.heard.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether another node committed past this node's view of it (as far as notices said).
     pub fn behind(&self) -> bool {
-        self.heard() > self.head()
+        self.remote_head() > self.head()
     }
 
     /// A client reads it here: other nodes' commits to it are taken in as they come, for a
@@ -255,7 +255,7 @@ impl ConvView {
     /// writes it or a client reads it: when someone here follows it (a subscriber, a waiter,
     /// the all-conversations subscription — `global`), read it lately, or its turns, timers or
     /// tree may be run here (a policy, a parent).
-    pub fn followed(&self, global: bool) -> bool {
+    pub fn follows_remote_commits(&self, global: bool) -> bool {
         let read_ms = self.read_ms.load(std::sync::atomic::Ordering::Relaxed);
         global
             || self.policy().is_some()

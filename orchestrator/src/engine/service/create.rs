@@ -23,10 +23,10 @@ impl Orchestrator {
         p: CreateConversationParams,
     ) -> Result<CreateConversationResult> {
         if let Some(parent) = &p.parent_conversation_id {
-            // On a shared store the parent may be one this node has not met yet (created
+            // On a shared store the parent may be one this node does not know yet (created
             // through another node, or not taken in yet since this node started): its view is
             // loaded before the checks read it.
-            self.meet(parent).await;
+            self.ensure_known(parent).await;
         }
         self.check_creator(who, &p)?;
         let scenario = self.scenario_of(who, &p).await?;

@@ -89,7 +89,7 @@ impl Orchestrator {
         );
         crate::engine::timers::spawn(hub.clone(), writer.clone());
         let tokens = Arc::new(crate::engine::auth::Tokens::default());
-        recheck_tokens(&hub, &store, &tokens, limits.token_recheck);
+        crate::engine::auth::spawn_token_recheck(&hub, &store, &tokens, limits.token_recheck);
         Ok(Arc::new(Orchestrator {
             store,
             hub,
@@ -295,7 +295,7 @@ impl Orchestrator {
     /// Makes sure this node knows conversation `id` when the log has it: on a log several nodes
     /// write, one created through another node moments ago may not have reached this one yet.
     /// Transports call it before a method that names a conversation.
-    pub async fn meet(&self, id: &str) {
+    pub async fn ensure_known(&self, id: &str) {
         if !self.store.shared() {
             return;
         }
@@ -303,16 +303,16 @@ impl Orchestrator {
             c.touch();
             return;
         }
-        if let Err(e) = self.writer.meet(id.to_string()).await {
+        if let Err(e) = self.writer.ensure_known(id.to_string()).await {
             tracing::debug!(conversation = id, error = %e, "could not look the conversation up");
         }
     }
 
-    /// [`Orchestrator::meet`] for a read: on a shared store, the conversation's view here is
+    /// [`Orchestrator::ensure_known`] for a read: on a shared store, the conversation's view here is
     /// brought up to what other nodes committed to it (a node takes in only what something here
     /// follows: [`ConvView::followed`]), and followed for a while after.
-    pub async fn meet_to_read(&self, id: &str) {
-        self.meet(id).await;
+    pub async fn catch_up_to_read(&self, id: &str) {
+        self.ensure_known(id).await;
         if let Some(c) = self.hub.get(id) {
             c.mark_read();
             self.catch_up(&[c]).await;
@@ -345,7 +345,7 @@ impl Orchestrator {
     /// that this node does not hold: they stay in the database until a client names them.
     /// Right after a start, first waits until the open ones are all held (they are taken in
     /// while the node serves).
-    async fn meet_closed(&self, who: &Identity) {
+    async fn load_closed_of(&self, who: &Identity) {
         if !self.store.shared() {
             return;
         }
@@ -363,7 +363,8 @@ impl Orchestrator {
             };
         let missing = ids.into_iter().filter(|id| self.hub.get(id).is_none());
         // Queued together, so that the writer loads them in few batches.
-        futures::future::join_all(missing.map(|id| async move { self.meet(&id).await })).await;
+        futures::future::join_all(missing.map(|id| async move { self.ensure_known(&id).await }))
+            .await;
     }
 
     /// On a shared store, lets go of the closed conversations that nobody holds and no client
@@ -375,7 +376,7 @@ impl Orchestrator {
     /// `listConversations`: the conversations the caller may read: those it takes part in and
     /// the sub-conversations below them (every one, for an admin).
     pub async fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
-        self.meet_closed(who).await;
+        self.load_closed_of(who).await;
         let mut convs = self.hub.all();
         if !who.admin {
             convs.retain(|c| self.takes_part_above(&who.agent_id, c));
@@ -662,10 +663,10 @@ impl Orchestrator {
     /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
     pub async fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
         match &p.conversation_id {
-            Some(id) => self.meet_to_read(id).await,
+            Some(id) => self.catch_up_to_read(id).await,
             // A backlog of every conversation: the closed ones too.
             None if p.since_seq.is_some() || p.cursors.as_ref().is_some_and(|c| !c.is_empty()) => {
-                self.meet_closed(who).await
+                self.load_closed_of(who).await
             }
             None => {}
         }
@@ -713,40 +714,4 @@ fn scenario_library(
         map.insert(name, v);
     }
     Ok(map)
-}
-
-/// Every `every`, until the server stops: writes the tokens' last uses and revokes the grants
-/// of tokens revoked or expired since (on this node or another, or by `token revoke`).
-fn recheck_tokens(
-    hub: &Arc<Hub>,
-    store: &Arc<dyn Store>,
-    tokens: &Arc<crate::engine::auth::Tokens>,
-    every: std::time::Duration,
-) {
-    let (store, tokens) = (store.clone(), tokens.clone());
-    let mut closing = hub.closing();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = closing.wait_for(|c| *c) => return,
-            }
-            let (store, tokens) = (store.clone(), tokens.clone());
-            let checked = tokio::task::spawn_blocking(move || {
-                tokens.recheck(store.as_ref(), crate::engine::store::now_ms())
-            })
-            .await;
-            match checked {
-                Ok(Ok(0)) => {}
-                Ok(Ok(n)) => {
-                    tracing::info!(
-                        connections = n,
-                        "a token was revoked or expired; its connections and streams lose it"
-                    )
-                }
-                Ok(Err(e)) => tracing::warn!(error = %e, "could not check the tokens in use"),
-                Err(e) => tracing::warn!(error = %e, "the token check stopped"),
-            }
-        }
-    });
 }

@@ -8,24 +8,24 @@ use super::*;
 /// order of first touch, with their state before the batch and the events they append), the
 /// conversations it creates, and the answers it owes.
 struct BatchWork {
-    touched: Vec<Touched>,
+    touched: Vec<TouchedConversation>,
     new_convs: Vec<NewConversation>,
     replies: Vec<Reply>,
 }
 
 /// A conversation touched by a batch: the events the batch appends to it, and its state before
 /// the batch (to roll back to if the commit fails).
-pub(super) struct Touched {
+pub(super) struct TouchedConversation {
     slot: usize,
     drafts: Vec<Draft>,
     undo: Undo,
 }
 
 /// Marks `slot` touched by the batch (remembering its state before it); its entry in `touched`.
-fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<Touched>) -> usize {
+fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<TouchedConversation>) -> usize {
     let s = &mut slots[slot];
     if s.mark == 0 {
-        touched.push(Touched {
+        touched.push(TouchedConversation {
             slot,
             drafts: Vec::new(),
             undo: Undo::TurnState(s.state.core.clone()),
@@ -47,7 +47,7 @@ fn append_one(
     convs: &mut Convs,
     conversation: &str,
     request: AppendRequest,
-    touched: &mut Vec<Touched>,
+    touched: &mut Vec<TouchedConversation>,
 ) -> Result<AppendResult, RpcError> {
     let Some(at) = convs.find(conversation) else {
         return Err(RpcError::new(
@@ -106,51 +106,51 @@ fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
 
 /// What a job asks, without its answer's channel (which stays in the batch's replies): what
 /// runs again after a conflict.
-pub(super) enum Again {
+pub(super) enum Retry {
     Append(String, Box<AppendRequest>),
     Create(Box<CreateJob>),
-    Meet(String),
+    Load(String),
 }
 
-impl Again {
-    fn of(job: &Job) -> Option<Again> {
+impl Retry {
+    fn of(job: &Job) -> Option<Retry> {
         match job {
             Job::Append {
                 conversation,
                 request,
                 ..
-            } => Some(Again::Append(conversation.clone(), request.clone())),
-            Job::Create { conv, .. } => Some(Again::Create(conv.clone())),
-            Job::Meet { id, .. } => Some(Again::Meet(id.clone())),
+            } => Some(Retry::Append(conversation.clone(), request.clone())),
+            Job::Create { conv, .. } => Some(Retry::Create(conv.clone())),
+            Job::Load { id, .. } => Some(Retry::Load(id.clone())),
             Job::Refresh(_)
             | Job::TakeIn(_)
             | Job::Follow(_)
             | Job::Forget { .. }
             | Job::Sweep { .. }
-            | Job::Landed
+            | Job::CommitAnswered
             | Job::Stop => None,
         }
     }
 }
 
 /// The jobs of a batch to run again: each request with the reply it owes (the replies are in
-/// job order, one per job that [`Again::of`] kept).
-pub(super) fn again_with(again: Vec<Again>, replies: Vec<Reply>) -> Vec<Job> {
+/// job order, one per job that [`Retry::of`] kept).
+pub(super) fn again_with(again: Vec<Retry>, replies: Vec<Reply>) -> Vec<Job> {
     let mut jobs = Vec::with_capacity(again.len());
     let mut unmatched = Vec::new();
     for (a, r) in again.into_iter().zip(replies) {
         match (a, r) {
-            (Again::Append(conversation, request), Reply::Append(reply, _)) => {
+            (Retry::Append(conversation, request), Reply::Append(reply, _)) => {
                 jobs.push(Job::Append {
                     conversation,
                     request,
                     reply,
                 })
             }
-            (Again::Create(conv), Reply::Create(reply, _)) => {
+            (Retry::Create(conv), Reply::Create(reply, _)) => {
                 jobs.push(Job::Create { conv, reply })
             }
-            (Again::Meet(id), Reply::Create(reply, _)) => jobs.push(Job::Meet { id, reply }),
+            (Retry::Load(id), Reply::Create(reply, _)) => jobs.push(Job::Load { id, reply }),
             (_, r) => unmatched.push(r),
         }
     }
@@ -166,7 +166,7 @@ impl Writer {
         child: &str,
         by: &str,
         c: &ChildOf,
-        touched: &mut Vec<Touched>,
+        touched: &mut Vec<TouchedConversation>,
     ) -> Result<u32, RpcError> {
         let Some(parent) = self.convs.get(c.parent.as_str()) else {
             return Err(RpcError::new(
@@ -211,7 +211,7 @@ impl Writer {
                     Job::Sweep { after, reply } => {
                         let _ = reply.send(self.sweep(after));
                     }
-                    Job::TakeIn(read) => self.took_in(read),
+                    Job::TakeIn(read) => self.apply_read(read),
                     Job::Follow(ids) => self.follow(&ids),
                     other => batch.push(other),
                 }
@@ -260,7 +260,7 @@ impl Writer {
         &mut self,
         batch: &mut Vec<Job>,
         read_all: bool,
-    ) -> Option<(Vec<Again>, Vec<Reply>, bool)> {
+    ) -> Option<(Vec<Retry>, Vec<Reply>, bool)> {
         // Decided while the batch before commits, or once it has settled (see `overlap`).
         let overlap =
             self.shared && self.busy && !read_all && self.log.overlaps() && self.plain(batch);
@@ -287,8 +287,8 @@ impl Writer {
         let mut prior = self.pending.take();
         // On a shared store, what each job asks, to run the batch again if another node gets
         // ahead of it (once the jobs put off for the next batch have left it).
-        let again: Vec<Again> = match self.shared {
-            true => batch.iter().filter_map(Again::of).collect(),
+        let again: Vec<Retry> = match self.shared {
+            true => batch.iter().filter_map(Retry::of).collect(),
             false => Vec::new(),
         };
         let ts_ms = now_ms();
@@ -304,7 +304,7 @@ impl Writer {
         for job in batch.drain(..) {
             match job {
                 Job::Stop
-                | Job::Landed
+                | Job::CommitAnswered
                 | Job::Refresh(_)
                 | Job::TakeIn(_)
                 | Job::Follow(_)
@@ -312,7 +312,7 @@ impl Writer {
                 | Job::Sweep { .. } => {}
                 // Loaded before the batch (`begin_shared`); answered after what was loaded is
                 // published.
-                Job::Meet { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),
+                Job::Load { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),
                 Job::Create { conv, reply } => {
                     let created = self.create_one(*conv, &mut work);
                     unverified |= created.is_err();
@@ -504,7 +504,7 @@ impl Writer {
     /// On a cluster: the turns `touched` opens (their conversation was in another turn before
     /// the batch, or is new) for an agent this node runs, asked to be claimed for this node by
     /// the batch's commit (see [`crate::engine::hub::PreClaim`]); each with its view.
-    fn claim_opened(&mut self, touched: &[Touched]) -> Vec<(Arc<ConvView>, u64)> {
+    fn claim_opened(&mut self, touched: &[TouchedConversation]) -> Vec<(Arc<ConvView>, u64)> {
         let Some(hook) = self.hub.pre_claim() else {
             return Vec::new();
         };
@@ -564,7 +564,7 @@ impl Writer {
     /// before deciding for a while.
     pub(super) fn roll_back(
         &mut self,
-        touched: Vec<Touched>,
+        touched: Vec<TouchedConversation>,
         slots_before: usize,
         contended: bool,
     ) {
@@ -661,7 +661,7 @@ impl Writer {
         let mut slot = Slot::new(num, state, shared, created_by);
         slot.mark = work.touched.len() + 1;
         let slot = self.convs.insert(&id, slot);
-        work.touched.push(Touched {
+        work.touched.push(TouchedConversation {
             slot,
             drafts,
             undo: Undo::Created,

@@ -93,7 +93,7 @@ impl Writer {
                 let Some(first) = self.next_job(&mut rx) else {
                     return;
                 };
-                if matches!(first, Job::Landed) {
+                if matches!(first, Job::CommitAnswered) {
                     if self.log.landed() {
                         self.settle();
                     }
@@ -103,8 +103,8 @@ impl Writer {
                 let want = self.pending.as_ref().map_or(0, |p| p.again.len());
                 while batch.len() < want.min(self.max_batch()) {
                     match self.next_job(&mut rx) {
-                        Some(Job::Landed) if self.log.landed() => break,
-                        Some(Job::Landed) => {}
+                        Some(Job::CommitAnswered) if self.log.landed() => break,
+                        Some(Job::CommitAnswered) => {}
                         Some(job) => {
                             let stop = matches!(job, Job::Stop);
                             batch.push(job);

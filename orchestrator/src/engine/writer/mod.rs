@@ -89,7 +89,7 @@ pub enum Job {
     },
     /// Load a conversation another node created, if the log has it; answered once it is
     /// published here (or not found).
-    Meet {
+    Load {
         /// Its id.
         id: String,
         /// Answered after the conversation's events are published here.
@@ -107,7 +107,7 @@ pub enum Job {
         reply: oneshot::Sender<usize>,
     },
     /// On a shared store, after the start: take in the open conversations numbered after
-    /// `after` that this node has not met, a slice of them (see [`Writer::sweep`]); answered
+    /// `after` that this node does not know, a slice of them (see [`Writer::sweep`]); answered
     /// with the last number read and how many were taken in, or `None` when there were no
     /// more.
     Sweep {
@@ -124,7 +124,7 @@ pub enum Job {
     /// committed to them past this node's views ([`ConvView::followed`]).
     Follow(Vec<String>),
     /// The batch in flight has its answer (see `overlap`): settle it if nothing else came.
-    Landed,
+    CommitAnswered,
     /// Finish the queued work and stop.
     Stop,
 }
@@ -271,7 +271,7 @@ struct Slot {
     num: i64,
     state: ConvMachine,
     shared: Arc<ConvView>,
-    /// While a batch runs: this conversation's place in its [`Touched`] list, plus one (0: not
+    /// While a batch runs: this conversation's place in its [`TouchedConversation`] list, plus one (0: not
     /// touched yet), so that each append finds its batch entry without a lookup.
     mark: usize,
     /// On a shared store: until when (ms since the epoch) batches read this conversation's head
@@ -406,13 +406,13 @@ struct Writer {
     caps: OpenCaps,
     /// On a shared store, how far the sweep after the start has read the open conversations
     /// (by number; `i64::MAX` once done): a notice about one it has not reached and this node
-    /// has not met is left to it (see [`Writer::heard`]).
+    /// does not know is left to it (see [`Writer::take_in_notices`]).
     swept_until: i64,
     /// On a shared store: the reader thread, which reads what other nodes committed off the
     /// writer's path ([`Writer::read_behind`]).
     reader: Option<shared::Reader>,
     /// On a shared store: conversations (by number) whose views were left behind the log,
-    /// nothing here following them ([`Writer::heard`]); some may have caught up since.
+    /// nothing here following them ([`Writer::take_in_notices`]); some may have caught up since.
     behind_views: std::collections::BTreeSet<i64>,
     /// A batch whose commit is in flight while the next is decided ([`overlap`]).
     pending: Option<overlap::Pending>,
@@ -505,7 +505,7 @@ impl WriterHandle {
         log.on_landed(Box::new(move || {
             // A full queue has jobs enough to wake the writer.
             if let Some(tx) = landed.upgrade() {
-                let _ = tx.try_send(Job::Landed);
+                let _ = tx.try_send(Job::CommitAnswered);
             }
         }));
         let (swept_tx, swept) = tokio::sync::watch::channel(!log_shared);
@@ -704,10 +704,10 @@ impl WriterHandle {
         self.tx.max_capacity() - self.tx.capacity()
     }
 
-    /// Loads conversation `id` if another node created it and this one has not met it yet;
+    /// Loads conversation `id` if another node created it and this one does not know it yet;
     /// returns once it is known here (or the log has no such conversation).
-    pub async fn meet(&self, id: String) -> Result<()> {
-        self.send_create(|reply| Job::Meet { id, reply }).await
+    pub async fn ensure_known(&self, id: String) -> Result<()> {
+        self.send_create(|reply| Job::Load { id, reply }).await
     }
 
     /// Finishes every queued job, then stops the thread and waits for it.

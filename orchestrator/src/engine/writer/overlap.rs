@@ -10,7 +10,7 @@
 //! was decided on has committed; anything that is not a plain batch waits for the batch in
 //! flight to settle first ([`Writer::settle`]).
 
-use super::batch::{again_with, Again, Touched};
+use super::batch::{again_with, Retry, TouchedConversation};
 use super::*;
 
 /// A batch whose COMMIT is in flight.
@@ -19,10 +19,10 @@ pub(super) struct Pending {
     /// answers).
     pub committed: Committed,
     /// What it touched, to put back if it failed.
-    pub touched: Vec<Touched>,
+    pub touched: Vec<TouchedConversation>,
     pub slots_before: usize,
     /// Its jobs, to run again after a conflict.
-    pub again: Vec<Again>,
+    pub again: Vec<Retry>,
     pub jobs: u64,
     pub rows: u64,
     /// The turns it claims for this node (see `Writer::claim_opened`).
@@ -69,7 +69,7 @@ impl Writer {
                         None => num > self.swept_until,
                     })
             }
-            Job::Landed => true,
+            Job::CommitAnswered => true,
             _ => false,
         })
     }

@@ -215,7 +215,7 @@ impl Reply {
         let stopped = || RpcError::new(ErrorCode::Internal, LOG_STOPPED);
         match job {
             Job::Append { reply, .. } => Some(Reply::Append(reply, Err(stopped()))),
-            Job::Create { reply, .. } | Job::Meet { reply, .. } => {
+            Job::Create { reply, .. } | Job::Load { reply, .. } => {
                 Some(Reply::Create(reply, Err(stopped())))
             }
             Job::Forget { reply, .. } => {
@@ -226,7 +226,9 @@ impl Reply {
                 let _ = reply.send(Err(crate::engine::error::Error::WriterGone));
                 None
             }
-            Job::Stop | Job::Landed | Job::Refresh(_) | Job::TakeIn(_) | Job::Follow(_) => None,
+            Job::Stop | Job::CommitAnswered | Job::Refresh(_) | Job::TakeIn(_) | Job::Follow(_) => {
+                None
+            }
         }
     }
 }

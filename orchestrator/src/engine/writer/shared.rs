@@ -92,9 +92,9 @@ impl Reader {
 
 impl Slot {
     /// Whether another node committed past the writer's state of it, as far as notices said
-    /// (a view nothing here follows is left behind: [`Writer::heard`]).
+    /// (a view nothing here follows is left behind: [`Writer::take_in_notices`]).
     pub(super) fn behind(&self) -> bool {
-        self.shared.heard() > self.state.core.head
+        self.shared.remote_head() > self.state.core.head
     }
 }
 
@@ -126,7 +126,7 @@ impl Writer {
         }
     }
 
-    /// Loads the conversations `batch` may touch that this node has not met yet (created by
+    /// Loads the conversations `batch` may touch that this node does not know yet (created by
     /// another node) and the ids it would create that another node has taken meanwhile (so that
     /// the creation is refused); locks its conversations, the ids it would create and the
     /// claims of its fenced writes; catches up on the conversations another node wrote lately
@@ -140,11 +140,11 @@ impl Writer {
     /// commits.
     ///
     /// What the batch's notices say other nodes committed is read in the same round trip, for
-    /// every notice at once ([`Writer::heard`]).
+    /// every notice at once ([`Writer::take_in_notices`]).
     #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
     pub(super) fn begin_shared(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Result<()> {
         self.verified.clear();
-        let behind = self.heard(batch)?;
+        let behind = self.take_in_notices(batch)?;
         let now = crate::engine::store::now_ms();
         let mut nums = Vec::new();
         // What the batch reads with its locks: the conversations it writes that other nodes
@@ -175,7 +175,7 @@ impl Writer {
                     }
                     conversation.as_str()
                 }
-                Job::Meet { id, .. } => {
+                Job::Load { id, .. } => {
                     self.known(id)?;
                     continue;
                 }
@@ -190,7 +190,7 @@ impl Writer {
                     }
                 }
                 Job::Stop
-                | Job::Landed
+                | Job::CommitAnswered
                 | Job::Forget { .. }
                 | Job::Sweep { .. }
                 | Job::Refresh(_)
@@ -256,11 +256,9 @@ impl Writer {
             .filter(|n| {
                 read_all
                     || nums.binary_search(n).is_err()
-                    || self
-                        .convs
-                        .by_num
-                        .get(n)
-                        .is_none_or(|&at| self.convs.slots[at].shared.followed(global))
+                    || self.convs.by_num.get(n).is_none_or(|&at| {
+                        self.convs.slots[at].shared.follows_remote_commits(global)
+                    })
             })
             .collect();
         if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
@@ -425,7 +423,7 @@ impl Writer {
     /// Takes in what the reader read ([`Job::TakeIn`]) (see [`Writer::take_in_read`]), then
     /// asks for what was heard of meanwhile. A failed read's conversations wait for the next
     /// batch.
-    pub(super) fn took_in(
+    pub(super) fn apply_read(
         &mut self,
         read: std::result::Result<Vec<(i64, Vec<RecoveredEvent>)>, Vec<i64>>,
     ) {
@@ -444,7 +442,7 @@ impl Writer {
         }
     }
 
-    /// The slot of conversation `id`, loaded from the log if this node has not met it.
+    /// The slot of conversation `id`, loaded from the log if this node does not know it.
     fn known(&mut self, id: &str) -> Result<Option<usize>> {
         if let Some(at) = self.convs.find(id) {
             return Ok(Some(at));
@@ -476,7 +474,7 @@ impl Writer {
     /// another node wrote those, so their next batches read them first for a while
     /// ([`CONTENDED`]).
     /// Each conversation is taken in from the first event past the view: a read made off the
-    /// writer's path ([`Writer::took_in`]) may find the view moved on since it was asked for
+    /// writer's path ([`Writer::apply_read`]) may find the view moved on since it was asked for
     /// (never back), and holds every event past the head it was asked from, so what is left
     /// follows the view.
     fn take_in_read(&mut self, read: Vec<(i64, Vec<RecoveredEvent>)>) -> Result<()> {
@@ -543,7 +541,7 @@ impl Writer {
     }
 
     /// Takes in a slice of the open conversations numbered after `after` (see
-    /// [`Job::Sweep`]): each that this node has not met yet is built from its events and
+    /// [`Job::Sweep`]): each that this node does not know yet is built from its events and
     /// registered for readers, and the turn dispatcher looks at it, as at a start that loads
     /// everything. Read on the writer's connection between two batches, so no notice of a
     /// later commit can have been taken in before it: one this node already heard of was
@@ -601,12 +599,12 @@ impl Writer {
 
     /// Takes in what the notices among `batch` say other nodes committed (conversation
     /// numbers with their heads; everything changed lately for a notice without them): loads
-    /// the conversations this node has not met (unless closed, or the sweep after the start
+    /// the conversations this node does not know (unless closed, or the sweep after the start
     /// will reach them), and answers, by number, those
     /// it knows and is behind on, now counted as written lately by another node
     /// ([`CONTENDED`]): the batch reads them past its view with its locks, in one round trip
     /// however many notices it holds.
-    fn heard(&mut self, batch: &[Job]) -> Result<Vec<i64>> {
+    fn take_in_notices(&mut self, batch: &[Job]) -> Result<Vec<i64>> {
         let mut heads: Vec<(i64, u64)> = Vec::new();
         for job in batch {
             let Job::Refresh(changes) = job else { continue };
@@ -634,10 +632,10 @@ impl Writer {
                     let slot = &mut self.convs.slots[at];
                     if head > slot.state.core.head {
                         slot.read_until_ms = until;
-                        slot.shared.heard_of(head);
+                        slot.shared.note_remote_head(head);
                         // Read back now only if something here follows it; else when a batch
                         // writes it or a client reads it.
-                        if slot.shared.followed(global) {
+                        if slot.shared.follows_remote_commits(global) {
                             behind.push(num);
                         } else {
                             self.behind_views.insert(num);
