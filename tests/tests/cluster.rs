@@ -287,6 +287,11 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
         refused.is_err() && message.contains("the database is unavailable"),
         "{message}"
     );
+    // On the wire, the protocol's internal error: -32603, as JSON-RPC names it.
+    match refused {
+        Err(jsonrpsee::core::ClientError::Call(e)) => assert_eq!(e.code(), -32603, "{message}"),
+        other => panic!("a JSON-RPC error object, not {other:?}"),
+    }
     // Forwarding again: the cut-off node's first run was stopped, and a write under its claim
     // (fence) is refused.
     proxy.resume();
