@@ -137,14 +137,7 @@ pub fn duration_in(field: &str, s: &str, min: Duration, max: Duration) -> Result
 }
 
 /// Writes milliseconds in the largest unit that divides them (`250ms`, `30s`, `5m`, `2h`).
-pub fn show_ms(ms: u64) -> String {
-    match ms {
-        m if m.is_multiple_of(3_600_000) && m > 0 => format!("{}h", m / 3_600_000),
-        m if m.is_multiple_of(60_000) && m > 0 => format!("{}m", m / 60_000),
-        m if m.is_multiple_of(1000) && m > 0 => format!("{}s", m / 1000),
-        m => format!("{m}ms"),
-    }
-}
+pub use proto_spec::scenario::show_ms;
 
 /// Checks that every `{{PATH}}` of a template is a JSON path from `$`; the error names `field`.
 pub fn check_template(field: &str, v: &Value) -> Result<(), String> {

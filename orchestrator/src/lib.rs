@@ -96,6 +96,8 @@ mod layers {
                 "tungstenite",
                 "InProcessClient",
                 "InternalExecutor",
+                // The kinds are the host's: the engine checks them through `engine::kinds`.
+                "agent_kinds",
             ],
         );
         assert!(

@@ -350,7 +350,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
                 max_children,
                 max_tree,
                 max_open_per_agent,
-                sandbox: sandbox.clone(),
+                kinds: std::sync::Arc::new(sandbox.clone()),
                 token_recheck: std::time::Duration::from_millis(token_recheck_ms.max(1)),
                 ..Limits::default()
             };

@@ -72,7 +72,7 @@ pub(crate) async fn run(scenario: serde_json::Value, opts: RunOpts) -> anyhow::R
     let options = host::Options {
         scenarios: named,
         ..host::Options::with_limits(Limits {
-            sandbox,
+            kinds: std::sync::Arc::new(sandbox),
             ..Limits::default()
         })
     };

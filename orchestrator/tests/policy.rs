@@ -23,7 +23,7 @@ struct Conv {
 
 impl Conv {
     fn new(scenario: Value) -> Conv {
-        let s = Scenario::parse(&scenario, &Default::default()).expect("scenario");
+        let s = Scenario::parse(&scenario, &agent_kinds::Sandbox::default()).expect("scenario");
         let mut state = ConvMachine::new("c", s.participants.clone());
         let created =
             ConvMachine::created_event_with(&s.participants, None, "admin", s.policy.as_ref());

@@ -395,6 +395,16 @@ impl Selector {
     }
 }
 
+/// A duration as scenarios write it: `2h`, `10m`, `30s` or `250ms`, the largest whole unit.
+pub fn show_ms(ms: u64) -> String {
+    match ms {
+        m if m.is_multiple_of(3_600_000) && m > 0 => format!("{}h", m / 3_600_000),
+        m if m.is_multiple_of(60_000) && m > 0 => format!("{}m", m / 60_000),
+        m if m.is_multiple_of(1000) && m > 0 => format!("{}s", m / 1000),
+        m => format!("{m}ms"),
+    }
+}
+
 /// Reads an approver's decision from its message: `data.decision`, or text starting with
 /// approve/reject (any case). Anything else counts as a rejection.
 pub fn approved(payload: &Value) -> bool {

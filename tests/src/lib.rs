@@ -146,9 +146,11 @@ pub fn test_limits() -> Limits {
         max_connections_per_address: 100_000,
         max_connections_per_agent: 100_000,
         max_append_bytes_per_minute: 0,
-        sandbox: agent_kinds::Sandbox::default()
-            .allowing(agent_kinds::NetRule::Loopback)
-            .with_env(TEST_ENV.iter().map(|s| s.to_string())),
+        kinds: Arc::new(
+            agent_kinds::Sandbox::default()
+                .allowing(agent_kinds::NetRule::Loopback)
+                .with_env(TEST_ENV.iter().map(|s| s.to_string())),
+        ),
         ..Limits::default()
     }
 }

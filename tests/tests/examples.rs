@@ -15,7 +15,7 @@ fn example(name: &str) -> Value {
     );
     let text = std::fs::read_to_string(&path).expect("example file");
     let v: Value = serde_norway::from_str(&text).expect("yaml");
-    Scenario::parse(&v, &tests::test_limits().sandbox).expect("a valid scenario");
+    Scenario::parse(&v, &*tests::test_limits().kinds).expect("a valid scenario");
     v
 }
 

@@ -283,9 +283,11 @@ async fn secrets_and_addresses_are_the_operators_allow_lists() {
     // What the operator allows is allowed.
     let mut server = server;
     server.stop().await;
-    server.limits.sandbox = Sandbox::default()
-        .allowing(NetRule::Loopback)
-        .with_env(["SECURITY_TEST_SECRET".to_string()]);
+    server.limits.kinds = std::sync::Arc::new(
+        Sandbox::default()
+            .allowing(NetRule::Loopback)
+            .with_env(["SECURITY_TEST_SECRET".to_string()]),
+    );
     server.restart().await;
     let ok = json!({"id": "h", "kind": "http", "endpoint": "http://127.0.0.1:9/",
         "headers": {"X-Key": {"env": "SECURITY_TEST_SECRET"}}});
@@ -495,9 +497,11 @@ async fn processes_run_with_limits_a_minimal_environment_and_the_chosen_user() {
     let root = nix::unistd::Uid::effective().is_root();
     let user = root.then(|| agent_kinds::ProcessUser::lookup("nobody").expect("nobody"));
     let limits = Limits {
-        sandbox: Sandbox::default()
-            .with_exec_limits(2, 7, 300)
-            .with_process_user(user.clone()),
+        kinds: std::sync::Arc::new(
+            Sandbox::default()
+                .with_exec_limits(2, 7, 300)
+                .with_process_user(user.clone()),
+        ),
         ..Limits::default()
     };
     let server = TestServer::with_limits(limits).await;

@@ -66,9 +66,9 @@ pub struct Limits {
     /// How many open conversations one agent may have created (`RateLimited`, -32029; 0: no
     /// cap).
     pub max_open_per_agent: u32,
-    /// What the agents the server runs for scenarios may reach: environment variables,
-    /// addresses, how processes and functions run (`serve --agent-env`, `--agent-net`, …).
-    pub sandbox: agent_kinds::Sandbox,
+    /// The agent kinds this server runs, held to what the operator allows them to reach
+    /// (`serve --agent-env`, `--agent-net`, …); the host's (its default is in `host::kinds`).
+    pub kinds: std::sync::Arc<dyn crate::engine::kinds::AgentKinds>,
     /// How often the tokens of open connections and SSE streams are checked against the
     /// database: a revoked or expired token loses its connections within this long (on every
     /// node), and last uses are written.
@@ -87,39 +87,5 @@ impl Limits {
     /// The largest answer, on every transport (`ResponseTooLarge`, -32008): sixteen frames.
     pub fn max_response_bytes(&self) -> usize {
         (self.max_frame_bytes as usize).saturating_mul(16)
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_frame_bytes: 1024 * 1024,
-            max_payload_bytes: 256 * 1024,
-            max_connections: 1024,
-            max_connections_per_address: 512,
-            max_connections_per_agent: 512,
-            max_append_bytes_per_minute: 64 * 1024 * 1024,
-            max_sockets: 20_000,
-            header_timeout: Duration::from_secs(10),
-            max_in_flight_per_connection: 256,
-            max_subscriptions_per_connection: 64,
-            max_streams: 16_384,
-            max_streams_per_agent: 1024,
-            rate_per_identity: 2000,
-            rate_burst: 4000,
-            auth_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(600),
-            max_wait: Duration::from_secs(60),
-            max_tail: 1000,
-            max_participants: 256,
-            max_scenario_bytes: 64 * 1024,
-            ping_interval: Duration::from_secs(20),
-            max_depth: 3,
-            max_children: 16,
-            max_tree: 128,
-            max_open_per_agent: 100_000,
-            sandbox: agent_kinds::Sandbox::default(),
-            token_recheck: Duration::from_secs(5),
-        }
     }
 }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod error;
 pub mod fanout;
 pub mod hub;
+pub mod kinds;
 pub mod rate;
 pub mod scenario;
 pub mod service;

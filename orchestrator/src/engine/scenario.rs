@@ -8,7 +8,7 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use agent_kinds::Sandbox;
+use crate::engine::kinds::AgentKinds;
 use proto_spec::scenario::{
     valid_path, MatchOp, MatchSpec, OnTimeout, Order, ParticipantObject, ParticipantSpec,
     PolicySpec, ScenarioSpec,
@@ -92,8 +92,8 @@ fn duration_ms(
                     path,
                     format!(
                         "{v} is out of range ({} to {})",
-                        agent_kinds::http::show_ms(*range.start()),
-                        agent_kinds::http::show_ms(*range.end())
+                        proto_spec::scenario::show_ms(*range.start()),
+                        proto_spec::scenario::show_ms(*range.end())
                     ),
                 ));
             }
@@ -140,7 +140,7 @@ const KINDS: &[(&str, &[&str])] = &[
 fn check_inline_children(
     i: usize,
     config: &Map<String, Value>,
-    sandbox: &Sandbox,
+    kinds: &dyn AgentKinds,
 ) -> Result<(), RpcError> {
     let Some(steps) = config.get("steps").and_then(Value::as_array) else {
         return Ok(());
@@ -166,7 +166,7 @@ fn check_inline_children(
         }
     }
     for (path, v) in inline {
-        if let Err(e) = Scenario::parse(v, sandbox) {
+        if let Err(e) = Scenario::parse(v, kinds) {
             let inner = e
                 .data
                 .as_ref()
@@ -225,7 +225,11 @@ fn modes_of(spec: &ScenarioSpec) -> std::collections::BTreeMap<String, Vec<proto
     out
 }
 
-fn check_participant(i: usize, f: &ParticipantObject, sandbox: &Sandbox) -> Result<(), RpcError> {
+fn check_participant(
+    i: usize,
+    f: &ParticipantObject,
+    kinds: &dyn AgentKinds,
+) -> Result<(), RpcError> {
     let (kind, external, config) = (f.kind.as_deref(), f.external, &f.config);
     let at = |f: &str| format!(".participants[{i}]{f}");
     let named = |msg: String| {
@@ -238,7 +242,9 @@ fn check_participant(i: usize, f: &ParticipantObject, sandbox: &Sandbox) -> Resu
         bad(&at(&path), why.to_string())
     };
     // What it declares about modes, whatever its kind (an external participant's too).
-    agent_kinds::Outputs::from_spec(&Value::Object(settings_of(f)), kind).map_err(named)?;
+    kinds
+        .check_outputs(&Value::Object(settings_of(f)), kind)
+        .map_err(named)?;
     if f.caller && kind.is_some() {
         return Err(bad(
             &at(".caller"),
@@ -284,10 +290,12 @@ fn check_participant(i: usize, f: &ParticipantObject, sandbox: &Sandbox) -> Resu
     }
     if kind != "scripted" {
         // The kind checks its own settings; its message starts with the setting's path.
-        agent_kinds::build(&Value::Object(settings_of(f)), sandbox).map_err(named)?;
+        kinds
+            .check_agent(&Value::Object(settings_of(f)))
+            .map_err(named)?;
     }
     if kind == "orchestrate" {
-        check_inline_children(i, config, sandbox)?;
+        check_inline_children(i, config, kinds)?;
     }
     if kind == "scripted" {
         let replies = config.get("replies").and_then(Value::as_array);
@@ -306,17 +314,21 @@ fn check_participant(i: usize, f: &ParticipantObject, sandbox: &Sandbox) -> Resu
 
 impl Scenario {
     /// Parses and checks a scenario given as JSON (inline, or read from YAML), its participants
-    /// held to `sandbox` (the environment variables and addresses they may use). Nothing the
+    /// held to `kinds` (the kinds this server runs, and what they may reach). Nothing the
     /// scenario holds runs here; a `function`'s source is compiled, within a short time limit,
     /// so call this off the async threads when the scenario may hold one.
-    pub fn parse(v: &Value, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
-        Scenario::check(Scenario::spec_of(v)?, sandbox)
+    pub fn parse(v: &Value, kinds: &dyn AgentKinds) -> Result<Scenario, RpcError> {
+        Scenario::check(Scenario::spec_of(v)?, kinds)
     }
 
     /// [`Scenario::parse`] for a conversation `creator` creates: a participant marked `caller`
     /// becomes the creator ([`ScenarioSpec::bind_caller`]) before the scenario is checked, so
     /// the creator's id is held to the same rules as every participant's.
-    pub fn parse_for(v: &Value, creator: &str, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+    pub fn parse_for(
+        v: &Value,
+        creator: &str,
+        kinds: &dyn AgentKinds,
+    ) -> Result<Scenario, RpcError> {
         let spec = Scenario::spec_of(v)?;
         if let Some(role) = spec.caller() {
             let taken = spec
@@ -330,7 +342,7 @@ impl Scenario {
                 ));
             }
         }
-        Scenario::check(spec.bind_caller(creator), sandbox)
+        Scenario::check(spec.bind_caller(creator), kinds)
     }
 
     /// The scenario's structure read from JSON; an error names the field it failed at.
@@ -348,10 +360,10 @@ impl Scenario {
     }
 
     /// Parses and checks a scenario file's text (YAML, which includes JSON).
-    pub fn from_yaml(text: &str, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
+    pub fn from_yaml(text: &str, kinds: &dyn AgentKinds) -> Result<Scenario, RpcError> {
         let v: Value =
             serde_norway::from_str(text).map_err(|e| bad("", format!("not valid YAML: {e}")))?;
-        Scenario::parse(&v, sandbox)
+        Scenario::parse(&v, kinds)
     }
 
     /// The participants the server runs (`kind` set), with their index and kind.
@@ -364,8 +376,8 @@ impl Scenario {
     }
 
     /// Checks a parsed scenario.
-    pub fn check(spec: ScenarioSpec, sandbox: &Sandbox) -> Result<Scenario, RpcError> {
-        let participants = check_participants(&spec, sandbox)?;
+    pub fn check(spec: ScenarioSpec, kinds: &dyn AgentKinds) -> Result<Scenario, RpcError> {
+        let participants = check_participants(&spec, kinds)?;
         let turn = spec.turn.clone().unwrap_or_default();
         let stop = spec.stop.clone().unwrap_or_default();
         let timeout_ms = duration_ms(&turn.timeout, ".turn.timeout", TURN_TIMEOUT_MS)?;
@@ -434,7 +446,10 @@ impl Scenario {
 }
 
 /// The participants' ids, each usable and listed once, and each participant's settings checked.
-fn check_participants(spec: &ScenarioSpec, sandbox: &Sandbox) -> Result<Vec<String>, RpcError> {
+fn check_participants(
+    spec: &ScenarioSpec,
+    kinds: &dyn AgentKinds,
+) -> Result<Vec<String>, RpcError> {
     if spec.participants.is_empty() {
         return Err(bad(".participants", "at least one participant is needed"));
     }
@@ -464,7 +479,7 @@ fn check_participants(spec: &ScenarioSpec, sandbox: &Sandbox) -> Result<Vec<Stri
             ));
         }
         if let ParticipantSpec::Full(f) = p {
-            check_participant(i, f, sandbox)?;
+            check_participant(i, f, kinds)?;
         }
         participants.push(id);
     }
@@ -606,7 +621,7 @@ mod tests {
     use super::*;
 
     fn parse(v: &Value) -> Result<Scenario, RpcError> {
-        Scenario::parse(v, &Sandbox::default())
+        Scenario::parse(v, &*crate::engine::config::Limits::default().kinds)
     }
 
     fn path_of(v: Value) -> String {
@@ -713,10 +728,14 @@ mod tests {
     fn reads_yaml() {
         let s = Scenario::from_yaml(
             "participants: [a, b]\npolicy:\n  order: round_robin\nstop:\n  maxTurns: 4\n",
-            &Sandbox::default(),
+            &*crate::engine::config::Limits::default().kinds,
         )
         .unwrap();
         assert_eq!(s.policy.unwrap().max_turns, Some(4));
-        assert!(Scenario::from_yaml("participants: [a\n", &Sandbox::default()).is_err());
+        assert!(Scenario::from_yaml(
+            "participants: [a\n",
+            &*crate::engine::config::Limits::default().kinds
+        )
+        .is_err());
     }
 }

@@ -132,7 +132,8 @@ mod tests {
 
     /// A conversation of this scenario, created at `created_ms`, as the hub holds it.
     fn conversation(scenario: serde_json::Value, created_ms: i64) -> (ConvMachine, Arc<ConvView>) {
-        let s = Scenario::parse(&scenario, &Default::default()).expect("scenario");
+        let s = Scenario::parse(&scenario, &*crate::engine::config::Limits::default().kinds)
+            .expect("scenario");
         let mut state = ConvMachine::new("c", s.participants.clone());
         let created =
             ConvMachine::created_event_with(&s.participants, None, "admin", s.policy.as_ref());

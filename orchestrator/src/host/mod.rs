@@ -16,6 +16,7 @@ use crate::engine::store::Store;
 use crate::engine::turns::TurnConfig;
 
 pub mod client;
+pub mod kinds;
 pub mod runner;
 
 /// What a server starts with besides its store.
@@ -118,7 +119,9 @@ fn client_factory(
 /// open.
 fn scenario_agents(orch: &Arc<Orchestrator>) -> executors::internal::AgentResolver {
     let hub = orch.hub().clone();
-    let sandbox = orch.limits().sandbox.clone();
+    let sandbox = kinds::sandbox_of(orch.limits())
+        .cloned()
+        .unwrap_or_default();
     let made: dashmap::DashMap<(String, String), Arc<dyn Agent>> = dashmap::DashMap::new();
     Arc::new(move |a| {
         let conv = hub.get(&a.conversation_id)?;

@@ -109,9 +109,9 @@ impl Orchestrator {
         v: serde_json::Value,
         creator: &str,
     ) -> Result<Scenario> {
-        let sandbox = self.limits.sandbox.clone();
+        let kinds = self.limits.kinds.clone();
         let creator = creator.to_string();
-        tokio::task::spawn_blocking(move || Scenario::parse_for(&v, &creator, &sandbox))
+        tokio::task::spawn_blocking(move || Scenario::parse_for(&v, &creator, &*kinds))
             .await?
             .map_err(Error::Rpc)
     }

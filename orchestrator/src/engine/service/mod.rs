@@ -73,7 +73,7 @@ impl Orchestrator {
         turn_config: TurnConfig,
         scenarios: Vec<(String, serde_json::Value)>,
     ) -> Result<Arc<Orchestrator>> {
-        let library = scenario_library(scenarios, &limits.sandbox)?;
+        let library = scenario_library(scenarios, &*limits.kinds)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         crate::engine::telemetry::install();
         let hub = Arc::new(Hub::default());
@@ -110,7 +110,7 @@ impl Orchestrator {
     /// Makes scenarios available to `createConversation` by name. Each is checked first; the
     /// first bad one is refused with its name.
     pub fn set_scenarios(&self, named: Vec<(String, serde_json::Value)>) -> Result<()> {
-        let map = scenario_library(named, &self.limits.sandbox)?;
+        let map = scenario_library(named, &*self.limits.kinds)?;
         if let Ok(mut s) = self.scenarios.write() {
             *s = map;
         }
@@ -144,7 +144,7 @@ impl Orchestrator {
         let mut scenarios: Vec<ScenarioInfo> = library
             .iter()
             .map(|(name, v)| {
-                let parsed = Scenario::parse(v, &self.limits.sandbox).ok();
+                let parsed = Scenario::parse(v, &*self.limits.kinds).ok();
                 let caller = parsed
                     .as_ref()
                     .and_then(|s| s.spec.caller())
@@ -701,11 +701,11 @@ impl Orchestrator {
 /// Scenarios by name, each checked.
 fn scenario_library(
     named: Vec<(String, serde_json::Value)>,
-    sandbox: &agent_kinds::Sandbox,
+    kinds: &dyn crate::engine::kinds::AgentKinds,
 ) -> Result<std::collections::HashMap<String, serde_json::Value>> {
     let mut map = std::collections::HashMap::new();
     for (name, v) in named {
-        Scenario::parse(&v, sandbox).map_err(|e| {
+        Scenario::parse(&v, kinds).map_err(|e| {
             Error::Rpc(RpcError::new(
                 e.code,
                 format!("scenario {name}: {}", e.message),
