@@ -137,7 +137,7 @@ enum Command {
         #[arg(long, env = "ORCHESTRATOR_TOKEN_RECHECK_MS", default_value_t = Limits::default().token_recheck.as_millis() as u64)]
         token_recheck_ms: u64,
         /// Print the limits these flags make, every one by name, and exit without serving.
-        #[arg(long)]
+        #[arg(long, env = "ORCHESTRATOR_PRINT_LIMITS")]
         print_limits: bool,
         /// Serve over TLS (wss://, https://) with this certificate chain (PEM, the server's
         /// certificate first); reloaded on SIGHUP. With --tls-key.
