@@ -1,4 +1,4 @@
-//! `http`: an agent that is an HTTP API call (seed 003's API agent).
+//! `http`: an agent that is an HTTP API call.
 //!
 //! Each turn renders a request from the assembled context, sends it, and maps the response to
 //! a message by JSON path. Header values are plain text, or `{env: NAME, prefix?}` read from the

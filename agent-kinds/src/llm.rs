@@ -5,7 +5,7 @@
 //! agent's own messages as `assistant`, the others' as `user`, prefixed with their author), the
 //! other sources as one system message of JSON. Streamed deltas are posted as progress
 //! messages (finality `none`, the text so far, at most every 200 ms); the final text closes the
-//! turn. With `structured: true` the model is asked for seed 002's object (`response_text`,
+//! turn. With `structured: true` the model is asked for a structured object (`response_text`,
 //! `tools_to_invoke`, `create_messages`), which is repaired when slightly off (code fences,
 //! text around it, trailing commas) and posted: the text, then each extra message, then one
 //! `tool.request.v1` message per tool, addressed to the tool's participant. Every call is traced
@@ -70,7 +70,7 @@ pub struct LlmSpec {
     /// Stream the answer (default true).
     #[serde(default = "yes")]
     pub stream: bool,
-    /// Ask for seed 002's structured output.
+    /// Ask for the structured output (`response_text`, `tools_to_invoke`, …).
     #[serde(default)]
     pub structured: bool,
     /// Tools the model may invoke (with `structured`).
@@ -349,7 +349,7 @@ enum CallError {
     Fatal(AgentError),
 }
 
-/// Reads seed 002's structured answer, repairing common slips: code fences, text around the
+/// Reads a structured answer, repairing common slips: code fences, text around the
 /// object, trailing commas.
 pub fn parse_structured(text: &str) -> Result<Value, String> {
     let mut t = text.trim();
@@ -476,7 +476,7 @@ impl Execute for Llm {
 }
 
 impl Llm {
-    /// The messages of a structured answer (seed 002's format, repaired): its text, the
+    /// The messages of a structured answer (repaired): its text, the
     /// messages it creates, and a `tool.request.v1` to each declared tool it asks for.
     fn structured_reply(&self, ctx: &AgentContext, answer: &str) -> Result<Reply, AgentError> {
         let v = parse_structured(answer).map_err(|e| format!("llm: {e}"))?;

@@ -1,5 +1,5 @@
 //! One client's latency while another floods the server or hoards sockets, side by side with
-//! the same client alone, in one run (issue 23: a flood must not raise another client's p99
+//! the same client alone, in one run (a flood must not raise another client's p99
 //! beyond 2×).
 //!
 //! ```text

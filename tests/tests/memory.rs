@@ -1,5 +1,5 @@
 //! Memory comes back: after a burst of 2,000 WebSocket connections closes, the server's resident
-//! memory returns near its level before within seconds (issue 23). What a connection holds
+//! memory returns near its level before within seconds. What a connection holds
 //! (its send buffer, the WebSocket reader's buffers, its session and tasks) is freed when it
 //! closes, and each worker thread of the server, as it goes idle, has the allocator (mimalloc)
 //! give the pages freed on it back to the system (`memory-release`).
