@@ -4,63 +4,70 @@
 
 use tests::procs::binary;
 
+/// Each limit flag and the field it fills; `ms` marks a duration given in milliseconds.
+const FLAGS: &str = "
+    --max-frame-bytes max_frame_bytes
+    --max-payload-bytes max_payload_bytes
+    --max-connections max_connections
+    --max-sockets max_sockets
+    --header-timeout-ms header_timeout ms
+    --max-in-flight max_in_flight_per_connection
+    --max-streams max_streams
+    --max-streams-per-agent max_streams_per_agent
+    --rate-limit rate_per_identity
+    --rate-burst rate_burst
+    --auth-timeout-ms auth_timeout ms
+    --idle-timeout-ms idle_timeout ms
+    --max-wait-ms max_wait ms
+    --max-scenario-bytes max_scenario_bytes
+    --max-children max_children
+    --max-tree max_tree
+    --max-open-per-agent max_open_per_agent
+    --token-recheck-ms token_recheck ms
+    --max-connections-per-address max_connections_per_address
+    --max-connections-per-agent max_connections_per_agent
+    --max-append-bytes-per-minute max_append_bytes_per_minute
+    --process-cpu-secs cpu_secs
+    --process-memory-mb memory_mb
+    --max-depth max_depth
+    --max-running max_running";
+
 #[test]
 fn each_serve_flag_sets_the_limit_it_names() {
-    // (flag, value, the limit's line as printed)
-    let cases: &[(&str, &str, &str)] = &[
-        ("--max-frame-bytes", "1000001", "max_frame_bytes: 1000001,"),
-        (
-            "--max-payload-bytes",
-            "1000002",
-            "max_payload_bytes: 1000002,",
-        ),
-        ("--max-connections", "1003", "max_connections: 1003,"),
-        ("--max-sockets", "1004", "max_sockets: 1004,"),
-        ("--header-timeout-ms", "1005", "header_timeout: 1.005s,"),
-        (
-            "--max-in-flight",
-            "1006",
-            "max_in_flight_per_connection: 1006,",
-        ),
-        ("--max-streams", "1007", "max_streams: 1007,"),
-        (
-            "--max-streams-per-agent",
-            "1008",
-            "max_streams_per_agent: 1008,",
-        ),
-        ("--rate-limit", "1009", "rate_per_identity: 1009,"),
-        ("--rate-burst", "1010", "rate_burst: 1010,"),
-        ("--auth-timeout-ms", "1011", "auth_timeout: 1.011s,"),
-        ("--idle-timeout-ms", "1012", "idle_timeout: 1.012s,"),
-        ("--max-wait-ms", "1013", "max_wait: 1.013s,"),
-        ("--max-scenario-bytes", "1014", "max_scenario_bytes: 1014,"),
-        ("--max-depth", "5", "max_depth: 5,"),
-        ("--max-children", "1016", "max_children: 1016,"),
-        ("--max-tree", "1017", "max_tree: 1017,"),
-        ("--max-open-per-agent", "1018", "max_open_per_agent: 1018,"),
-        ("--token-recheck-ms", "1019", "token_recheck: 1.019s,"),
-        (
-            "--max-connections-per-address",
-            "1020",
-            "max_connections_per_address: 1020,",
-        ),
-        (
-            "--max-connections-per-agent",
-            "1021",
-            "max_connections_per_agent: 1021,",
-        ),
-        (
-            "--max-append-bytes-per-minute",
-            "1022",
-            "max_append_bytes_per_minute: 1022,",
-        ),
-        ("--process-cpu-secs", "1023", "cpu_secs: 1023,"),
-        ("--process-memory-mb", "1024", "memory_mb: 1024,"),
-        ("--max-running", "25", "max_running: 25,"),
-    ];
-    let mut args = vec!["serve", "--print-limits"];
-    for (flag, value, _) in cases {
-        args.extend([*flag, *value]);
+    // The n-th flag gets 1001 + n (a depth and a count of running agents stay small).
+    let cases: Vec<(String, String, String)> = FLAGS
+        .lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            (!words.is_empty()).then_some(words)
+        })
+        .enumerate()
+        .map(|(n, words)| {
+            let value = if words[1] == "max_depth" {
+                5
+            } else {
+                1001 + n as u64
+            };
+            let shown = match words.get(2) {
+                Some(&"ms") => format!("{}.{:03}s", value / 1000, value % 1000),
+                _ => value.to_string(),
+            };
+            let value = if words[1] == "max_running" { 25 } else { value };
+            let shown = if words[1] == "max_running" {
+                "25".into()
+            } else {
+                shown
+            };
+            (
+                words[0].to_string(),
+                value.to_string(),
+                format!("{}: {shown},", words[1]),
+            )
+        })
+        .collect();
+    let mut args = vec!["serve".to_string(), "--print-limits".into()];
+    for (flag, value, _) in &cases {
+        args.extend([flag.clone(), value.clone()]);
     }
     let out = std::process::Command::new(binary())
         .args(&args)
@@ -74,9 +81,10 @@ fn each_serve_flag_sets_the_limit_it_names() {
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = printed.lines().map(str::trim).collect();
-    for (flag, _, line) in cases {
+    assert_eq!(cases.len(), 25, "every limit flag is in the table");
+    for (flag, _, line) in &cases {
         assert!(
-            lines.contains(line),
+            lines.contains(&line.as_str()),
             "{flag} did not make {line:?}:\n{printed}"
         );
     }
