@@ -43,20 +43,14 @@ fn each_serve_flag_sets_the_limit_it_names() {
         })
         .enumerate()
         .map(|(n, words)| {
-            let value = if words[1] == "max_depth" {
-                5
-            } else {
-                1001 + n as u64
+            let value = match words[1] {
+                "max_depth" => 5,
+                "max_running" => 25,
+                _ => 1001 + n as u64,
             };
             let shown = match words.get(2) {
                 Some(&"ms") => format!("{}.{:03}s", value / 1000, value % 1000),
                 _ => value.to_string(),
-            };
-            let value = if words[1] == "max_running" { 25 } else { value };
-            let shown = if words[1] == "max_running" {
-                "25".into()
-            } else {
-                shown
             };
             (
                 words[0].to_string(),
