@@ -221,8 +221,9 @@ async fn parity_internal_and_external_executors_write_the_same_log() {
     let pull_server = TestServer::start().await;
     let bob: Arc<dyn AgentClient> = Arc::new(pull_server.sdk("bob", None).await);
     let pull = ExternalExecutor::new(bob, Arc::new(Behaviours), Arc::new(ExecutorCore::default()));
+    // No wait for it to subscribe: it subscribes, then lists what it takes part in, so a
+    // conversation created before, between or after is seen either way.
     let pull_task = tokio::spawn(async move { pull.run_pull().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let pulled = run_suite(&pull_server).await;
     pull_task.abort();
 
@@ -677,8 +678,8 @@ async fn pull_executor_across_cut_connections_misses_no_turn_and_takes_none_twic
         Arc::new(Behaviours),
         Arc::new(ExecutorCore::default()),
     );
+    // Subscribed or not yet, it finds the conversation (see the parity test).
     let pull = tokio::spawn(async move { exec.run_pull().await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let admin = server.sdk("admin", None).await;
     admin
         .create_conversation(CreateConversationParams {
