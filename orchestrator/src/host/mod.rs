@@ -119,9 +119,14 @@ fn client_factory(
 /// open.
 fn scenario_agents(orch: &Arc<Orchestrator>) -> executors::internal::AgentResolver {
     let hub = orch.hub().clone();
-    let sandbox = kinds::sandbox_of(orch.limits())
-        .cloned()
-        .unwrap_or_default();
+    // Agents are built only with the operator's own sandbox, never a default one in its place:
+    // kinds of another implementation run no agent here.
+    let sandbox = kinds::sandbox_of(orch.limits()).cloned();
+    if sandbox.is_none() {
+        tracing::error!(
+            "the limits' agent kinds are not the built-in ones: no declared agent will run"
+        );
+    }
     let made: dashmap::DashMap<(String, String), Arc<dyn Agent>> = dashmap::DashMap::new();
     Arc::new(move |a| {
         let conv = hub.get(&a.conversation_id)?;
@@ -129,7 +134,7 @@ fn scenario_agents(orch: &Arc<Orchestrator>) -> executors::internal::AgentResolv
         if let Some(agent) = made.get(&key) {
             return Some(agent.clone());
         }
-        let agent = agent_kinds::from_spec(conv.agent_spec(&a.agent_id)?, &sandbox)?;
+        let agent = agent_kinds::from_spec(conv.agent_spec(&a.agent_id)?, sandbox.as_ref()?)?;
         if made.len() > 10_000 {
             made.retain(|(c, _), _| hub.get(c).is_some_and(|c| !c.core().closed));
         }
