@@ -25,9 +25,9 @@ use proto_spec::{Finality, MessagePayload};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::duration_in;
-use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::execute::{Execute, OutMessage, Reply};
 use super::sandbox::Sandbox;
+use super::settings::{duration_in, settings};
 use agent_sdk::{AgentContext, AgentError};
 
 #[derive(Debug, Deserialize)]

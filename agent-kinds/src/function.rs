@@ -30,9 +30,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::duration_in;
-use super::pipeline::{parse_reply, settings, Execute, Reply};
+use super::execute::{parse_reply, Execute, Reply};
 use super::sandbox::Sandbox;
+use super::settings::{duration_in, settings};
 use agent_sdk::{AgentContext, AgentError};
 
 /// One turn's time limit when the participant names none.

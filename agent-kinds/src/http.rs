@@ -30,8 +30,9 @@ use proto_spec::scenario::{json_path, valid_path};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::execute::{Execute, OutMessage, Reply};
 use super::sandbox::Sandbox;
+use super::settings::{duration_in, settings};
 use agent_sdk::{AgentContext, AgentError};
 
 /// A header value: text, or read from the environment.
@@ -107,33 +108,6 @@ pub struct Http {
     timeout: Duration,
     client: reqwest::Client,
     sandbox: Sandbox,
-}
-
-/// Parses `250ms`, `10s`, `2m` (`None` when it is not such a duration or does not fit).
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
-    let n: u64 = num.parse().ok()?;
-    match unit {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
-        _ => None,
-    }
-}
-
-/// Reads the duration setting `field` (`250ms`, `10s`, `2m`), which must lie in `min..=max`.
-pub fn duration_in(field: &str, s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
-    let d =
-        parse_duration(s).ok_or_else(|| format!("{field}: a duration such as 250ms, 10s or 2m"))?;
-    if d < min || d > max {
-        return Err(format!(
-            "{field}: {s:?} is out of range ({} to {})",
-            show_ms(min.as_millis() as u64),
-            show_ms(max.as_millis() as u64)
-        ));
-    }
-    Ok(d)
 }
 
 /// Writes milliseconds in the largest unit that divides them (`250ms`, `30s`, `5m`, `2h`).

@@ -3,6 +3,7 @@
 
 pub mod a2a;
 pub mod context;
+pub mod execute;
 pub mod function;
 pub mod http;
 pub mod llm;
@@ -12,16 +13,18 @@ pub mod pipeline;
 pub mod process;
 pub mod sandbox;
 mod scripted;
+pub mod settings;
 pub mod tool;
 
 pub use a2a::A2a;
 pub use context::{assemble, ContextSpec, Fetch, SourceSpec};
+pub use execute::{Execute, OutMessage, Reply};
 pub use function::Function;
 pub use http::Http;
 pub use llm::Llm;
 pub use modes::Outputs;
 pub use orchestrate::Orchestrate;
-pub use pipeline::{Execute, OutMessage, Pipeline, Reply};
+pub use pipeline::Pipeline;
 pub use process::Process;
 pub use sandbox::{NetRule, ProcessUser, Sandbox};
 pub use scripted::Scripted;

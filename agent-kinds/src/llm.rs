@@ -30,13 +30,12 @@ use proto_spec::Finality;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::duration_in;
-use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::execute::{Execute, OutMessage, Reply};
 use super::sandbox::Sandbox;
+use super::settings::{duration_in, settings};
 use agent_sdk::{AgentContext, AgentError};
+use proto_spec::document::TOOL_REQUEST_SCHEMA;
 
-/// The schema of a tool request message.
-pub const TOOL_REQUEST: &str = "tool.request.v1";
 /// How often streamed progress is posted, at most.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
@@ -505,7 +504,7 @@ impl Llm {
                 .into());
             };
             let mut out = OutMessage::text(format!("{} {}", tool.name, call["args"]));
-            out.schema = Some(TOOL_REQUEST.into());
+            out.schema = Some(TOOL_REQUEST_SCHEMA.into());
             out.data = Some(json!({
                 "tool": tool.name,
                 "args": call.get("args").cloned().unwrap_or(json!({})),

@@ -23,11 +23,11 @@
 //! A reply that does not match the declaration is an error of the turn, with the validation
 //! message: nothing is posted and the executor retries as for any failure.
 
-use proto_spec::document::default_modes;
+use proto_spec::document::{default_modes, TOOL_REQUEST_SCHEMA};
 use proto_spec::{DocFormat, DocumentData, Mode, OutputSpec};
 use serde_json::{json, Value};
 
-use super::pipeline::{Execute, OutMessage, Reply};
+use super::execute::{Execute, OutMessage, Reply};
 use agent_sdk::{AgentContext, AgentError};
 
 /// One declared document: what it is, and its schema compiled.
@@ -274,7 +274,7 @@ impl Outputs {
         let m = &mut reply.messages[i];
         // A tool request hands the turn to a tool on the way to the document: the document
         // comes in a later turn, once the results are in.
-        if m.schema.as_deref() == Some(crate::llm::TOOL_REQUEST) {
+        if m.schema.as_deref() == Some(TOOL_REQUEST_SCHEMA) {
             return Ok(reply);
         }
         let content = content_of(m, &spec, exec, schema, what)?;
@@ -494,7 +494,7 @@ mod tests {
     fn a_tool_request_on_the_way_is_not_the_document() {
         let o = Outputs::from_spec(&json!({"deliverable": {"format": "json"}}), None).unwrap();
         let mut asks = OutMessage::text("calling the calculator");
-        asks.schema = Some(crate::llm::TOOL_REQUEST.into());
+        asks.schema = Some(TOOL_REQUEST_SCHEMA.into());
         let r = Reply {
             messages: vec![asks],
         };

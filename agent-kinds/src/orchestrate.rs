@@ -32,8 +32,9 @@ use proto_spec::{Event, EventKind, Finality, TailParams};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::execute::{Execute, OutMessage, Reply};
 use super::http::{check_template, render};
-use super::pipeline::{settings, Execute, OutMessage, Reply};
+use super::settings::settings;
 use agent_sdk::sub::{Finished, SubConversation};
 use agent_sdk::{AgentContext, AgentError};
 

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::pipeline::{parse_reply, Execute, Reply};
+use super::execute::{parse_reply, Execute, Reply};
 use super::sandbox::{GroupKill, Sandbox};
 use agent_sdk::{AgentContext, AgentError};
 

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use proto_spec::{Finality, MessagePayload};
 use serde_json::Value;
 
+use super::execute::{OutMessage, Reply};
 use super::modes::Outputs;
-use super::pipeline::{OutMessage, Reply};
 use agent_sdk::{Agent, AgentContext, AgentError, TurnOutcome};
 
 /// Answers its n-th turn with its n-th reply. It counts its own messages in the log on its

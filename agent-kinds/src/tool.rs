@@ -27,14 +27,13 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 use super::context::{ContextSpec, Fetch, SourceSpec};
-use super::pipeline::{Execute, OutMessage, Reply};
+use super::execute::{Execute, OutMessage, Reply};
 use super::sandbox::Sandbox;
 use agent_sdk::{AgentContext, AgentError};
+use proto_spec::document::TOOL_REQUEST_SCHEMA;
 
 /// The schema of a tool response message.
 pub const TOOL_RESPONSE: &str = "tool.response.v1";
-/// The schema of a tool request message.
-pub const TOOL_REQUEST: &str = super::llm::TOOL_REQUEST;
 
 /// A built-in function: arguments in, output or an error message out.
 pub type Builtin = fn(&Value) -> Result<Value, String>;
@@ -256,7 +255,7 @@ impl Tool {
                 name: "request".into(),
                 conversation: None,
                 select: proto_spec::scenario::Selector {
-                    schema: Some(TOOL_REQUEST.into()),
+                    schema: Some(TOOL_REQUEST_SCHEMA.into()),
                     ..Default::default()
                 },
                 fetch: Fetch::Latest,

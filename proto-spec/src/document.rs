@@ -15,6 +15,9 @@ use serde_json::Value;
 pub const PLAN_SCHEMA: &str = "plan.v1";
 /// The `schema` of a deliverable message.
 pub const DELIVERABLE_SCHEMA: &str = "deliverable.v1";
+/// The `schema` of a message asking a participant to run a tool (an `llm`'s tool call, a `tool`
+/// agent's answer to one).
+pub const TOOL_REQUEST_SCHEMA: &str = "tool.request.v1";
 
 /// What an agent is asked to do with its turn.
 #[derive(

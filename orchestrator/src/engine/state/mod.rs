@@ -32,7 +32,7 @@ mod request;
 pub(crate) use names::Members;
 pub(crate) use names::ShortKey;
 pub use policy::{Authority, TurnPolicy};
-pub use request::{body_hash, to_raw, AppendRequest, BodyHash, Marks};
+pub use request::{body_hash, to_raw, AppendRequest, BodyHash, Fence, Marks};
 
 /// An event decided by the state machine, not yet committed (it has no timestamp).
 #[derive(Debug, Clone)]

@@ -65,7 +65,7 @@ pub struct AppendRequest {
     pub opening: Option<(String, Box<RawValue>)>,
     /// For a write made for a claimed turn (an internal agent's on a shared log): the claim it
     /// holds; the write is refused if another node has taken the turn since.
-    pub fence: Option<crate::engine::store::Fence>,
+    pub fence: Option<Fence>,
     /// For a write of an executor's attempt that did not wait for its `turn_start`: the key of
     /// that trace (by the same author), which must already be in the log, or in the batch ahead
     /// of this write; the write is refused otherwise.
@@ -112,7 +112,7 @@ impl AppendRequest {
     }
 
     /// With the claim this write is made for.
-    pub fn with_fence(mut self, fence: Option<crate::engine::store::Fence>) -> Self {
+    pub fn with_fence(mut self, fence: Option<Fence>) -> Self {
         self.fence = fence;
         self
     }
@@ -194,4 +194,13 @@ impl AppendRequest {
             );
         }
     }
+}
+
+/// A write made for a claimed turn: refused once the claim has another holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// The turn claimed.
+    pub turn: u64,
+    /// The fence the claim was granted with.
+    pub fence: i64,
 }

@@ -12,6 +12,7 @@ use proto_spec::{Event, EventKind, Finality};
 use serde_json::Value;
 
 use crate::engine::error::{Error, Result};
+pub use crate::engine::state::Fence;
 use crate::engine::state::{BodyHash, Draft};
 
 /// A conversation as stored.
@@ -453,15 +454,6 @@ pub enum Claimed {
         /// Milliseconds left (by the database's clock).
         left_ms: i64,
     },
-}
-
-/// A write made for a claimed turn: refused once the claim has another holder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fence {
-    /// The turn claimed.
-    pub turn: u64,
-    /// The fence the claim was granted with.
-    pub fence: i64,
 }
 
 /// Told what other nodes committed ([`Store::follow`]).
