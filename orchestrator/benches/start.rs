@@ -45,13 +45,14 @@ async fn start(db: &str, conversations: usize) -> anyhow::Result<Started> {
     let t = Instant::now();
     let orch = open(db)?;
     let last = format!("conv-{}", conversations - 1);
-    orch.ensure_known(&last).await;
-    let snap = orch.get_conversation(
-        &Identity::new("admin", true),
-        ConversationParams {
-            conversation_id: last,
-        },
-    )?;
+    let snap = orch
+        .get_conversation(
+            &Identity::new("admin", true),
+            ConversationParams {
+                conversation_id: last,
+            },
+        )
+        .await?;
     let read = t.elapsed().as_secs_f64();
     anyhow::ensure!(snap.latest_seq > 1, "the log was not read back");
     orch.writer().swept().await;

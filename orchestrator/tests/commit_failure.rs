@@ -203,6 +203,7 @@ async fn a_failed_commit_acknowledges_nothing_and_rolls_back() {
                 conversation_id: "c".into(),
             },
         )
+        .await
         .unwrap();
     assert_eq!(
         (snap.latest_seq, snap.turn),
@@ -270,6 +271,7 @@ async fn a_failed_sync_acknowledges_nothing_more_and_the_log_stops() {
                 conversation_id: "c".into(),
             },
         )
+        .await
         .unwrap();
     assert_eq!(snap.latest_seq, 2);
 

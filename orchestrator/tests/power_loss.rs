@@ -176,12 +176,14 @@ async fn check(seed: u64, orch: &Orchestrator, ledger: &Ledger) -> Outcome {
         ..Outcome::default()
     };
     for conv in &ledger.tried_convs {
-        let snap = orch.get_conversation(
-            &Identity::new("alice", false),
-            ConversationParams {
-                conversation_id: conv.clone(),
-            },
-        );
+        let snap = orch
+            .get_conversation(
+                &Identity::new("alice", false),
+                ConversationParams {
+                    conversation_id: conv.clone(),
+                },
+            )
+            .await;
         if ledger.created.contains(conv) {
             assert!(
                 snap.is_ok(),

@@ -109,6 +109,7 @@ async fn the_wal_starts_over_under_continuous_commits_and_nothing_is_lost() {
                 conversation_id: "c".into(),
             },
         )
+        .await
         .unwrap();
     assert_eq!(snap.latest_seq, commits + 1);
     assert_eq!(read_all(&orch, &alice).await, all);

@@ -83,14 +83,6 @@ impl InProcessClient {
     fn o(&self) -> ClientResult<Arc<Orchestrator>> {
         self.orch.upgrade().ok_or(ClientError::Closed)
     }
-
-    /// The orchestrator, once it holds conversation `id` (on a shared store it may be in the
-    /// database only: [`Orchestrator::ensure_known`]), as the WebSocket methods do.
-    async fn at(&self, id: &str) -> ClientResult<Arc<Orchestrator>> {
-        let o = self.o()?;
-        o.catch_up_to_read(id).await;
-        Ok(o)
-    }
 }
 
 #[async_trait]
@@ -131,14 +123,14 @@ impl AgentClient for InProcessClient {
     }
 
     async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot> {
-        self.at(conversation_id)
-            .await?
+        self.o()?
             .get_conversation(
                 &self.who,
                 ConversationParams {
                     conversation_id: conversation_id.to_string(),
                 },
             )
+            .await
             .map_err(rpc)
     }
 
@@ -151,17 +143,17 @@ impl AgentClient for InProcessClient {
     }
 
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
-        let o = self.at(&p.conversation_id).await?;
+        let o = self.o()?;
         o.tail(&self.who, p).await.map_err(rpc)
     }
 
     async fn wait_for_change(&self, p: WaitForChangeParams) -> ClientResult<WaitForChangeResult> {
-        let o = self.at(&p.conversation_id).await?;
+        let o = self.o()?;
         o.wait_for_change(&self.who, p).await.map_err(rpc)
     }
 
     async fn get_updates(&self, p: GetUpdatesParams) -> ClientResult<GetUpdatesResult> {
-        let o = self.at(&p.conversation_id).await?;
+        let o = self.o()?;
         o.get_updates(&self.who, p).await.map_err(rpc)
     }
 
@@ -232,8 +224,7 @@ impl AgentClient for InProcessClient {
         let p = ConversationParams {
             conversation_id: conversation_id.to_string(),
         };
-        self.at(conversation_id)
-            .await?
+        self.o()?
             .pause_conversation(&self.who, p)
             .await
             .map_err(rpc)
@@ -243,8 +234,7 @@ impl AgentClient for InProcessClient {
         let p = ConversationParams {
             conversation_id: conversation_id.to_string(),
         };
-        self.at(conversation_id)
-            .await?
+        self.o()?
             .resume_conversation(&self.who, p)
             .await
             .map_err(rpc)
@@ -254,7 +244,7 @@ impl AgentClient for InProcessClient {
         &self,
         p: ForkConversationParams,
     ) -> ClientResult<CreateConversationResult> {
-        let o = self.at(&p.conversation_id).await?;
+        let o = self.o()?;
         o.fork_conversation(&self.who, p).await.map_err(rpc)
     }
 }

@@ -111,14 +111,14 @@ fn api_error(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError(RpcError::new(code, message), None)
 }
 
-/// The conversation id in the path, known to this node first ([`Orchestrator::ensure_known`]).
+/// The conversation id in the path, refused in the protocol's error shape when it is no string.
 #[derive(Debug)]
-pub struct Known(pub String);
+pub struct PathId(pub String);
 
-impl FromRequestParts<Shared> for Known {
+impl FromRequestParts<Shared> for PathId {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Known, Response> {
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<PathId, Response> {
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| {
@@ -128,8 +128,7 @@ impl FromRequestParts<Shared> for Known {
                 )
                 .into_response()
             })?;
-        state.orch.catch_up_to_read(&id).await;
-        Ok(Known(id))
+        Ok(PathId(id))
     }
 }
 
@@ -385,21 +384,24 @@ async fn create(
 async fn snapshot(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Known(id): Known,
+    PathId(id): PathId,
 ) -> ApiResult<Response> {
-    let snap = s.orch.get_conversation(
-        &who,
-        ConversationParams {
-            conversation_id: id,
-        },
-    )?;
+    let snap = s
+        .orch
+        .get_conversation(
+            &who,
+            ConversationParams {
+                conversation_id: id,
+            },
+        )
+        .await?;
     Ok(ok(StatusCode::OK, snap))
 }
 
 async fn post_message(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Known(id): Known,
+    PathId(id): PathId,
     headers: HeaderMap,
     raw: Body,
 ) -> ApiResult<Response> {
@@ -458,7 +460,7 @@ async fn set_paused(s: Shared, who: Identity, id: String, pause: bool) -> ApiRes
 async fn pause(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Known(id): Known,
+    PathId(id): PathId,
 ) -> ApiResult<Response> {
     set_paused(s, who, id, true).await
 }
@@ -466,7 +468,7 @@ async fn pause(
 async fn resume(
     State(s): State<Shared>,
     Caller(who): Caller,
-    Known(id): Known,
+    PathId(id): PathId,
 ) -> ApiResult<Response> {
     set_paused(s, who, id, false).await
 }
@@ -474,7 +476,7 @@ async fn resume(
 async fn wait(
     State(s): State<Shared>,
     StreamCaller(who, grant): StreamCaller,
-    Known(id): Known,
+    PathId(id): PathId,
     uri: Uri,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<Response> {
@@ -516,7 +518,7 @@ async fn scenarios(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Re
 async fn events(
     State(s): State<Shared>,
     StreamCaller(who, grant): StreamCaller,
-    Known(id): Known,
+    PathId(id): PathId,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {

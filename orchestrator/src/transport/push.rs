@@ -86,9 +86,6 @@ pub async fn subscribe(
 ) -> Result<(), RpcError> {
     let _guard = session.enter(orch.limits().max_in_flight_per_connection)?;
     let who = session.identity()?;
-    if !call.admitted() {
-        orch.admit(&who).await?;
-    }
     let p: SubscribeParams = parse(call.params())?;
     let writer = websocket(session, names::SUBSCRIBE)?;
     let limit = orch.limits().max_subscriptions_per_connection as usize;
@@ -183,9 +180,6 @@ pub async fn register_executor(
     call: &Call,
 ) -> Result<(), RpcError> {
     let who = session.identity()?;
-    if !call.admitted() {
-        orch.admit(&who).await?;
-    }
     let _p: RegisterExecutorParams = parse(call.params())?;
     let writer = websocket(session, names::REGISTER_EXECUTOR)?;
     let sub_id = new_id();

@@ -59,15 +59,34 @@ impl Methods {
         &self.orch
     }
 
-    /// Runs `call` on the connection of `session`.
-    pub async fn run(&self, session: Arc<Session>, call: Call) -> Answer {
+    /// Runs `call` on the connection of `session`, admitted first unless it was already
+    /// ([`Methods::admit`]).
+    pub async fn run(&self, session: Arc<Session>, mut call: Call) -> Answer {
         let Some(handler) = self.table.get(call.method()) else {
             return Err(RpcError::new(
                 ErrorCode::MethodNotFound,
                 format!("no method `{}`; PROTOCOL.md lists them", call.method()),
             ));
         };
+        self.admit(&session, &mut call).await?;
         handler(self.orch.clone(), session, call).await
+    }
+
+    /// The one place a JSON-RPC call meets the rate limiter ([`Ctx::admit`]): a call of an
+    /// authenticated session, once, whichever transport read it (a WebSocket connection's
+    /// reader admits each call before it reads the next frame, so that a connection over its
+    /// rate waits in its socket). `authenticate`, and a call before it, pass: the first is how
+    /// a session gets an identity, the second is refused as unauthenticated.
+    pub async fn admit(&self, session: &Session, call: &mut Call) -> Result<(), RpcError> {
+        if call.admitted() || call.method() == names::AUTHENTICATE {
+            return Ok(());
+        }
+        let Ok(who) = session.identity() else {
+            return Ok(());
+        };
+        self.orch.admit(&who).await?;
+        call.set_admitted();
+        Ok(())
     }
 }
 
@@ -92,8 +111,8 @@ impl Table {
         );
     }
 
-    /// A method of the core: counted in flight, authenticated, admitted, params parsed, the
-    /// conversation it names known here, then run.
+    /// A method of the core: counted in flight, authenticated, params parsed, then run (the
+    /// core brings in the conversation it names as its access needs).
     fn add<P, R, F, Fut>(&mut self, name: &'static str, f: F)
     where
         P: DeserializeOwned + Send + 'static,
@@ -106,22 +125,7 @@ impl Table {
             async move {
                 let _guard = session.enter(orch.limits().max_in_flight_per_connection)?;
                 let who = session.identity()?;
-                if !call.admitted() {
-                    orch.admit(&who).await?;
-                }
                 let p: P = parse(call.params())?;
-                // A creation names an id that is normally new: its batch finds out under the lock.
-                if name != names::CREATE_CONVERSATION {
-                    if let Some(id) = conversation_named(call.params()) {
-                        // An append is decided on the log itself, under its lock (a view left
-                        // behind is read then); a read needs the view current.
-                        if name == names::SEND_MESSAGE || name == names::SEND_TRACE {
-                            orch.ensure_known(&id).await;
-                        } else {
-                            orch.catch_up_to_read(&id).await;
-                        }
-                    }
-                }
                 let r = f(orch, who, p).await.map_err(|e| e.to_rpc())?;
                 // A read that waited (a long-poll) answers only if the token still holds; a
                 // write that landed is answered as it is (a retry with its key finds it).
@@ -137,18 +141,6 @@ impl Table {
             }
         });
     }
-}
-
-/// The conversation a call's params name (`conversationId`), if any.
-pub(crate) fn conversation_named(params: &str) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Named {
-        conversation_id: Option<String>,
-    }
-    serde_json::from_str::<Named>(params)
-        .ok()
-        .and_then(|n| n.conversation_id)
 }
 
 /// The subscription id `unsubscribe` and `unregisterExecutor` name: `[id]` (as jsonrpsee
@@ -216,6 +208,7 @@ pub fn methods(orch: Ctx) -> Methods {
         TAIL => tail,
         WAIT_FOR_CHANGE => wait_for_change,
         GET_UPDATES_OR_GUIDANCE => get_updates,
+        GET_CONVERSATION => get_conversation,
         SEND_MESSAGE => send_message,
         SEND_TRACE => send_trace,
     );
@@ -223,9 +216,6 @@ pub fn methods(orch: Ctx) -> Methods {
         names::LIST_SCENARIOS,
         |o: Ctx, who, _p: ListScenariosParams| async move { o.list_scenarios(&who) },
     );
-    t.add(names::GET_CONVERSATION, |o: Ctx, who, p| async move {
-        o.get_conversation(&who, p)
-    });
     t.add(
         names::LIST_CONVERSATIONS,
         |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who).await) },

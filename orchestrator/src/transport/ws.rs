@@ -242,17 +242,16 @@ async fn serve(
                         // Admitted here, before the next frame is read: a connection whose
                         // identity is over its rate is read once per refusal's hold, and what
                         // it sends meanwhile waits in its socket.
+                        if let Err(e) = methods.admit(&session, &mut call).await {
+                            let refusal = jsonrpc::error(call.id(), &e, "ws");
+                            if send(&frames, &refusal).await.is_err() {
+                                break;
+                            }
+                            continue;
+                        }
                         let mut turn = None;
                         if call.method() != names::AUTHENTICATE {
                             if let Ok(who) = session.identity() {
-                                if let Err(e) = methods.orchestrator().admit(&who).await {
-                                    let refusal = jsonrpc::error(call.id(), &e, "ws");
-                                    if send(&frames, &refusal).await.is_err() {
-                                        break;
-                                    }
-                                    continue;
-                                }
-                                call.set_admitted();
                                 if turnstile.as_ref().is_none_or(|(a, _)| *a != who.agent_id) {
                                     let t = turnstiles.of(&who.agent_id);
                                     turnstile = Some((who.agent_id.clone(), t));

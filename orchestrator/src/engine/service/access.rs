@@ -12,9 +12,9 @@ use crate::engine::hub::ConvView;
 use crate::engine::scenario::{runs_code, Scenario};
 
 impl Orchestrator {
-    /// The conversation, if `who` may read it. One it may not read is answered exactly as one
-    /// that does not exist (`ConversationNotFound`), so that ids cannot be probed.
-    pub(super) fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvView>> {
+    /// The conversation as held here, if `who` may read it. One it may not read is answered
+    /// exactly as one that does not exist (`ConversationNotFound`), so that ids cannot be probed.
+    pub(super) fn may_read(&self, who: &Identity, id: &str) -> Result<Arc<ConvView>> {
         let not_found = || {
             refuse(
                 ErrorCode::ConversationNotFound,

@@ -25,12 +25,10 @@ use crate::engine::writer::WriterHandle;
 mod access;
 mod append;
 mod create;
+mod known;
 
 pub use append::ForTurn;
-
-/// How long a read waits for its node to take in what other nodes committed to the
-/// conversations it reads.
-pub const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
+pub use known::CATCH_UP_WAIT;
 
 /// The long-poll's wait when the caller names none, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
@@ -292,79 +290,16 @@ impl Orchestrator {
         }
     }
 
-    /// Makes sure this node knows conversation `id` when the log has it: on a log several nodes
-    /// write, one created through another node moments ago may not have reached this one yet.
-    /// Transports call it before a method that names a conversation.
-    pub async fn ensure_known(&self, id: &str) {
-        if !self.store.shared() {
-            return;
-        }
-        if let Some(c) = self.hub.get(id) {
-            c.touch();
-            return;
-        }
-        if let Err(e) = self.writer.ensure_known(id.to_string()).await {
-            tracing::debug!(conversation = id, error = %e, "could not look the conversation up");
-        }
-    }
-
-    /// [`Orchestrator::ensure_known`] for a read: on a shared store, the conversation's view here is
-    /// brought up to what other nodes committed to it (a node takes in only what something here
-    /// follows: [`ConvView::followed`]), and followed for a while after.
-    pub async fn catch_up_to_read(&self, id: &str) {
-        self.ensure_known(id).await;
-        if let Some(c) = self.hub.get(id) {
-            c.mark_read();
-            self.catch_up(&[c]).await;
-        }
-    }
-
-    /// Brings the views `convs` up to what other nodes' notices named (at most
-    /// [`CATCH_UP_WAIT`]: past it a reader sees what is here).
-    async fn catch_up(&self, convs: &[Arc<ConvView>]) {
-        if !self.store.shared() {
-            return;
-        }
-        let behind: Vec<&Arc<ConvView>> = convs.iter().filter(|c| c.behind()).collect();
-        if behind.is_empty() {
-            return;
-        }
-        self.writer
-            .follow(behind.iter().map(|c| c.id.clone()).collect());
-        futures::future::join_all(behind.iter().map(|c| c.reach_heard(CATCH_UP_WAIT))).await;
-    }
-
     /// `getConversation`.
-    pub fn get_conversation(&self, who: &Identity, p: ConversationParams) -> Result<Snapshot> {
+    pub async fn get_conversation(
+        &self,
+        who: &Identity,
+        p: ConversationParams,
+    ) -> Result<Snapshot> {
         Ok(self
-            .readable(who, &p.conversation_id)?
+            .readable(who, &p.conversation_id)
+            .await?
             .snapshot(&who.agent_id))
-    }
-
-    /// On a shared store, loads the closed conversations of `who` (every one for an admin)
-    /// that this node does not hold: they stay in the database until a client names them.
-    /// Right after a start, first waits until the open ones are all held (they are taken in
-    /// while the node serves).
-    async fn load_closed_of(&self, who: &Identity) {
-        if !self.store.shared() {
-            return;
-        }
-        self.writer.swept().await;
-        let store = self.store.clone();
-        let agent = (!who.admin).then(|| who.agent_id.clone());
-        let ids =
-            match tokio::task::spawn_blocking(move || store.closed_ids(agent.as_deref())).await {
-                Ok(Ok(ids)) => ids,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "could not list the closed conversations");
-                    return;
-                }
-                Err(_) => return,
-            };
-        let missing = ids.into_iter().filter(|id| self.hub.get(id).is_none());
-        // Queued together, so that the writer loads them in few batches.
-        futures::future::join_all(missing.map(|id| async move { self.ensure_known(&id).await }))
-            .await;
     }
 
     /// On a shared store, lets go of the closed conversations that nobody holds and no client
@@ -412,7 +347,7 @@ impl Orchestrator {
                 "only admins fork conversations",
             ));
         }
-        let conv = self.readable(who, &p.conversation_id)?;
+        let conv = self.readable(who, &p.conversation_id).await?;
         let head = conv.head();
         if p.at_seq == 0 || p.at_seq > head {
             return Err(Error::Rpc(
@@ -495,7 +430,7 @@ impl Orchestrator {
                 "only admins pause and resume conversations",
             ));
         }
-        let conv = self.readable(who, &p.conversation_id)?;
+        let conv = self.readable(who, &p.conversation_id).await?;
         let core = conv.core();
         if core.closed {
             return Err(refuse(
@@ -520,7 +455,7 @@ impl Orchestrator {
 
     /// `tail`.
     pub async fn tail(&self, who: &Identity, p: TailParams) -> Result<TailResult> {
-        let conv = self.readable(who, &p.conversation_id)?;
+        let conv = self.readable(who, &p.conversation_id).await?;
         let latest_seq = conv.head();
         let limit = p
             .limit
@@ -559,7 +494,7 @@ impl Orchestrator {
         who: &Identity,
         p: WaitForChangeParams,
     ) -> Result<WaitForChangeResult> {
-        let conv = self.readable(who, &p.conversation_id)?;
+        let conv = self.readable(who, &p.conversation_id).await?;
         let deadline = Instant::now() + self.capped(p.timeout_ms);
         let changed = self.wait_past(&conv, p.since_seq, deadline).await;
         Ok(WaitForChangeResult {
@@ -577,7 +512,7 @@ impl Orchestrator {
         conversation_id: &str,
         q: WaitQuery,
     ) -> Result<crate::engine::fanout::WaitEvents> {
-        let conv = self.readable(who, conversation_id)?;
+        let conv = self.readable(who, conversation_id).await?;
         let timeout = self.capped(q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS));
         let deadline = Instant::now() + timeout;
         let changed = self.wait_past(&conv, q.since_seq, deadline).await;
@@ -612,7 +547,7 @@ impl Orchestrator {
         who: &Identity,
         p: GetUpdatesParams,
     ) -> Result<GetUpdatesResult> {
-        let conv = self.readable(who, &p.conversation_id)?;
+        let conv = self.readable(who, &p.conversation_id).await?;
         let limit = p
             .limit
             .map(|l| l as usize)
@@ -662,17 +597,14 @@ impl Orchestrator {
 
     /// `subscribe`: a feed of the backlog after `sinceSeq`, then live events.
     pub async fn subscribe(&self, who: &Identity, p: SubscribeParams) -> Result<Feed> {
-        match &p.conversation_id {
-            Some(id) => self.catch_up_to_read(id).await,
-            // A backlog of every conversation: the closed ones too.
-            None if p.since_seq.is_some() || p.cursors.as_ref().is_some_and(|c| !c.is_empty()) => {
-                self.load_closed_of(who).await
-            }
-            None => {}
+        // A backlog of every conversation: the closed ones too.
+        let backlog = p.since_seq.is_some() || p.cursors.as_ref().is_some_and(|c| !c.is_empty());
+        if p.conversation_id.is_none() && backlog {
+            self.load_closed_of(who).await;
         }
         match p.conversation_id {
             Some(id) => {
-                let conv = self.readable(who, &id)?;
+                let conv = self.readable(who, &id).await?;
                 let since = p.since_seq.unwrap_or_else(|| conv.head());
                 Ok(Feed::one(self.store.clone(), self.hub.clone(), conv, since))
             }
