@@ -4,215 +4,23 @@
 
 use super::*;
 
-/// What one batch does, as the writer goes through its jobs: the conversations it touches (in
-/// order of first touch, with their state before the batch and the events they append), the
-/// conversations it creates, and the answers it owes.
-struct BatchWork {
-    touched: Vec<TouchedConversation>,
-    new_convs: Vec<NewConversation>,
-    replies: Vec<Reply>,
-}
-
-/// A conversation touched by a batch: the events the batch appends to it, and its state before
-/// the batch (to roll back to if the commit fails).
-pub(super) struct TouchedConversation {
-    slot: usize,
-    drafts: Vec<Draft>,
-    undo: Undo,
-}
-
-/// Marks `slot` touched by the batch (remembering its state before it); its entry in `touched`.
-fn touch(slots: &mut [Slot], slot: usize, touched: &mut Vec<TouchedConversation>) -> usize {
-    let s = &mut slots[slot];
-    if s.mark == 0 {
-        touched.push(TouchedConversation {
-            slot,
-            drafts: Vec::new(),
-            undo: Undo::TurnState(s.state.core.clone()),
-        });
-        s.mark = touched.len();
-    }
-    s.mark - 1
-}
-
-pub(super) enum Undo {
-    Created,
-    TurnState(TurnState),
-}
-
-/// Appends one request to a conversation within the batch. When it closes a sub-conversation,
-/// the parent's `subconversation_finished` (with the child's result) joins the same batch, so
-/// the tree is never seen half-finished, whatever moment the process stops.
-fn append_one(
-    convs: &mut Convs,
-    conversation: &str,
-    request: AppendRequest,
-    touched: &mut Vec<TouchedConversation>,
-) -> Result<AppendResult, RpcError> {
-    let Some(at) = convs.find(conversation) else {
-        return Err(RpcError::new(
-            ErrorCode::ConversationNotFound,
-            format!("no conversation {conversation}"),
-        ));
-    };
-    let i = touch(&mut convs.slots, at, touched);
-    let slot = &mut convs.slots[at];
-    let drafts = &mut touched[i].drafts;
-    let before = drafts.len();
-    let was_closed = slot.state.core.closed;
-    let result = slot.state.apply_into(request, drafts);
-    if was_closed || !slot.state.core.closed {
-        return result;
-    }
-    convs.settle(at);
-    let slot = &convs.slots[at];
-    let drafts = &touched[i].drafts;
-    let Some(parent) = slot.state.parent().map(|p| p.conversation_id.clone()) else {
-        return result;
-    };
-    let closing = drafts[before..]
-        .iter()
-        .find(|d| d.finality == Some(proto_spec::Finality::Conversation));
-    if let Some(closing) = closing {
-        let event = slot.state.finished_event(closing);
-        let report = append_one(convs, &parent, AppendRequest::system(&event), touched);
-        if let Err(e) = report {
-            // The parent closed first: nothing waits for this child any more.
-            tracing::debug!(child = conversation, %parent, error = %e.message, "a finished sub-conversation was not reported");
-        }
-    }
-    result
-}
-
-/// The events of a fork: the prefix copied as it was (seq, kind, author, turn, finality,
-/// payload; idempotency keys are not carried over), then `forked_from`.
-fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
-    let at_seq = f.events.last().map_or(0, |e| e.seq);
-    let mut drafts = Vec::with_capacity(f.events.len() + 1);
-    for e in f.events {
-        let d = Draft::of_event(e);
-        state.observe(&d);
-        drafts.push(d);
-    }
-    let marker = AppendRequest::system(&SystemEvent::ForkedFrom(ForkedFrom {
-        from: f.from,
-        at_seq,
-    }));
-    if let Ok(Applied::Append(d, _)) = state.apply(marker) {
-        drafts.extend(d);
-    }
-    drafts
-}
-
-/// What a job asks, without its answer's channel (which stays in the batch's replies): what
-/// runs again after a conflict.
-pub(super) enum Retry {
-    Append(String, Box<AppendRequest>),
-    Create(Box<CreateJob>),
-    Load(String),
-}
-
-impl Retry {
-    fn of(job: &Job) -> Option<Retry> {
-        match job {
-            Job::Append {
-                conversation,
-                request,
-                ..
-            } => Some(Retry::Append(conversation.clone(), request.clone())),
-            Job::Create { conv, .. } => Some(Retry::Create(conv.clone())),
-            Job::Load { id, .. } => Some(Retry::Load(id.clone())),
-            Job::Refresh(_)
-            | Job::TakeIn(_)
-            | Job::Follow(_)
-            | Job::Forget { .. }
-            | Job::Sweep { .. }
-            | Job::CommitAnswered
-            | Job::Stop => None,
-        }
-    }
-}
-
-/// The jobs of a batch to run again: each request with the reply it owes (the replies are in
-/// job order, one per job that [`Retry::of`] kept).
-pub(super) fn again_with(again: Vec<Retry>, replies: Vec<Reply>) -> Vec<Job> {
-    let mut jobs = Vec::with_capacity(again.len());
-    let mut unmatched = Vec::new();
-    for (a, r) in again.into_iter().zip(replies) {
-        match (a, r) {
-            (Retry::Append(conversation, request), Reply::Append(reply, _)) => {
-                jobs.push(Job::Append {
-                    conversation,
-                    request,
-                    reply,
-                })
-            }
-            (Retry::Create(conv), Reply::Create(reply, _)) => {
-                jobs.push(Job::Create { conv, reply })
-            }
-            (Retry::Load(id), Reply::Create(reply, _)) => jobs.push(Job::Load { id, reply }),
-            (_, r) => unmatched.push(r),
-        }
-    }
-    fail_all(unmatched, "internal error: a batch could not be run again");
-    jobs
-}
+use super::decide::{append_one, BatchWork, TouchedConversation, Undo};
+use super::rerun::{again_with, BatchEnd, Decided, Retry, RunAgain, Why};
 
 impl Writer {
-    /// Checks a new sub-conversation against its parent (open, depth, fan-out) and appends the
-    /// parent's `subconversation_started` to the batch; the child's depth.
-    fn start_child(
-        &mut self,
-        child: &str,
-        by: &str,
-        c: &ChildOf,
-        touched: &mut Vec<TouchedConversation>,
-    ) -> Result<u32, RpcError> {
-        let Some(parent) = self.convs.get(c.parent.as_str()) else {
-            return Err(RpcError::new(
-                ErrorCode::ConversationNotFound,
-                format!("no conversation {}", c.parent),
-            ));
-        };
-        let depth = parent
-            .state
-            .admit_child(&c.parent, c.max_depth, c.max_children)?;
-        let started = AppendRequest::system(&SystemEvent::SubconversationStarted(
-            SubconversationStarted {
-                child: child.to_string(),
-                by: by.to_string(),
-                depth,
-            },
-        ));
-        append_one(&mut self.convs, &c.parent, started, touched)?;
-        Ok(depth)
-    }
-
     pub(super) fn process(&mut self, batch: &mut Vec<Job>) {
         if self.stopped.load(Ordering::Acquire) {
             self.settle();
             answer(batch.drain(..).filter_map(Reply::refusing).collect());
             return;
         }
-        if batch.iter().any(|j| {
-            matches!(
-                j,
-                Job::Forget { .. } | Job::Sweep { .. } | Job::TakeIn(_) | Job::Follow(_)
-            )
-        }) {
+        if batch.iter().any(Job::runs_apart) {
             // Before any slot is looked up for the batch (forgetting moves slots).
             self.settle();
             let jobs = std::mem::take(batch);
             for job in jobs {
                 match job {
-                    Job::Forget { idle_ms, reply } => {
-                        let _ = reply.send(self.forget_idle(idle_ms));
-                    }
-                    Job::Sweep { after, reply } => {
-                        let _ = reply.send(self.sweep(after));
-                    }
-                    Job::TakeIn(read) => self.apply_read(read),
-                    Job::Follow(ids) => self.follow(&ids),
+                    Job::Shared(job) if job.runs_apart() => self.run_apart(job),
                     other => batch.push(other),
                 }
             }
@@ -220,30 +28,30 @@ impl Writer {
         self.attempts(batch, 1);
     }
 
-    /// Runs `batch` until it is done, at most [`shared::MAX_ATTEMPTS`] times counting from
+    /// Runs `batch` until it is done, at most [`cluster::MAX_ATTEMPTS`] times counting from
     /// `attempt` (from the second on, every conversation is caught up on from the log first).
     pub(super) fn attempts(&mut self, batch: &mut Vec<Job>, mut attempt: usize) {
         let began = std::time::Instant::now();
-        loop {
-            let Some((again, replies, conflict)) = self.process_once(batch, attempt > 1) else {
-                break;
-            };
-            if conflict {
-                crate::engine::telemetry::conflict();
-                self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.stats.rechecks.fetch_add(1, Ordering::Relaxed);
+        while let BatchEnd::RunAgain(again) = self.process_once(batch, attempt > 1) {
+            match again.why {
+                Why::Conflict => {
+                    crate::engine::telemetry::conflict();
+                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                }
+                Why::Recheck => {
+                    self.stats.rechecks.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            if attempt == shared::MAX_ATTEMPTS {
+            if attempt == cluster::MAX_ATTEMPTS {
                 tracing::warn!(
                     attempts = attempt,
                     "other nodes kept getting ahead of a batch; refused"
                 );
-                fail_all(replies, crate::engine::error::UNAVAILABLE);
+                fail_all(again.replies, crate::engine::error::UNAVAILABLE);
                 break;
             }
             attempt += 1;
-            batch.extend(again_with(again, replies));
+            batch.extend(again_with(again.retry, again.replies));
         }
         self.stats
             .busy_ns
@@ -251,158 +59,192 @@ impl Writer {
     }
 
     /// Runs the batch once (catching up on every conversation from the log first when
-    /// `read_all`). When it must run again, nothing of it was written and the state is rolled
-    /// back: answers what each job it ran asks, the batch's unanswered replies, in job order,
-    /// and whether that is because of a conflict (another node appended first) rather than an
-    /// answer that must be decided on a view read from the log.
-    #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
-    fn process_once(
-        &mut self,
-        batch: &mut Vec<Job>,
-        read_all: bool,
-    ) -> Option<(Vec<Retry>, Vec<Reply>, bool)> {
+    /// `read_all`): locked and caught up on a shared store, decided, then committed (or, on
+    /// a log that overlaps batches, left in flight).
+    fn process_once(&mut self, batch: &mut Vec<Job>, read_all: bool) -> BatchEnd {
         // Decided while the batch before commits, or once it has settled (see `overlap`).
-        let overlap =
-            self.shared && self.busy && !read_all && self.log.overlaps() && self.plain(batch);
+        let overlap = self.cluster.shared
+            && self.busy
+            && !read_all
+            && self.log.overlaps()
+            && self.plain(batch);
         if !overlap {
             self.settle();
         }
-        if self.shared {
-            // The conversations are locked, and those other nodes wrote lately caught up on,
-            // before anything is decided (see `shared`).
-            let locking = std::time::Instant::now();
-            let locked = self.begin_shared(batch, read_all);
-            self.stats
-                .lock_ns
-                .fetch_add(locking.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            if let Err(e) = locked {
-                tracing::warn!(error = %e, "a batch could not lock its conversations; refused");
-                let message = shared::failure_message(&e);
-                let replies = batch.drain(..).filter_map(Reply::refusing).collect();
-                fail_all(replies, message);
-                return None;
-            }
+        if !self.lock_batch(batch, read_all) {
+            return BatchEnd::Done;
         }
         // The batch in flight this one is decided on, if any.
         let mut prior = self.pending.take();
+        let mut decided = self.decide(batch, read_all);
+        let writes = decided.work.touched.iter().any(|t| !t.drafts.is_empty());
+        if decided.unverified || !writes {
+            // Nothing of this batch is sent: the one it was decided on must have committed
+            // before it answers anything (or runs again).
+            if let Some(p) = prior.take() {
+                if let Err(e) = self.outcome() {
+                    let again = self.rolled_back(decided, Why::Recheck);
+                    self.failed_pending(p, e);
+                    return BatchEnd::RunAgain(again);
+                }
+                self.committed_pending(p);
+            }
+        }
+        if self.cluster.shared && !read_all && decided.unverified {
+            self.release_unwritten();
+            return BatchEnd::RunAgain(self.rolled_back(decided, Why::Recheck));
+        }
+        // A conversation whose appends were all refused is as it was.
+        decided.work.touched.retain(|t| !t.drafts.is_empty());
+        if decided.work.touched.is_empty() {
+            self.release_unwritten();
+            self.answer_unwritten(decided);
+            return BatchEnd::Done;
+        }
+        let opened = self.claim_opened(&decided.work.touched);
+        if overlap {
+            return self.send_in_flight(decided, prior, opened);
+        }
+        debug_assert!(prior.is_none(), "a batch in flight left unsettled");
+        self.commit_batch(decided, &opened)
+    }
+
+    /// Applies each job of the batch to the state: what it writes, what it answers, and
+    /// whether an answer was decided on a view nothing verified (a shared store).
+    fn decide(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Decided {
         // On a shared store, what each job asks, to run the batch again if another node gets
         // ahead of it (once the jobs put off for the next batch have left it).
-        let again: Vec<Retry> = match self.shared {
+        let retry: Vec<Retry> = match self.cluster.shared {
             true => batch.iter().filter_map(Retry::of).collect(),
             false => Vec::new(),
         };
-        let ts_ms = now_ms();
-        let slots_before = self.convs.slots.len();
-        let mut work = BatchWork {
-            touched: Vec::with_capacity(batch.len()),
-            new_convs: Vec::new(),
-            replies: Vec::with_capacity(batch.len()),
+        let mut d = Decided {
+            work: BatchWork {
+                touched: Vec::with_capacity(batch.len()),
+                new_convs: Vec::new(),
+                replies: Vec::with_capacity(batch.len()),
+            },
+            retry,
+            slots_before: self.convs.slots.len(),
+            ts_ms: now_ms(),
+            jobs: batch.len() as u64,
+            unverified: false,
         };
-        let jobs = batch.len() as u64;
-        // A refusal decided on a view nothing verifies (no lock, no write)?
-        let mut unverified = false;
         for job in batch.drain(..) {
             match job {
-                Job::Stop
-                | Job::CommitAnswered
-                | Job::Refresh(_)
-                | Job::TakeIn(_)
-                | Job::Follow(_)
-                | Job::Forget { .. }
-                | Job::Sweep { .. } => {}
                 // Loaded before the batch (`begin_shared`); answered after what was loaded is
                 // published.
-                Job::Load { reply, .. } => work.replies.push(Reply::Create(reply, Ok(()))),
+                Job::Shared(SharedJob::Load { reply, .. }) => {
+                    d.work.replies.push(Reply::Create(reply, Ok(())));
+                }
                 Job::Create { conv, reply } => {
-                    let created = self.create_one(*conv, &mut work);
-                    unverified |= created.is_err();
-                    work.replies.push(Reply::Create(reply, created));
+                    let created = self.create_one(*conv, &mut d.work);
+                    // A refusal decided on a view nothing verifies (no lock, no write)?
+                    d.unverified |= created.is_err();
+                    d.work.replies.push(Reply::Create(reply, created));
                 }
                 Job::Append {
                     conversation,
                     request,
                     reply,
                 } => {
-                    let stale = request.fence.is_some_and(|f| {
-                        self.stale.iter().any(|(k, fence)| {
-                            *fence == f.fence
-                                && k.turn == f.turn
-                                && k.conversation_id == conversation
-                        })
-                    });
-                    let result = if stale {
-                        let turn = request.fence.map_or(0, |f| f.turn);
-                        Err(shared::taken_over(&conversation, turn))
-                    } else {
-                        append_one(&mut self.convs, &conversation, *request, &mut work.touched)
+                    let result = match self.refused_as_taken_over(&conversation, &request) {
+                        Some(refused) => Err(refused),
+                        None => append_one(
+                            &mut self.convs,
+                            &conversation,
+                            *request,
+                            &mut d.work.touched,
+                        ),
                     };
-                    work.replies.push(Reply::Append(reply, result));
+                    d.work.replies.push(Reply::Append(reply, result));
                 }
+                // Done before the batch (`process`), or nothing to decide.
+                Job::Stop | Job::CommitAnswered | Job::Shared(_) => {}
             }
         }
-        self.stats.jobs.fetch_add(jobs, Ordering::Relaxed);
-        self.stats.most_jobs.fetch_max(jobs, Ordering::Relaxed);
-        for t in &work.touched {
+        self.stats.jobs.fetch_add(d.jobs, Ordering::Relaxed);
+        self.stats.most_jobs.fetch_max(d.jobs, Ordering::Relaxed);
+        for t in &d.work.touched {
             self.convs.slots[t.slot].mark = 0;
         }
-        if self.shared && !read_all {
-            // What a batch writes is checked by the log's key at the commit; an answer that
-            // writes nothing (a refusal, a change already made) is not: decided on this node's
-            // view of a conversation whose head it did not read, it may be behind another
-            // node's commit. The batch runs again on views read from the log before anything
-            // is answered.
-            let verified = &self.verified;
-            unverified |= work.touched.iter().any(|t| {
-                t.drafts.is_empty()
-                    && verified
-                        .binary_search(&self.convs.slots[t.slot].num)
-                        .is_err()
-            });
+        d.unverified |= self.answered_unverified(&d.work.touched, read_all);
+        d
+    }
+
+    /// Ends the transaction of a batch that writes nothing.
+    fn release_unwritten(&mut self) {
+        if let Err(e) = self.log.release() {
+            tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
         }
-        let writes = work.touched.iter().any(|t| !t.drafts.is_empty());
-        if unverified || !writes {
-            // Nothing of this batch is sent: the one it was decided on must have committed
-            // before it answers anything (or runs again).
-            if let Some(p) = prior.take() {
-                match self.outcome() {
-                    Ok(()) => self.committed_pending(p),
-                    Err(e) => {
-                        self.roll_back(work.touched, slots_before, false);
-                        self.failed_pending(p, e);
-                        return Some((again, work.replies, false));
-                    }
-                }
+    }
+
+    /// Answers a batch that writes nothing: at once, or on a shared store after what it caught
+    /// up on is published.
+    fn answer_unwritten(&mut self, d: Decided) {
+        if self.cluster.shared {
+            let nothing = Committed {
+                ts_ms: d.ts_ms,
+                convs: Vec::new(),
+                replies: d.work.replies,
+            };
+            self.hand_on_committed(nothing, 0);
+        } else {
+            answer(d.work.replies);
+        }
+    }
+
+    /// Puts back the state a batch changed; what it owes, to run again.
+    fn rolled_back(&mut self, d: Decided, why: Why) -> RunAgain {
+        self.roll_back(d.work.touched, d.slots_before, why == Why::Conflict);
+        RunAgain {
+            retry: d.retry,
+            replies: d.work.replies,
+            why,
+        }
+    }
+
+    /// Commits the batch and hands it on; on a conflict it runs again, on another failure every
+    /// job is refused.
+    fn commit_batch(&mut self, mut d: Decided, opened: &[(Arc<ConvView>, u64)]) -> BatchEnd {
+        let started = std::time::Instant::now();
+        let sent = tokio::time::Instant::now();
+        let rows = self.rows_of(&d);
+        let n_rows = rows.len() as u64;
+        let committed = self.log.commit(&d.work.new_convs, &rows);
+        self.stats
+            .commit_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        drop(rows);
+        match committed {
+            Ok(()) => {
+                self.hold_granted(opened, sent);
+                self.metrics
+                    .committed(d.jobs as usize, n_rows, started.elapsed());
+                self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
+                let committed = self.committed_of(d.ts_ms, &mut d.work);
+                self.hand_on_committed(committed, d.jobs as usize);
+                BatchEnd::Done
+            }
+            Err(Error::Conflict(e)) => {
+                tracing::debug!(error = %e, "another node wrote first; the batch runs again");
+                BatchEnd::RunAgain(self.rolled_back(d, Why::Conflict))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
+                let again = self.rolled_back(d, Why::Recheck);
+                fail_all(again.replies, cluster::failure_message(&e));
+                BatchEnd::Done
             }
         }
-        if self.shared && !read_all && unverified {
-            if let Err(e) = self.log.release() {
-                tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
-            }
-            self.roll_back(work.touched, slots_before, false);
-            return Some((again, work.replies, false));
-        }
-        // A conversation whose appends were all refused is as it was.
-        work.touched.retain(|t| !t.drafts.is_empty());
-        let opened = self.claim_opened(&work.touched);
-        if work.touched.is_empty() {
-            if let Err(e) = self.log.release() {
-                tracing::warn!(error = %e, "ending a batch that wrote nothing failed");
-            }
-            if self.shared {
-                // Answered after what this batch caught up on is published.
-                let nothing = Committed {
-                    ts_ms,
-                    convs: Vec::new(),
-                    replies: work.replies,
-                };
-                self.hand_on_committed(nothing, 0);
-            } else {
-                answer(work.replies);
-            }
-            return None;
-        }
+    }
+
+    /// The rows a decided batch inserts, in order.
+    fn rows_of<'a>(&self, d: &'a Decided) -> Vec<NewRow<'a>> {
         let slots = &self.convs.slots;
-        let rows: Vec<NewRow<'_>> = work
+        let ts_ms = d.ts_ms;
+        d.work
             .touched
             .iter()
             .flat_map(|t| {
@@ -411,94 +253,71 @@ impl Writer {
                     .iter()
                     .map(move |draft| NewRow { conv, draft, ts_ms })
             })
-            .collect();
-        let n_rows = rows.len() as u64;
+            .collect()
+    }
+
+    /// Sends the batch with its commit and leaves it in flight (see `overlap`): behind the
+    /// batch in flight, if any, it commits only once that one has.
+    fn send_in_flight(
+        &mut self,
+        mut d: Decided,
+        prior: Option<cluster::overlap::Pending>,
+        opened: Vec<(Arc<ConvView>, u64)>,
+    ) -> BatchEnd {
         let started = std::time::Instant::now();
         let sent = tokio::time::Instant::now();
-        if overlap {
-            // Left in flight; behind a batch in flight, committed only once that one has.
-            let staged = self.log.send(&work.new_convs, &rows, prior.is_none());
-            drop(rows);
-            let failed = match (staged, prior) {
-                (Err(e), prior) => {
-                    tracing::warn!(error = %e, "a batch could not be sent; it runs again");
-                    self.roll_back(work.touched, slots_before, false);
-                    // The batch before it, settled as any other.
-                    self.pending = prior;
-                    self.settle();
-                    return Some((again, work.replies, false));
-                }
-                (Ok(()), None) => None,
-                (Ok(()), Some(p)) => {
-                    self.stats.overlapped.fetch_add(1, Ordering::Relaxed);
-                    match self.outcome() {
-                        Ok(()) => {
-                            let committing = self.log.send_commit();
-                            self.committed_pending(p);
-                            committing.err().map(|e| (e, None))
-                        }
-                        Err(e) => Some((e, Some(p))),
-                    }
-                }
-            };
-            if let Some((e, prior)) = failed {
-                // This batch's writes are rolled back, and its state put back before the state
-                // of the batch it was decided on.
-                self.log.abandon();
-                self.roll_back(work.touched, slots_before, false);
-                match prior {
-                    Some(p) => self.failed_pending(p, e),
-                    None => {
-                        tracing::warn!(error = %e, "a batch could not be committed; it runs again")
-                    }
-                }
-                return Some((again, work.replies, false));
-            }
-            let committed = self.committed_of(ts_ms, &mut work);
-            self.pending = Some(overlap::Pending {
-                committed,
-                touched: work.touched,
-                slots_before,
-                again,
-                jobs,
-                rows: n_rows,
-                opened,
-                sent,
-                started,
-            });
-            return None;
-        }
-        debug_assert!(prior.is_none(), "a batch in flight left unsettled");
-        let committed = self.log.commit(&work.new_convs, &rows);
-        self.stats
-            .commit_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let rows = self.rows_of(&d);
+        let n_rows = rows.len() as u64;
+        let staged = self.log.send(&d.work.new_convs, &rows, prior.is_none());
         drop(rows);
-        match committed {
-            Ok(()) => {
-                self.hold_granted(&opened, sent);
-                self.metrics
-                    .committed(jobs as usize, n_rows, started.elapsed());
-                self.stats.batches.fetch_add(1, Ordering::Relaxed);
-                self.stats.events.fetch_add(n_rows, Ordering::Relaxed);
-                self.hand_on(ts_ms, jobs as usize, work);
-                None
+        let failed = match (staged, prior) {
+            (Err(e), prior) => {
+                tracing::warn!(error = %e, "a batch could not be sent; it runs again");
+                let again = self.rolled_back(d, Why::Recheck);
+                // The batch before it, settled as any other.
+                self.pending = prior;
+                self.settle();
+                return BatchEnd::RunAgain(again);
             }
-            Err(e) => {
-                let conflict = matches!(e, Error::Conflict(_));
-                if conflict {
-                    tracing::debug!(error = %e, "another node wrote first; the batch runs again");
-                } else {
-                    tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
+            (Ok(()), None) => None,
+            (Ok(()), Some(p)) => {
+                self.stats.overlapped.fetch_add(1, Ordering::Relaxed);
+                match self.outcome() {
+                    Ok(()) => {
+                        let committing = self.log.send_commit();
+                        self.committed_pending(p);
+                        committing.err().map(|e| (e, None))
+                    }
+                    Err(e) => Some((e, Some(p))),
                 }
-                self.roll_back(work.touched, slots_before, conflict);
-                if conflict {
-                    return Some((again, work.replies, true));
-                }
-                fail_all(work.replies, shared::failure_message(&e));
-                None
             }
+        };
+        if let Some((e, prior)) = failed {
+            // This batch's writes are rolled back, and its state put back before the state
+            // of the batch it was decided on.
+            self.log.abandon();
+            let again = self.rolled_back(d, Why::Recheck);
+            match prior {
+                Some(p) => self.failed_pending(p, e),
+                None => {
+                    tracing::warn!(error = %e, "a batch could not be committed; it runs again")
+                }
+            }
+            return BatchEnd::RunAgain(again);
         }
+        let committed = self.committed_of(d.ts_ms, &mut d.work);
+        self.pending = Some(cluster::overlap::Pending {
+            committed,
+            touched: d.work.touched,
+            slots_before: d.slots_before,
+            again: d.retry,
+            jobs: d.jobs,
+            rows: n_rows,
+            opened,
+            sent,
+            started,
+        });
+        BatchEnd::Done
     }
 
     /// On a cluster: the turns `touched` opens (their conversation was in another turn before
@@ -568,7 +387,7 @@ impl Writer {
         slots_before: usize,
         contended: bool,
     ) {
-        let read_until = now_ms() + shared::CONTENDED.as_millis() as i64;
+        let read_until = now_ms() + cluster::CONTENDED.as_millis() as i64;
         for t in touched {
             if let Undo::TurnState(core) = t.undo {
                 let slot = &mut self.convs.slots[t.slot];
@@ -582,101 +401,6 @@ impl Writer {
             }
         }
         self.convs.truncate(slots_before);
-    }
-
-    /// Applies one creation to the batch: the new conversation's state and events (and, for a
-    /// sub-conversation, its parent's `subconversation_started`), or the refusal.
-    fn create_one(&mut self, c: CreateJob, work: &mut BatchWork) -> Result<(), RpcError> {
-        let CreateJob {
-            id,
-            participants,
-            metadata,
-            created_by,
-            policy,
-            fork,
-            child_of,
-        } = c;
-        if self.convs.find(&id).is_some() {
-            return Err(RpcError::new(
-                ErrorCode::ConversationExists,
-                format!("conversation {id} exists already"),
-            ));
-        }
-        // The tree a sub-conversation joins: its parent's, or the parent's own when that is a
-        // top-level conversation (an unknown parent is refused by `start_child`).
-        let root = child_of.as_ref().and_then(|c| {
-            let parent = self.convs.get(&c.parent)?;
-            Some(parent.tree().unwrap_or(&c.parent).to_string())
-        });
-        self.convs
-            .open
-            .admit(self.caps, &created_by, root.as_deref())?;
-        // A sub-conversation: checked against its parent, which logs its start in this
-        // transaction (or the creation is refused and nothing is written).
-        let link = match &child_of {
-            Some(c) => Some(ParentLink {
-                conversation_id: c.parent.clone(),
-                depth: self.start_child(&id, &created_by, c, &mut work.touched)?,
-                root,
-            }),
-            None => None,
-        };
-        let num = self.log.conversation_num().map_err(|e| e.to_rpc())?;
-        let mut state = ConvMachine::new(id.clone(), participants.clone());
-        let drafts = match fork {
-            None => {
-                let created = Created {
-                    parent: link,
-                    ..ConvMachine::created(
-                        &participants,
-                        metadata.as_ref(),
-                        &created_by,
-                        policy.as_ref(),
-                    )
-                };
-                let created = AppendRequest::system(&SystemEvent::Created(created))
-                    .with_opening(&created_by, child_of.and_then(|c| c.input));
-                match state.apply(created) {
-                    Ok(Applied::Append(d, _)) => d,
-                    _ => Vec::new(),
-                }
-            }
-            Some(f) => fork_drafts(&mut state, f),
-        };
-        let declared = state
-            .policy()
-            .map(|p| p.agents.keys().cloned().collect())
-            .unwrap_or_default();
-        work.new_convs.push(NewConversation {
-            id: id.clone(),
-            num,
-            participants,
-            created_by: created_by.clone(),
-            metadata,
-            declared,
-        });
-        let empty = ConvMachine::new(id.clone(), Vec::new()).core;
-        let shared = Hub::make(&id, state.participants().to_vec(), empty);
-        share_links(&state, &shared);
-        let mut slot = Slot::new(num, state, shared, created_by);
-        slot.mark = work.touched.len() + 1;
-        let slot = self.convs.insert(&id, slot);
-        work.touched.push(TouchedConversation {
-            slot,
-            drafts,
-            undo: Undo::Created,
-        });
-        Ok(())
-    }
-
-    /// Hands a committed batch on to be synced and published. A small batch with nothing ahead
-    /// of it in the pipeline is synced and published here, saving two thread hops on the path
-    /// of a lone turn; larger ones go down the pipeline, so that syncing and publishing overlap
-    /// the next commit. Commit order holds either way: the pipeline is empty when this thread
-    /// publishes.
-    fn hand_on(&mut self, ts_ms: i64, jobs: usize, mut work: BatchWork) {
-        let committed = self.committed_of(ts_ms, &mut work);
-        self.hand_on_committed(committed, jobs);
     }
 
     /// What is handed on of a batch once it has committed: its events, the views as it leaves
@@ -701,8 +425,11 @@ impl Writer {
         }
     }
 
-    /// Publishes a committed batch of `jobs` jobs here when it is small and nothing is ahead
-    /// of it, else queues it for the sync and publisher threads (see [`Writer::hand_on`]).
+    /// Hands a committed batch of `jobs` jobs on to be synced and published. A small batch with
+    /// nothing ahead of it in the pipeline is synced and published here, saving two thread hops
+    /// on the path of a lone turn; larger ones go down the pipeline, so that syncing and
+    /// publishing overlap the next commit. Commit order holds either way: the pipeline is empty
+    /// when this thread publishes.
     pub(super) fn hand_on_committed(&mut self, committed: Committed, jobs: usize) {
         if jobs <= INLINE_PUBLISH && self.queued.load(Ordering::Acquire) == 0 {
             if sync(&self.durability, &self.stopped) {

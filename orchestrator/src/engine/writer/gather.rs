@@ -49,10 +49,10 @@ fn keep_company(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, max: usize) 
 impl Writer {
     /// Begins `batch` with the jobs the last one put off, in their order.
     fn take_carried(&mut self, batch: &mut Vec<Job>) {
-        self.put_off.clear();
-        for (job, times) in self.carried.drain(..) {
+        self.cluster.put_off.clear();
+        for (job, times) in self.cluster.carried.drain(..) {
             batch.push(job);
-            self.put_off.push(times);
+            self.cluster.put_off.push(times);
         }
     }
 
@@ -85,7 +85,7 @@ impl Writer {
     fn serve(&mut self, mut rx: mpsc::Receiver<Job>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         loop {
-            if self.carried.is_empty() {
+            if self.cluster.carried.is_empty() {
                 // While a batch is in flight, the next gathers as many jobs as it took writes
                 // before it is decided (a batch as large as the last, so that overlapping costs
                 // no more transactions); the batch in flight is settled first when its answer
@@ -140,7 +140,7 @@ impl Writer {
                 }
                 self.process(&mut batch);
                 // A job is put off a few times at most, then waited for: this ends.
-                while !self.carried.is_empty() {
+                while !self.cluster.carried.is_empty() {
                     self.take_carried(&mut batch);
                     self.process(&mut batch);
                 }

@@ -32,25 +32,27 @@ use crate::engine::hub::{ConvView, Hub};
 use crate::engine::state::{
     AppendRequest, Applied, ConvMachine, Draft, Seeded, ShortKey, TurnPolicy, TurnState,
 };
-use crate::engine::store::{
-    now_ms, Durability, Heard, LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
-};
+use crate::engine::store::{now_ms, Durability, Heard, LogWriter, NewConversation, NewRow, Store};
 
 mod appending;
 mod batch;
+mod cluster;
+mod convs;
+mod decide;
 mod gather;
-mod overlap;
 mod pipeline;
-mod shared;
+mod rerun;
 mod tally;
 pub use appending::Appending;
+pub use cluster::SharedJob;
+use convs::{Convs, Slot};
 use pipeline::{
     answer, fail_all, publish, publish_loop, sync, sync_loop, Committed, CommittedConv, Reply,
     SyncQueue, LOG_STOPPED,
 };
 pub use tally::OpenCaps;
 
-/// The most jobs one transaction takes (on a shared store, `shared::MAX_SHARED_BATCH`).
+/// The most jobs one transaction takes (on a shared store, `cluster::MAX_SHARED_BATCH`).
 pub const MAX_BATCH: usize = 4096;
 /// Jobs that may wait for the writer; past this, an append waits for room (see
 /// [`WriterHandle::append`]).
@@ -87,42 +89,8 @@ pub enum Job {
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
-    /// Load a conversation another node created, if the log has it; answered once it is
-    /// published here (or not found).
-    Load {
-        /// Its id.
-        id: String,
-        /// Answered after the conversation's events are published here.
-        reply: oneshot::Sender<Result<(), RpcError>>,
-    },
-    /// Catch up on what other nodes committed (conversation numbers with their new heads, or
-    /// everything changed lately when `None`).
-    Refresh(Option<Vec<(i64, u64)>>),
-    /// On a shared store: let go of the closed conversations nobody holds and no client named
-    /// for `idle_ms` (they are loaded again when named); answered with how many.
-    Forget {
-        /// How long untouched.
-        idle_ms: i64,
-        /// How many were let go.
-        reply: oneshot::Sender<usize>,
-    },
-    /// On a shared store, after the start: take in the open conversations numbered after
-    /// `after` that this node does not know, a slice of them (see [`Writer::sweep`]); answered
-    /// with the last number read and how many were taken in, or `None` when there were no
-    /// more.
-    Sweep {
-        /// Where the slice starts (exclusive).
-        after: i64,
-        /// The last number read, and how many were new here.
-        reply: oneshot::Sender<Result<Option<(i64, usize)>>>,
-    },
-    /// On a shared store: what the reader read past this node's views of conversations other
-    /// nodes committed to ([`Writer::read_behind`]), to take in; `Err` with the numbers it was
-    /// asked for when the read failed.
-    TakeIn(std::result::Result<Vec<(i64, Vec<RecoveredEvent>)>, Vec<i64>>),
-    /// On a shared store: clients read these conversations here; take in what other nodes
-    /// committed to them past this node's views ([`ConvView::followed`]).
-    Follow(Vec<String>),
+    /// What only a writer on a store other nodes write too does (see `cluster`).
+    Shared(SharedJob),
     /// The batch in flight has its answer (see `overlap`): settle it if nothing else came.
     CommitAnswered,
     /// Finish the queued work and stop.
@@ -204,7 +172,7 @@ pub struct WriterStats {
     pub overlapped: AtomicU64,
 }
 
-/// How many open conversations one [`Job::Sweep`] takes in: the writer reads them (and their
+/// How many open conversations one [`SharedJob::Sweep`] takes in: the writer reads them (and their
 /// events) between two batches, so a slice holds appends back for a few tens of milliseconds
 /// at most.
 const SWEEP_SLICE: i64 = 256;
@@ -223,7 +191,11 @@ async fn sweep(tx: mpsc::Sender<Job>, done: tokio::sync::watch::Sender<bool>) {
     let (mut after, mut taken) = (0, 0);
     loop {
         let (reply, rx) = oneshot::channel();
-        if tx.send(Job::Sweep { after, reply }).await.is_err() {
+        if tx
+            .send(Job::Shared(SharedJob::Sweep { after, reply }))
+            .await
+            .is_err()
+        {
             return;
         }
         match rx.await {
@@ -267,113 +239,6 @@ pub struct WriterHandle {
     swept: tokio::sync::watch::Receiver<bool>,
 }
 
-struct Slot {
-    num: i64,
-    state: ConvMachine,
-    shared: Arc<ConvView>,
-    /// While a batch runs: this conversation's place in its [`TouchedConversation`] list, plus one (0: not
-    /// touched yet), so that each append finds its batch entry without a lookup.
-    mark: usize,
-    /// On a shared store: until when (ms since the epoch) batches read this conversation's head
-    /// from the log before deciding, because another node wrote it lately (see `shared`).
-    read_until_ms: i64,
-    /// Who created it (what it counts against while open).
-    creator: String,
-    /// Whether it is counted among the open conversations ([`Convs::settle`]).
-    counted: bool,
-}
-
-impl Slot {
-    /// A slot for `state`, not yet counted.
-    fn new(num: i64, state: ConvMachine, shared: Arc<ConvView>, creator: String) -> Slot {
-        Slot {
-            num,
-            state,
-            shared,
-            mark: 0,
-            read_until_ms: 0,
-            creator,
-            counted: false,
-        }
-    }
-
-    /// The tree it counts in: for a sub-conversation, its top-level conversation (its parent,
-    /// in a log written before the root was recorded).
-    fn tree(&self) -> Option<&str> {
-        self.state
-            .parent()
-            .map(|p| p.root.as_deref().unwrap_or(&p.conversation_id))
-    }
-}
-
-/// The writer's conversations: their states side by side, found by id once per append (and
-/// by number when another node's commits are caught up on).
-#[derive(Default)]
-struct Convs {
-    slots: Vec<Slot>,
-    by_id: Seeded<ShortKey, usize>,
-    by_num: Seeded<i64, usize>,
-    /// The open ones, per creator and per tree (for the caps).
-    open: tally::OpenCounts,
-}
-
-impl Convs {
-    fn find(&self, id: &str) -> Option<usize> {
-        self.by_id.get(id).copied()
-    }
-
-    fn get(&self, id: &str) -> Option<&Slot> {
-        self.find(id).map(|i| &self.slots[i])
-    }
-
-    fn insert(&mut self, id: &str, slot: Slot) -> usize {
-        self.by_num.insert(slot.num, self.slots.len());
-        self.slots.push(slot);
-        self.by_id.insert(ShortKey::new(id), self.slots.len() - 1);
-        self.settle(self.slots.len() - 1);
-        self.slots.len() - 1
-    }
-
-    /// Counts the conversation in `at` among the open ones, or out, as its state now is: open
-    /// from its `created` event until it closes. Called whenever its state may have changed.
-    fn settle(&mut self, at: usize) {
-        let slot = &mut self.slots[at];
-        let open = slot.state.core.head > 0 && !slot.state.core.closed;
-        if open != slot.counted {
-            slot.counted = open;
-            self.open.count(&slot.creator, slot.tree(), open);
-        }
-    }
-
-    /// Counts a conversation that leaves the writer out.
-    fn uncount(open: &mut tally::OpenCounts, slot: &Slot) {
-        if slot.counted {
-            open.count(&slot.creator, slot.tree(), false);
-        }
-    }
-
-    /// Forgets the conversation in `at` (the last one takes its place).
-    fn remove(&mut self, at: usize) {
-        let slot = self.slots.swap_remove(at);
-        Self::uncount(&mut self.open, &slot);
-        self.by_id.remove(slot.state.id.as_str());
-        self.by_num.remove(&slot.num);
-        if let Some(moved) = self.slots.get(at) {
-            self.by_id.insert(ShortKey::new(&moved.state.id), at);
-            self.by_num.insert(moved.num, at);
-        }
-    }
-
-    /// Forgets the conversations added since there were `len` (a batch that failed).
-    fn truncate(&mut self, len: usize) {
-        for slot in self.slots.drain(len.min(self.slots.len())..) {
-            Self::uncount(&mut self.open, &slot);
-            self.by_id.remove(slot.state.id.as_str());
-            self.by_num.remove(&slot.num);
-        }
-    }
-}
-
 struct Writer {
     log: Box<dyn LogWriter>,
     hub: Arc<Hub>,
@@ -388,34 +253,14 @@ struct Writer {
     syncer: Arc<SyncQueue>,
     threads: Vec<JoinHandle<()>>,
     convs: Convs,
-    /// Whether other nodes write the same log: each batch locks and catches up first.
-    shared: bool,
-    /// The fenced writes of the current batch whose turn another node has taken.
-    stale: Vec<(crate::engine::store::TurnKey, i64)>,
-    /// The conversations whose heads the current batch read from the log once it held their
-    /// locks (by number, sorted): its view of them is the log's.
-    verified: Vec<i64>,
-    /// On a shared store: the jobs a batch put off because another node's batch held their
-    /// conversations, with how many times each was put off; they begin the next batch.
-    carried: Vec<(Job, u8)>,
-    /// How many times each job at the front of the current batch was put off (those carried).
-    put_off: Vec<u8>,
+    /// What a writer on a store other nodes write too keeps besides (nothing, on one node's).
+    cluster: cluster::Cluster,
     stats: Arc<WriterStats>,
     metrics: crate::engine::telemetry::CommitMetrics,
     /// The caps on open conversations each creation is checked against.
     caps: OpenCaps,
-    /// On a shared store, how far the sweep after the start has read the open conversations
-    /// (by number; `i64::MAX` once done): a notice about one it has not reached and this node
-    /// does not know is left to it (see [`Writer::take_in_notices`]).
-    swept_until: i64,
-    /// On a shared store: the reader thread, which reads what other nodes committed off the
-    /// writer's path ([`Writer::read_behind`]).
-    reader: Option<shared::Reader>,
-    /// On a shared store: conversations (by number) whose views were left behind the log,
-    /// nothing here following them ([`Writer::take_in_notices`]); some may have caught up since.
-    behind_views: std::collections::BTreeSet<i64>,
     /// A batch whose commit is in flight while the next is decided ([`overlap`]).
-    pending: Option<overlap::Pending>,
+    pending: Option<cluster::overlap::Pending>,
     /// Whether the current batch may be left in flight: it has more than one job, jobs were
     /// queued behind it, or a batch is in flight already (a lone write left in flight would
     /// only gain a wake-up on its path).
@@ -517,7 +362,7 @@ impl WriterHandle {
             // and the store looks at everything changed lately at its next poll).
             let tx = tx.clone();
             store.follow(Box::new(move |changes| {
-                match tx.try_send(Job::Refresh(changes)) {
+                match tx.try_send(Job::Shared(SharedJob::Refresh(changes))) {
                     Ok(()) => Heard::Taken,
                     Err(mpsc::error::TrySendError::Full(_)) => Heard::Dropped,
                     Err(mpsc::error::TrySendError::Closed(_)) => Heard::Stop,
@@ -556,21 +401,14 @@ impl WriterHandle {
             syncer,
             threads: vec![sync_thread, publisher_thread],
             convs,
-            shared: log_shared,
-            stale: Vec::new(),
-            verified: Vec::new(),
-            carried: Vec::new(),
-            put_off: Vec::new(),
             stats: stats.clone(),
             metrics: crate::engine::telemetry::CommitMetrics::new(),
             caps,
-            swept_until: if log_shared { 0 } else { i64::MAX },
-            behind_views: Default::default(),
             pending: None,
             busy: false,
-            reader: match log_shared {
-                true => Some(shared::Reader::start(store.writer()?, tx.clone())?),
-                false => None,
+            cluster: match log_shared {
+                true => cluster::Cluster::start(store.writer()?, tx.clone())?,
+                false => cluster::Cluster::default(),
             },
         };
         let thread = std::thread::Builder::new()
@@ -587,7 +425,9 @@ impl WriterHandle {
     /// Has the writer take in what other nodes committed past this node's views of `ids` (read
     /// here); the views' heads say when it is done.
     pub fn follow(&self, ids: Vec<String>) {
-        if let Err(mpsc::error::TrySendError::Full(job)) = self.tx.try_send(Job::Follow(ids)) {
+        if let Err(mpsc::error::TrySendError::Full(job)) =
+            self.tx.try_send(Job::Shared(SharedJob::Follow(ids)))
+        {
             let tx = self.tx.clone();
             tokio::spawn(async move { tx.send(job).await });
         }
@@ -674,12 +514,12 @@ impl WriterHandle {
     }
 
     /// On a shared store, lets go of the closed conversations that nobody holds and no client
-    /// named for `idle` (see [`Job::Forget`]); how many.
+    /// named for `idle` (see [`SharedJob::Forget`]); how many.
     pub async fn forget_idle(&self, idle: std::time::Duration) -> Result<usize> {
         let (reply, rx) = oneshot::channel();
         let idle_ms = idle.as_millis() as i64;
         self.tx
-            .send(Job::Forget { idle_ms, reply })
+            .send(Job::Shared(SharedJob::Forget { idle_ms, reply }))
             .await
             .map_err(|_| Error::WriterGone)?;
         rx.await.map_err(|_| Error::WriterGone)
@@ -707,7 +547,8 @@ impl WriterHandle {
     /// Loads conversation `id` if another node created it and this one does not know it yet;
     /// returns once it is known here (or the log has no such conversation).
     pub async fn ensure_known(&self, id: String) -> Result<()> {
-        self.send_create(|reply| Job::Load { id, reply }).await
+        self.send_create(|reply| Job::Shared(SharedJob::Load { id, reply }))
+            .await
     }
 
     /// Finishes every queued job, then stops the thread and waits for it.

@@ -215,20 +215,9 @@ impl Reply {
         let stopped = || RpcError::new(ErrorCode::Internal, LOG_STOPPED);
         match job {
             Job::Append { reply, .. } => Some(Reply::Append(reply, Err(stopped()))),
-            Job::Create { reply, .. } | Job::Load { reply, .. } => {
-                Some(Reply::Create(reply, Err(stopped())))
-            }
-            Job::Forget { reply, .. } => {
-                let _ = reply.send(0);
-                None
-            }
-            Job::Sweep { reply, .. } => {
-                let _ = reply.send(Err(crate::engine::error::Error::WriterGone));
-                None
-            }
-            Job::Stop | Job::CommitAnswered | Job::Refresh(_) | Job::TakeIn(_) | Job::Follow(_) => {
-                None
-            }
+            Job::Create { reply, .. } => Some(Reply::Create(reply, Err(stopped()))),
+            Job::Shared(job) => job.refusing(),
+            Job::Stop | Job::CommitAnswered => None,
         }
     }
 }

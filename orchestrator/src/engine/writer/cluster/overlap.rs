@@ -10,25 +10,27 @@
 //! was decided on has committed; anything that is not a plain batch waits for the batch in
 //! flight to settle first ([`Writer::settle`]).
 
-use super::batch::{again_with, Retry, TouchedConversation};
 use super::*;
+use crate::engine::writer::decide::TouchedConversation;
+use crate::engine::writer::pipeline::Committed;
+use crate::engine::writer::rerun::{again_with, Retry};
 
 /// A batch whose COMMIT is in flight.
-pub(super) struct Pending {
+pub(in crate::engine::writer) struct Pending {
     /// What is handed on once it has committed (the views as the batch left them, its
     /// answers).
-    pub committed: Committed,
+    pub(in crate::engine::writer) committed: Committed,
     /// What it touched, to put back if it failed.
-    pub touched: Vec<TouchedConversation>,
-    pub slots_before: usize,
+    pub(in crate::engine::writer) touched: Vec<TouchedConversation>,
+    pub(in crate::engine::writer) slots_before: usize,
     /// Its jobs, to run again after a conflict.
-    pub again: Vec<Retry>,
-    pub jobs: u64,
-    pub rows: u64,
+    pub(in crate::engine::writer) again: Vec<Retry>,
+    pub(in crate::engine::writer) jobs: u64,
+    pub(in crate::engine::writer) rows: u64,
     /// The turns it claims for this node (see `Writer::claim_opened`).
-    pub opened: Vec<(Arc<ConvView>, u64)>,
-    pub sent: tokio::time::Instant,
-    pub started: std::time::Instant,
+    pub(in crate::engine::writer) opened: Vec<(Arc<ConvView>, u64)>,
+    pub(in crate::engine::writer) sent: tokio::time::Instant,
+    pub(in crate::engine::writer) started: std::time::Instant,
 }
 
 impl Writer {
@@ -38,8 +40,13 @@ impl Writer {
     /// log before deciding and whose locks are taken with its commit — and no read for the
     /// reader thread to ask for (it reads past the views, which a failure could take back).
     /// Anything else waits for the batch in flight to settle.
-    pub(super) fn plain(&self, batch: &[Job]) -> bool {
-        if self.reader.as_ref().is_some_and(shared::Reader::would_ask) {
+    pub(in crate::engine::writer) fn plain(&self, batch: &[Job]) -> bool {
+        if self
+            .cluster
+            .reader
+            .as_ref()
+            .is_some_and(cluster::Reader::would_ask)
+        {
             return false;
         }
         let now = now_ms();
@@ -61,12 +68,12 @@ impl Writer {
                             })
                     })
             }
-            Job::Refresh(Some(heads)) => {
+            Job::Shared(SharedJob::Refresh(Some(heads))) => {
                 heads
                     .iter()
                     .all(|&(num, head)| match self.convs.by_num.get(&num) {
                         Some(&at) => head <= self.convs.slots[at].state.core.head,
-                        None => num > self.swept_until,
+                        None => num > self.cluster.swept_until,
                     })
             }
             Job::CommitAnswered => true,
@@ -76,7 +83,7 @@ impl Writer {
 
     /// Waits for the batch in flight, if any, and hands it on (or, when it failed, puts its
     /// state back and runs its jobs again or refuses them).
-    pub(super) fn settle(&mut self) {
+    pub(in crate::engine::writer) fn settle(&mut self) {
         if let Some(p) = self.pending.take() {
             match self.outcome() {
                 Ok(()) => self.committed_pending(p),
@@ -87,7 +94,7 @@ impl Writer {
 
     /// The log's word on the oldest batch in flight (the time waited for it counted as the
     /// commit's).
-    pub(super) fn outcome(&mut self) -> Result<()> {
+    pub(in crate::engine::writer) fn outcome(&mut self) -> Result<()> {
         let waiting = std::time::Instant::now();
         let out = self.log.outcome();
         self.stats
@@ -97,7 +104,7 @@ impl Writer {
     }
 
     /// A batch in flight has committed: its claims are held and it is handed on.
-    pub(super) fn committed_pending(&mut self, p: Pending) {
+    pub(in crate::engine::writer) fn committed_pending(&mut self, p: Pending) {
         self.hold_granted(&p.opened, p.sent);
         self.metrics
             .committed(p.jobs as usize, p.rows, p.started.elapsed());
@@ -109,12 +116,12 @@ impl Writer {
     /// A batch in flight failed (nothing of it was written; a batch decided after it has been
     /// put back already): its state is put back, and its jobs run again after a conflict, or
     /// are refused.
-    pub(super) fn failed_pending(&mut self, p: Pending, e: Error) {
+    pub(in crate::engine::writer) fn failed_pending(&mut self, p: Pending, e: Error) {
         let conflict = matches!(e, Error::Conflict(_));
         self.roll_back(p.touched, p.slots_before, conflict);
         if !conflict {
             tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
-            fail_all(p.committed.replies, shared::failure_message(&e));
+            fail_all(p.committed.replies, cluster::failure_message(&e));
             return;
         }
         tracing::debug!(error = %e, "another node wrote first; the batch runs again");
@@ -123,8 +130,8 @@ impl Writer {
         let mut jobs = again_with(p.again, p.committed.replies);
         // Run here, ahead of the batch being decided (whose jobs came later): what that one was
         // told it put off stays its own.
-        let put_off = std::mem::take(&mut self.put_off);
+        let put_off = std::mem::take(&mut self.cluster.put_off);
         self.attempts(&mut jobs, 2);
-        self.put_off = put_off;
+        self.cluster.put_off = put_off;
     }
 }
