@@ -48,6 +48,9 @@ export class AgentContext {
   readonly agentId: string;
   private writes = 0;
   private readonly abort = new AbortController();
+  /** The key of the attempt's `turn_start`, which the executor sent without waiting: this
+   * context's other writes are appended only after it (`afterKey`), or refused. */
+  private heldTo: string | undefined;
 
   constructor(
     /** The client the agent speaks through. */
@@ -76,6 +79,15 @@ export class AgentContext {
   /** @internal Ends the attempt: writes through this context are refused from now on. */
   stop(reason: string): void {
     this.abort.abort(new DeadlineExceeded(reason));
+  }
+
+  /** @internal The executor's: this context's writes but the one with `key` are held to it. */
+  holdWritesTo(key: string): void {
+    this.heldTo = key;
+  }
+
+  private afterKey(key: string): string | undefined {
+    return key === this.heldTo ? undefined : this.heldTo;
   }
 
   private nextKey(what: string): string {
@@ -116,9 +128,11 @@ export class AgentContext {
    * `none` (progress) or `conversation` (the last word).
    */
   async post(payload: MessagePayload | string, finality: Finality = "turn"): Promise<AppendResult> {
+    const clientRequestId = this.nextKey("m");
     return this.client.sendMessage(this.conversationId, payload, finality, {
       turnHint: this.turn,
-      clientRequestId: this.nextKey("m"),
+      clientRequestId,
+      afterKey: this.afterKey(clientRequestId),
     });
   }
 
@@ -129,7 +143,12 @@ export class AgentContext {
 
   /** Writes a trace for this turn. */
   async postTrace(payload: Json | unknown): Promise<AppendResult> {
-    return this.client.sendTrace(this.conversationId, payload, { turn: this.turn, clientRequestId: this.nextKey("x") });
+    const clientRequestId = this.nextKey("x");
+    return this.client.sendTrace(this.conversationId, payload, {
+      turn: this.turn,
+      clientRequestId,
+      afterKey: this.afterKey(clientRequestId),
+    });
   }
 
   /** Waits until the conversation moves past `sinceSeq` or `timeoutMs` passes. */

@@ -356,32 +356,6 @@ export class Client {
     );
   }
 
-  /**
-   * This client, its writes into `conversationId` carrying `afterKey: key` (all but the write
-   * with that key itself): each is appended only after this agent's write with that key, or
-   * refused (`InvalidParams`) and nothing written (PROTOCOL.md, "Held writes"). An executor
-   * sends an attempt's `turn_start` and runs the agent at once through it.
-   */
-  heldTo(conversationId: string, key: string): Client {
-    const held = (options: { clientRequestId?: string; afterKey?: string }, id: string) =>
-      options.afterKey === undefined && id === conversationId && options.clientRequestId !== key
-        ? { ...options, afterKey: key }
-        : options;
-    return new Proxy(this, {
-      get(target, prop) {
-        if (prop === "sendMessage") {
-          return (id: string, payload: MessagePayload | string, finality?: Finality, options = {}) =>
-            target.sendMessage(id, payload, finality, held(options, id));
-        }
-        if (prop === "sendTrace") {
-          return (id: string, payload: unknown, options = {}) => target.sendTrace(id, payload, held(options, id));
-        }
-        const v: unknown = Reflect.get(target, prop, target);
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    });
-  }
-
   /** `pauseConversation` (admins). */
   pauseConversation(conversationId: string): Promise<unknown> {
     return this.call("pauseConversation", { conversationId });

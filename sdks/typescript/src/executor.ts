@@ -185,8 +185,8 @@ export class ExecutorCore {
       // The attempt's `turn_start` (its context's first write, key `…x0`) is sent and the agent
       // runs at once, its writes held to the trace (`afterKey`): they land after it, or are
       // refused when it did not land.
-      const held = traces ? client.heldTo(a.conversationId, `t${a.turn}.a${attempt}.x0`) : client;
-      const ctx = new AgentContext(held, a.conversationId, a.turn, attempt, a.deadline, a.sinceSeq ?? 0, a.mode);
+      const ctx = new AgentContext(client, a.conversationId, a.turn, attempt, a.deadline, a.sinceSeq ?? 0, a.mode);
+      if (traces) ctx.holdWritesTo(`t${a.turn}.a${attempt}.x0`);
       const started: Promise<unknown> | null = traces
         ? ctx.postTrace(trace("turn_start", a, attempt)).then(
             () => null,

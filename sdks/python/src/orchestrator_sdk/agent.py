@@ -70,6 +70,13 @@ class AgentContext:
         #: What the turn asks for: `converse`, `plan` or `build`.
         self.mode = mode
         self._writes = 0
+        # The key of the attempt's `turn_start`, which the executor sent without waiting: this
+        # context's writes are appended only after it (`afterKey`), or refused.
+        self._after_key: str | None = None
+
+    def _hold_writes_to(self, key: str) -> None:
+        """The executor's: this context's later writes are held to its write with `key`."""
+        self._after_key = key
 
     def _next_key(self, what: str) -> str:
         n = self._writes
@@ -111,6 +118,7 @@ class AgentContext:
             finality,
             turn_hint=self.turn,
             client_request_id=self._next_key("m"),
+            after_key=self._after_key,
         )
 
     async def say(self, text: str, finality: str = "turn") -> AppendResult:
@@ -120,7 +128,11 @@ class AgentContext:
     async def post_trace(self, payload: Any) -> AppendResult:
         """Writes a trace for this turn."""
         return await self.client.send_trace(
-            self.conversation_id, payload, turn=self.turn, client_request_id=self._next_key("x")
+            self.conversation_id,
+            payload,
+            turn=self.turn,
+            client_request_id=self._next_key("x"),
+            after_key=self._after_key,
         )
 
     async def wait_for_change(self, since_seq: int, timeout: float) -> WaitForChangeResult:

@@ -297,7 +297,7 @@ class Client:
             ),
         )
 
-    async def send_trace_queued(
+    async def _send_trace_queued(
         self,
         conversation_id: str,
         payload: Json,
@@ -308,19 +308,13 @@ class Client:
         """`sendTrace`, returned as soon as the call is on its way (written to the connection,
         or parked for the next one, which sends parked calls in the order they were made): the
         answer is the future's. A write made after this returns reaches the server after the
-        trace, so it may be held to it (`held_to`)."""
+        trace, so it may be held to it (`after_key`): the executor sends an attempt's
+        `turn_start` so and runs the agent at once."""
         params = _trace_params(conversation_id, payload, turn, client_request_id, None)
         i, call = self._register("sendTrace", params, None)
         await self._send(i, call)
         call.future.add_done_callback(lambda _: self._calls.pop(i, None))
         return cast("asyncio.Future[AppendResult]", call.future)
-
-    def held_to(self, conversation_id: str, key: str) -> "Client":
-        """This client, its writes into `conversation_id` carrying `afterKey: key` (all but
-        the write with that key itself): each is appended only after this agent's write with
-        that key, or refused (`INVALID_PARAMS`) and nothing written. An executor sends an
-        attempt's `turn_start` (`send_trace_queued`) and runs the agent at once through it."""
-        return cast("Client", _Held(self, conversation_id, key))
 
     async def pause_conversation(self, conversation_id: str) -> Any:
         """`pauseConversation` (admins)."""
@@ -577,34 +571,6 @@ def _subscribe_params(sub: Subscription) -> Json:
     if sub.conversation_id is not None:
         return {"conversationId": sub.conversation_id, "sinceSeq": sub.cursors.get(sub.conversation_id, 0)}
     return {"sinceSeq": sub.since_all, "cursors": dict(sub.cursors)}
-
-
-class _Held:
-    """A client whose writes into one conversation are held to a key (`Client.held_to`);
-    everything else is the client's."""
-
-    def __init__(self, client: Client, conversation_id: str, key: str) -> None:
-        self._client = client
-        self._conversation_id = conversation_id
-        self._key = key
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def _after(self, conversation_id: str, key: str | None, after_key: str | None) -> str | None:
-        if after_key is not None or conversation_id != self._conversation_id or key == self._key:
-            return after_key
-        return self._key
-
-    async def send_message(
-        self, conversation_id: str, payload: Json | str, finality: str = "turn", **kw: Any
-    ) -> AppendResult:
-        kw["after_key"] = self._after(conversation_id, kw.get("client_request_id"), kw.get("after_key"))
-        return await self._client.send_message(conversation_id, payload, finality, **kw)
-
-    async def send_trace(self, conversation_id: str, payload: Json, **kw: Any) -> AppendResult:
-        kw["after_key"] = self._after(conversation_id, kw.get("client_request_id"), kw.get("after_key"))
-        return await self._client.send_trace(conversation_id, payload, **kw)
 
 
 def _trace_params(

@@ -167,7 +167,7 @@ class ExecutorCore:
             if a.traces:
                 key = ctx._next_key("x")
                 try:
-                    started = await client.send_trace_queued(
+                    started = await client._send_trace_queued(
                         a.conversation_id,
                         _trace("turn_start", a, attempt),
                         turn=a.turn,
@@ -176,7 +176,7 @@ class ExecutorCore:
                 except Exception as e:  # noqa: BLE001
                     last_error = str(e)
                     continue
-                ctx.client = client.held_to(a.conversation_id, key)
+                ctx._hold_writes_to(key)
             ran: Any
             try:
                 ran = await asyncio.wait_for(
