@@ -702,6 +702,33 @@ pub async fn full_log(client: &dyn agent_sdk::AgentClient, id: &str) -> Vec<prot
     }
 }
 
+/// Waits (at most [`WAIT`]) until `cond` holds for the conversation's whole log, read again
+/// each time the conversation moves (`waitForChange` past its last seq), never on a timer.
+pub async fn log_until(
+    client: &dyn agent_sdk::AgentClient,
+    id: &str,
+    what: &str,
+    cond: impl Fn(&[proto_spec::Event]) -> bool,
+) -> Vec<proto_spec::Event> {
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let log = full_log(client, id).await;
+        if cond(&log) {
+            return log;
+        }
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "{id}: {what} did not happen: {log:?}");
+        client
+            .wait_for_change(proto_spec::WaitForChangeParams {
+                conversation_id: id.to_string(),
+                since_seq: log.last().map_or(0, |e| e.seq),
+                timeout_ms: left.as_millis().max(1) as u64,
+            })
+            .await
+            .expect("waitForChange");
+    }
+}
+
 /// The payloads of the log's traces of type `kind` (`turn_start`, `llm_call`, …), in order.
 pub fn traces(log: &[proto_spec::Event], kind: &str) -> Vec<Value> {
     log.iter()
@@ -718,7 +745,8 @@ pub fn turn_errors(log: &[proto_spec::Event]) -> Vec<String> {
         .collect()
 }
 
-/// Waits (at most [`WAIT`]) until `cond` holds for the conversation's snapshot.
+/// Waits (at most [`WAIT`]) until `cond` holds for the conversation's snapshot: read again each
+/// time the conversation moves (`waitForChange` past the head it was read at), never on a timer.
 pub async fn wait_for(
     client: &dyn agent_sdk::AgentClient,
     id: &str,
@@ -731,11 +759,16 @@ pub async fn wait_for(
         if cond(&s) {
             return s;
         }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{id}: {what} did not happen: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "{id}: {what} did not happen: {s:?}");
+        client
+            .wait_for_change(proto_spec::WaitForChangeParams {
+                conversation_id: id.to_string(),
+                since_seq: s.latest_seq,
+                timeout_ms: left.as_millis().max(1) as u64,
+            })
+            .await
+            .expect("waitForChange");
     }
 }
 
@@ -787,6 +820,33 @@ pub async fn ws_log(c: &WsClient, conv: &str) -> Vec<Value> {
             return all;
         }
         all.extend(events);
+    }
+}
+
+/// [`log_until`] over a jsonrpsee client: waits (at most [`WAIT`]) until `cond` holds for the
+/// conversation's whole log, read again each time the conversation moves past its last seq.
+pub async fn ws_log_until(
+    c: &WsClient,
+    conv: &str,
+    what: &str,
+    cond: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let until = tokio::time::Instant::now() + WAIT;
+    loop {
+        let log = ws_log(c, conv).await;
+        if cond(&log) {
+            return log;
+        }
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "{conv}: {what} did not happen: {log:?}");
+        let since = log.last().and_then(|e| e["seq"].as_u64()).unwrap_or(0);
+        let _: Value = c
+            .request(
+                "waitForChange",
+                P(json!({"conversationId": conv, "sinceSeq": since, "timeoutMs": left.as_millis().max(1) as u64})),
+            )
+            .await
+            .expect("waitForChange");
     }
 }
 

@@ -266,18 +266,10 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
     agent.hold.store(false, std::sync::atomic::Ordering::SeqCst);
     agent.release.notify_waiters();
     let alice = other.client("alice").await;
-    let until = tokio::time::Instant::now() + WAIT;
-    while !log(&alice, "cut")
-        .await
-        .iter()
-        .any(|e| e["kind"] == "message")
-    {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the turn was not answered"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    tests::ws_log_until(&alice, "cut", "the turn answered", |log| {
+        log.iter().any(|e| e["kind"] == "message")
+    })
+    .await;
     let refused = tokio::time::timeout(std::time::Duration::from_secs(30), unanswered)
         .await
         .expect("the cut-off node answers within its database timeout")
@@ -375,19 +367,11 @@ async fn a_push_turn_is_granted_once_across_nodes() {
             )
             .await
             .expect("alice's turn");
-        let until = tokio::time::Instant::now() + WAIT;
-        while !log(&alice, "pushed")
-            .await
-            .iter()
-            .any(|e| e["kind"] == "message" && e["turn"] == turn + 1)
-        {
-            assert!(
-                tokio::time::Instant::now() < until,
-                "bob did not answer turn {}",
-                turn + 1
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        tests::ws_log_until(&alice, "pushed", "bob answered the turn", |log| {
+            log.iter()
+                .any(|e| e["kind"] == "message" && e["turn"] == turn + 1)
+        })
+        .await;
     }
     for r in replicas {
         r.abort();
@@ -509,20 +493,12 @@ async fn a_turn_timeout_fires_once_whichever_nodes_run_timers() {
         .await
         .expect("create");
     let reader = b.client("alice").await;
-    let until = tokio::time::Instant::now() + WAIT;
-    let events = loop {
-        // Nobody answers: each turn times out, and after a round of silence the conversation
-        // ends (`no_answer`).
-        let events = log(&reader, "silent").await;
-        if events
-            .last()
-            .is_some_and(|e| e["finality"] == "conversation")
-        {
-            break events;
-        }
-        assert!(tokio::time::Instant::now() < until, "{events:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    // Nobody answers: each turn times out, and after a round of silence the conversation ends
+    // (`no_answer`).
+    let events = tests::ws_log_until(&reader, "silent", "the conversation ended", |log| {
+        log.last().is_some_and(|e| e["finality"] == "conversation")
+    })
+    .await;
     let mut per_turn: HashMap<u64, usize> = HashMap::new();
     for e in events
         .iter()

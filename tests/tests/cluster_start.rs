@@ -8,7 +8,7 @@ use std::sync::Arc;
 use jsonrpsee::core::client::ClientT;
 use serde_json::{json, Value};
 use tests::cluster::{counting_agents, create_with_policy, Counting};
-use tests::{test_limits, ws_log as log, ws_send as send, TestServer, P, WAIT};
+use tests::{test_limits, ws_send as send, TestServer, P};
 
 /// Conversations `c-0` … `c-{n-1}` between alice and bob, made through `node`.
 async fn create_many(node: &TestServer, n: usize) {
@@ -149,16 +149,9 @@ async fn a_node_serves_at_once_and_takes_the_open_conversations_in_after() {
             .unwrap_or(false)
     })
     .await;
-    let until = tokio::time::Instant::now() + WAIT;
-    while !log(&on_b, "duo")
-        .await
-        .iter()
-        .any(|e| e["kind"] == "message" && e["author"] == "bot1" && e["turn"] == 2)
-    {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "bot1's reply never landed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    tests::ws_log_until(&on_b, "duo", "bot1's reply landed", |log| {
+        log.iter()
+            .any(|e| e["kind"] == "message" && e["author"] == "bot1" && e["turn"] == 2)
+    })
+    .await;
 }

@@ -48,16 +48,10 @@ async fn subconversations_and_forks_work_across_nodes() {
     let on_a = a.sdk("admin", None).await;
     tests::create_scenario(&on_a, "tree", scenario).await;
     let on_b = b.sdk("admin", None).await;
-    let until = tokio::time::Instant::now() + tests::WAIT;
-    while system_of(
-        &tests::full_log(&on_b, "tree").await,
-        "subconversation_started",
-    )
-    .is_empty()
-    {
-        assert!(tokio::time::Instant::now() < until, "no child started");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    tests::log_until(&on_b, "tree", "a child started", |log| {
+        !system_of(log, "subconversation_started").is_empty()
+    })
+    .await;
     a.stop().await;
     tests::wait_for(&on_b, "tree", "the end", |s| {
         s.status == ConversationStatus::Closed

@@ -91,18 +91,10 @@ async fn tool_routing_sends_the_turn_to_the_tool_by_a_selector_rule() {
 
 /// Waits until `who` holds a turn of `conv` (it may speak), then answers "approve".
 async fn approve(who: &WsJsonRpcClient, conv: &str) {
-    let until = tokio::time::Instant::now() + WAIT;
-    let s = loop {
-        let s = who.get_conversation(conv).await.expect("snapshot");
-        if s.speaker.as_deref() == Some(who.agent_id()) {
-            break s;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "no approval requested: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let s = tests::wait_for(who, conv, "an approval requested", |s| {
+        s.speaker.as_deref() == Some(who.agent_id())
+    })
+    .await;
     assert_eq!(s.guidance.status, GuidanceStatus::MaySpeak);
     who.send_message(SendMessageParams {
         conversation_id: conv.into(),

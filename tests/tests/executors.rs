@@ -101,9 +101,7 @@ async fn log_of(admin: &dyn AgentClient, id: &str) -> Vec<Event> {
 
 /// Waits until the executor has finished the turn: its last trace is written.
 async fn wait_finished(admin: &dyn AgentClient, id: &str) -> Vec<Event> {
-    let until = tokio::time::Instant::now() + WAIT;
-    loop {
-        let log = log_of(admin, id).await;
+    tests::log_until(admin, id, "the turn finished", |log| {
         let done = log.iter().any(|e| {
             let p = e.payload_value();
             e.kind == EventKind::Trace
@@ -114,15 +112,9 @@ async fn wait_finished(admin: &dyn AgentClient, id: &str) -> Vec<Event> {
         let closed = log
             .iter()
             .any(|e| e.finality == Some(Finality::Conversation));
-        if done || closed {
-            return log;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the turn of {id} did not finish: {log:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        done || closed
+    })
+    .await
 }
 
 /// Runs every behaviour against a server whose `bob` is driven by `setup`, and returns the logs

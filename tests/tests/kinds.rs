@@ -482,30 +482,26 @@ async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go
     assert_eq!(answer["data"], json!({"sum": 7, "turn": 2}));
 
     for (id, _, _, error) in &bad {
-        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        let errors = loop {
-            let log = full_log(&admin, id).await;
-            let errors: Vec<String> = log
-                .iter()
-                .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
-                .map(|e| {
-                    e.payload_value()["error"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .collect();
-            if !errors.is_empty() {
-                assert!(
-                    !log.iter()
-                        .any(|e| e.author == "fn" && e.kind == EventKind::Message),
-                    "{id}: nothing is posted for a failed run"
-                );
-                break errors;
-            }
-            assert!(tokio::time::Instant::now() < until, "{id}: no error logged");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        };
+        let log = tests::log_until(&admin, id, "an error logged", |log| {
+            log.iter()
+                .any(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
+        })
+        .await;
+        let errors: Vec<String> = log
+            .iter()
+            .filter(|e| e.kind == EventKind::Trace && e.payload_value()["type"] == "turn_error")
+            .map(|e| {
+                e.payload_value()["error"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        assert!(
+            !log.iter()
+                .any(|e| e.author == "fn" && e.kind == EventKind::Message),
+            "{id}: nothing is posted for a failed run"
+        );
         assert!(errors[0].contains(error), "{id}: {errors:?}");
     }
     // The server still answers.

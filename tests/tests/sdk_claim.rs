@@ -2,7 +2,6 @@
 //! suites have the same): a claim lost to another replica through a proxy that cuts.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use agent_sdk::proto::*;
 use agent_sdk::{async_trait, Agent, AgentClient, AgentContext, AgentError, TurnOutcome};
@@ -63,20 +62,9 @@ fn replies(log: &[Event], author: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// Polls `admin`'s view of `id` until `done` holds for its log (at most [`WAIT`]).
+/// Waits until `done` holds for `admin`'s view of `id`'s log (at most [`WAIT`]).
 async fn until_log(admin: &dyn AgentClient, id: &str, what: &str, done: impl Fn(&[Event]) -> bool) {
-    let until = tokio::time::Instant::now() + WAIT;
-    loop {
-        let log = tests::full_log(admin, id).await;
-        if done(&log) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{what} did not happen: {log:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tests::log_until(admin, id, what, done).await;
 }
 
 /// Replica A, behind a proxy, claims bob's turn and posts progress; the proxy cuts it off; the

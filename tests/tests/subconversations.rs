@@ -3,8 +3,6 @@
 //! runaway trees; a child that times out is reported as the step's failure; approval
 //! checkpoints between steps go on or stop.
 
-use std::time::Duration;
-
 use agent_sdk::proto::*;
 use agent_sdk::{AgentClient, ClientError};
 use orchestrator::engine::config::Limits;
@@ -161,20 +159,15 @@ async fn parallel_children_are_open_at_once_and_whoever_takes_part_above_may_fol
     scenario["policy"]["sequence"] = json!(["asker", "planner"]);
     create_scenario(&admin, "par", scenario).await;
 
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    let children = loop {
-        let log = full_log(&admin, "par").await;
-        let started = system_of(&log, "subconversation_started");
-        if started.len() == 2 {
-            assert!(system_of(&log, "subconversation_finished").is_empty());
-            break started
-                .iter()
-                .map(|s| s["child"].as_str().unwrap().to_string())
-                .collect::<Vec<_>>();
-        }
-        assert!(tokio::time::Instant::now() < until, "children not started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let log = tests::log_until(&admin, "par", "two children started", |log| {
+        system_of(log, "subconversation_started").len() == 2
+    })
+    .await;
+    assert!(system_of(&log, "subconversation_finished").is_empty());
+    let children: Vec<String> = system_of(&log, "subconversation_started")
+        .iter()
+        .map(|s| s["child"].as_str().unwrap().to_string())
+        .collect();
     // alice takes part in the parent: she may read its children; carol may not.
     let alice = server.sdk("alice", None).await;
     let snap = alice
