@@ -26,69 +26,17 @@ pub use proto_spec::system::ParentLink;
 mod docs;
 mod fold;
 pub use docs::maybe_document;
+mod draft;
 mod names;
 mod policy;
 mod request;
+mod turn_state;
+pub use draft::{Applied, Draft};
 pub(crate) use names::Members;
 pub(crate) use names::ShortKey;
 pub use policy::{Authority, TurnPolicy};
 pub use request::{body_hash, to_raw, AppendRequest, BodyHash, Fence, Marks};
-
-/// An event decided by the state machine, not yet committed (it has no timestamp).
-#[derive(Debug, Clone)]
-pub struct Draft {
-    /// Its seq.
-    pub seq: u64,
-    /// Its kind.
-    pub kind: EventKind,
-    /// Its author.
-    pub author: String,
-    /// Its turn.
-    pub turn: u64,
-    /// Its finality (messages only).
-    pub finality: Option<Finality>,
-    /// Its payload, as stored.
-    pub payload: Box<RawValue>,
-    /// Its idempotency key.
-    pub client_request_id: Option<String>,
-    /// The body digest stored with the key.
-    pub hash: Option<BodyHash>,
-    /// A message that may be a plan or a deliverable ([`maybe_document`]), tested once where
-    /// its payload was made or read: the state numbers those, and the store marks them so that
-    /// recovery reads their payload.
-    pub doc: bool,
-}
-
-impl Draft {
-    /// A committed event as the fold reads it again (without its idempotency key).
-    pub fn of_event(e: proto_spec::Event) -> Draft {
-        Draft {
-            seq: e.seq,
-            kind: e.kind,
-            doc: Draft::doc_of(e.kind, e.payload.get()),
-            author: e.author,
-            turn: e.turn,
-            finality: e.finality,
-            payload: e.payload,
-            client_request_id: None,
-            hash: None,
-        }
-    }
-
-    /// Whether an event of `kind` with payload `raw` may be a plan or a deliverable.
-    pub fn doc_of(kind: EventKind, raw: &str) -> bool {
-        kind == EventKind::Message && maybe_document(raw)
-    }
-}
-
-/// What a valid request does.
-#[derive(Debug, Clone)]
-pub enum Applied {
-    /// New events to commit, and the answer for the caller.
-    Append(Vec<Draft>, AppendResult),
-    /// A retry of an earlier request: nothing to append; the original answer.
-    Duplicate(AppendResult),
-}
+pub use turn_state::{guidance_for, LastSaid, TurnState};
 
 /// What an idempotency key refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,77 +44,6 @@ pub struct IdemRecord {
     hash: BodyHash,
     seq: u64,
     turn: u64,
-}
-
-/// The small, cheaply cloned part of a conversation's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnState {
-    /// The latest seq (0: empty log).
-    pub head: u64,
-    /// The current turn (starts at 1).
-    pub turn: u64,
-    /// Who holds the turn; `None`: open to every participant.
-    pub speaker: Option<String>,
-    /// The seq of the `next_speaker` event that named the current speaker (0: none yet). The
-    /// publisher and recovery read the turn's start from it, without parsing events again.
-    pub speaker_seq: u64,
-    /// A message with finality `conversation` was appended.
-    pub closed: bool,
-    /// Paused by an admin.
-    pub paused: bool,
-    /// How long the current speaker has, from its `next_speaker` event (a policy's turn timeout).
-    pub turn_timeout_ms: Option<u64>,
-    /// The speaker waiting for approval, while its approver holds the turn.
-    pub pending_approval: Option<String>,
-    /// In a `sequence` order: the position of the current speaker.
-    pub sequence_pos: Option<usize>,
-    /// Sub-conversations started and not yet finished (the fan-out limit counts these).
-    pub children_open: u32,
-    /// In a sub-conversation: the last message of a participant (its result when it closes).
-    pub last_said: Option<Arc<LastSaid>>,
-    /// Turns in a row that ended by a timeout, with no participant's message closing one.
-    pub silent_turns: u32,
-    /// The mode the latest turn given to a speaker asks of it (what guidance shows while a
-    /// speaker holds the turn; a turn asked again after a timeout asks it again).
-    pub mode: Mode,
-    /// The mode asked of the speaker waiting for approval, for its turn once approved.
-    pub pending_mode: Option<Mode>,
-    /// The latest version of each plan and deliverable type (`plan.v1/TYPE`,
-    /// `deliverable.v1/TYPE`); shared until one is written.
-    pub doc_versions: Arc<std::collections::BTreeMap<String, u64>>,
-}
-
-/// A participant's message, kept as a sub-conversation's result.
-impl TurnState {
-    /// Whether time runs for the conversation: it is open and not paused. Turns are handed
-    /// out and timers fire only while it does.
-    pub fn is_running(&self) -> bool {
-        !self.closed && !self.paused
-    }
-
-    /// The turn to hand out, if one is due: the current turn and its speaker, while the
-    /// conversation runs and a speaker is named.
-    pub fn turn_to_hand_out(&self) -> Option<(&str, u64)> {
-        let speaker = self.speaker.as_deref()?;
-        self.is_running().then_some((speaker, self.turn))
-    }
-
-    /// Whether `agent` still holds turn `turn`: the conversation runs, the turn has not moved
-    /// on, and `agent` is its speaker. The one "is this turn still open" rule that offers,
-    /// claims and the executor's assignments follow.
-    pub fn holds_turn(&self, agent: &str, turn: u64) -> bool {
-        self.turn_to_hand_out() == Some((agent, turn))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastSaid {
-    /// Its seq.
-    pub seq: u64,
-    /// Its author.
-    pub author: String,
-    /// Its payload, as stored.
-    pub payload: String,
 }
 
 /// A conversation's state, rebuilt from its log.
@@ -183,29 +60,6 @@ pub struct ConvMachine {
     idem: Seeded<String, Seeded<String, IdemRecord>>,
     policy: Option<TurnPolicy>,
     parent: Option<ParentLink>,
-}
-
-/// Guidance for one agent, from the participants and the core state.
-pub fn guidance_for(participants: &[String], c: &TurnState, agent: &str) -> Guidance {
-    let (status, reason) = if c.closed {
-        (GuidanceStatus::Closed, None)
-    } else if c.paused {
-        (GuidanceStatus::Wait, Some("paused"))
-    } else if !participants.iter().any(|p| p == agent) {
-        (GuidanceStatus::Wait, Some("not_a_participant"))
-    } else if c.speaker.as_deref().is_some_and(|s| s != agent) {
-        (GuidanceStatus::Wait, Some("not_your_turn"))
-    } else {
-        (GuidanceStatus::MaySpeak, None)
-    };
-    Guidance {
-        status,
-        turn: c.turn,
-        speaker: c.speaker.clone(),
-        deadline: None,
-        reason: reason.map(str::to_string),
-        mode: c.speaker.as_ref().map(|_| c.mode),
-    }
 }
 
 /// A map keyed by strings clients choose: hashed with a random seed (`ahash`), so that nobody

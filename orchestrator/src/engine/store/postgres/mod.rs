@@ -23,6 +23,7 @@
 //! from any thread that may block. The writer's connection, and its reader's, run instead on
 //! their own thread, which drives them whenever it waits (`writer.rs`, `Driver`).
 
+mod driver;
 mod listen;
 pub mod migrations;
 mod rows;

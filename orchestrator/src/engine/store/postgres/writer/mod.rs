@@ -14,7 +14,11 @@ use std::sync::Arc;
 
 use tokio_postgres::Client;
 
-use super::{connect, rows, within_timeout, Wake, LATELY, NUMS_AHEAD};
+use super::driver::{Driver, Launched};
+
+mod lock;
+
+use super::{connect, rows, Wake, LATELY, NUMS_AHEAD};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::{
     now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
@@ -32,97 +36,6 @@ impl std::fmt::Debug for WriterConn {
         f.debug_struct("WriterConn")
             .field("closed", &self.client.is_closed())
             .finish()
-    }
-}
-
-/// What a future [`Driver::launch`]ed answers, once it has.
-type Launched<T> = tokio::sync::oneshot::Receiver<Result<T>>;
-
-/// A runtime of the writer's thread alone, on which its connection runs: it makes progress
-/// only while that thread waits on it (for an answer, or for its next job through
-/// [`LogWriter::wait_for`]), so every wait of the writer's goes through it.
-struct Driver {
-    rt: tokio::runtime::Runtime,
-}
-
-impl Driver {
-    fn new() -> Result<Driver> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Setup(format!("the writer's PostgreSQL runtime: {e}")))?;
-        Ok(Driver { rt })
-    }
-
-    /// Runs `f` on the runtime: here, or, when this thread runs a runtime already (a test or
-    /// a tool using a writer from async code), on a thread of its own that it waits for.
-    fn on_rt<R: Send>(&self, f: impl FnOnce(&tokio::runtime::Runtime) -> R + Send) -> Result<R> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Ok(f(&self.rt));
-        }
-        std::thread::scope(|s| s.spawn(|| f(&self.rt)).join())
-            .map_err(|_| Error::Setup("the writer's PostgreSQL runtime panicked".into()))
-    }
-
-    /// Runs `fut` here to its end, at most [`super::DB_TIMEOUT`].
-    fn block<T: Send>(&self, fut: impl Future<Output = Result<T>> + Send) -> Result<T> {
-        self.on_rt(|rt| rt.block_on(within_timeout(fut)))?
-    }
-
-    /// Starts `fut` without waiting for it: polled once here, so that every request it makes
-    /// of the connection is queued before this returns (requests made after are sent after
-    /// them, and answered in that order), then left to the runtime (at most
-    /// [`super::DB_TIMEOUT`]), which runs what it has ready so that the connection sends what
-    /// was queued. [`Driver::answer`] waits for what it answers; `wake` is called once it has.
-    fn launch<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = Result<T>> + Send + 'static,
-        wake: Option<Wake>,
-    ) -> Launched<T> {
-        use std::task::{Context, Poll};
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut fut = Box::pin(fut);
-        // The connection's requests go through channels of the `futures` crate: polling them
-        // needs no runtime, and the runtime's poll registers its own waker.
-        let waker = futures::task::noop_waker();
-        match fut.as_mut().poll(&mut Context::from_waker(&waker)) {
-            Poll::Ready(out) => {
-                let _ = tx.send(out);
-                if let Some(wake) = wake {
-                    wake();
-                }
-            }
-            Poll::Pending => {
-                self.rt.spawn(async move {
-                    let _ = tx.send(within_timeout(fut).await);
-                    if let Some(wake) = wake {
-                        wake();
-                    }
-                });
-            }
-        }
-        self.settle();
-        rx
-    }
-
-    /// Runs what the runtime has ready, and what the connection's socket has ready, without
-    /// waiting: twice, since a pass that finds the socket ready only wakes the connection.
-    fn settle(&self) {
-        let _ = self.on_rt(|rt| {
-            rt.block_on(async {
-                tokio::task::yield_now().await;
-                tokio::task::yield_now().await;
-            })
-        });
-    }
-
-    /// Waits for what a future [`Driver::launch`]ed answers.
-    fn answer<T: Send>(&self, rx: &mut Launched<T>) -> Result<T> {
-        self.on_rt(|rt| rt.block_on(rx))?.unwrap_or_else(|_| {
-            Err(Error::Setup(
-                "the writer's PostgreSQL runtime dropped an answer".into(),
-            ))
-        })
     }
 }
 
@@ -338,149 +251,8 @@ impl PgWriter {
 }
 
 impl LogWriter for PgWriter {
-    #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
     fn lock(&mut self, asked: &ToLock<'_>) -> Result<Locked> {
-        let ToLock {
-            nums,
-            read,
-            whole,
-            new_ids,
-            fences,
-            may_skip,
-        } = *asked;
-        let read_nums: Vec<i64> = read.iter().map(|r| r.0).collect();
-        let read_after: Vec<i64> = read.iter().map(|r| r.1 as i64).collect();
-        let read_whole: Vec<bool> = read
-            .iter()
-            .map(|r| whole.binary_search(&r.0).is_ok())
-            .collect();
-        // The heads of those read in part (the writer keeps them only if it locked them).
-        let (part_nums, part_after): (Vec<i64>, Vec<i64>) = read
-            .iter()
-            .filter(|r| whole.binary_search(&r.0).is_err())
-            .map(|r| (r.0, r.1 as i64))
-            .unzip();
-        let fenced: Vec<String> = fences
-            .iter()
-            .map(|(k, _)| k.conversation_id.clone())
-            .collect();
-        let fenced_turns: Vec<i64> = fences.iter().map(|(k, _)| k.turn as i64).collect();
-        let asked = fences.to_vec();
-        if self.in_tx {
-            self.abort();
-        }
-        let mut nums = nums.to_vec();
-        nums.sort_unstable();
-        nums.dedup();
-        if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
-            return Ok(Locked::default());
-        }
-        if read_nums.is_empty() && new_ids.is_empty() && fences.is_empty() && may_skip.is_empty() {
-            // Nothing to read or check before deciding: the commit takes the locks, before it
-            // writes anything (see `LogWriter::lock`).
-            self.lock_at_commit = nums;
-            return Ok(Locked::default());
-        }
-        debug_assert!(
-            self.in_flight.is_empty(),
-            "a batch that reads before deciding, behind a batch in flight"
-        );
-        self.lock_at_commit.clear();
-        // Waited for, then tried (see `ToLock::may_skip`).
-        let (tried, nums): (Vec<i64>, Vec<i64>) = nums
-            .into_iter()
-            .partition(|n| may_skip.binary_search(n).is_ok());
-        let mut ids = new_ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        let locked = self.run(move |c, st| async move {
-            // Sent together, in this order (one round trip): the ids' locks before the rows'
-            // on every node, so that two nodes never wait on each other in a circle.
-            let begin = c.batch_execute("BEGIN");
-            let existing = async {
-                if ids.is_empty() {
-                    return Ok(Vec::new());
-                }
-                // Two nodes creating the same id: the second waits here for the first's
-                // commit, then finds the id taken.
-                c.execute(&st.lock_ids, &[&ids]).await?;
-                c.query(&st.existing_ids, &[&ids]).await
-            };
-            // The rows' locks, those waited for in order first, then those only taken if free
-            // (a transaction waits only while it holds rows of the first kind, all below the
-            // one it waits for: no two wait on each other in a circle), then (pipelined: the
-            // server runs it once they are held, on a snapshot taken then) what the log has
-            // past the writer's view.
-            let rows_locked = async {
-                if nums.is_empty() {
-                    return Ok(Vec::new());
-                }
-                c.query(&st.lock_convs, &[&nums]).await
-            };
-            let tried_locked = async {
-                if tried.is_empty() {
-                    return Ok(Vec::new());
-                }
-                c.query(&st.try_lock_convs, &[&tried]).await
-            };
-            let caught_up = async {
-                if read_nums.is_empty() {
-                    return Ok(Vec::new());
-                }
-                c.query(&st.read_marked, &[&read_nums, &read_after, &read_whole])
-                    .await
-            };
-            let heads = async {
-                if part_nums.is_empty() {
-                    return Ok(Vec::new());
-                }
-                c.query(&st.read_heads, &[&part_nums, &part_after]).await
-            };
-            let claims = async {
-                if asked.is_empty() {
-                    return Ok(Vec::new());
-                }
-                // FOR SHARE: a takeover waits for this batch to commit, and then sees its
-                // writes.
-                c.query(&st.lock_fences, &[&fenced, &fenced_turns]).await
-            };
-            let ((), existing, _, free, caught_up, heads, claims) = futures::try_join!(
-                begin,
-                existing,
-                rows_locked,
-                tried_locked,
-                caught_up,
-                heads,
-                claims
-            )?;
-            let free: Vec<i64> = free.iter().map(|r| r.get(0)).collect();
-            let current: std::collections::HashMap<(String, i64), i64> = claims
-                .iter()
-                .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-                .collect();
-            let heads = heads
-                .iter()
-                .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1) as u64, r.get(2)))
-                .collect();
-            Ok(Locked {
-                read: rows::by_conversation(&caught_up)?,
-                heads,
-                existing: existing.iter().map(|r| r.get(0)).collect(),
-                stale: asked
-                    .into_iter()
-                    .filter(|(k, f)| {
-                        current.get(&(k.conversation_id.clone(), k.turn as i64)) != Some(f)
-                    })
-                    .collect(),
-                // Both sorted.
-                skipped: tried
-                    .into_iter()
-                    .filter(|n| free.binary_search(n).is_err())
-                    .collect(),
-            })
-        })?;
-        self.in_tx = true;
-        Ok(locked)
+        self.lock_and_read(asked)
     }
 
     fn read_many(&mut self, from: &[(i64, u64)]) -> Result<Vec<(i64, Vec<RecoveredEvent>)>> {
