@@ -58,99 +58,103 @@ enum LogFormat {
     Json,
 }
 
+/// `serve`'s flags: where to listen, the database, and the limits every client is held to.
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:7300")]
+    listen: SocketAddr,
+    /// The database: a SQLite file (created if missing) or postgres://USER@HOST:PORT/DB.
+    #[arg(long, env = "ORCHESTRATOR_DB", default_value = "orchestrator.db")]
+    db: String,
+    /// full: every acknowledged event survives power loss; normal: survives a process crash.
+    #[arg(long, env = "ORCHESTRATOR_SYNC", value_enum, default_value_t = SyncMode::Full)]
+    sync: SyncMode,
+    /// Largest WebSocket frame, in bytes.
+    #[arg(long, env = "ORCHESTRATOR_MAX_FRAME_BYTES", default_value_t = Limits::default().max_frame_bytes)]
+    max_frame_bytes: u32,
+    /// Largest message or trace payload, in bytes.
+    #[arg(long, env = "ORCHESTRATOR_MAX_PAYLOAD_BYTES", default_value_t = Limits::default().max_payload_bytes)]
+    max_payload_bytes: usize,
+    /// Most open WebSocket connections.
+    #[arg(long, env = "ORCHESTRATOR_MAX_CONNECTIONS", default_value_t = Limits::default().max_connections)]
+    max_connections: u32,
+    /// Most open sockets, whatever they carry (WebSocket, SSE, long-poll, plain requests).
+    #[arg(long, env = "ORCHESTRATOR_MAX_SOCKETS", default_value_t = Limits::default().max_sockets)]
+    max_sockets: usize,
+    /// How long a request head, or a request body, may take to arrive, in milliseconds.
+    #[arg(long, env = "ORCHESTRATOR_HEADER_TIMEOUT_MS", default_value_t = Limits::default().header_timeout.as_millis() as u64)]
+    header_timeout_ms: u64,
+    /// Most calls in flight on one connection.
+    #[arg(long, env = "ORCHESTRATOR_MAX_IN_FLIGHT", default_value_t = Limits::default().max_in_flight_per_connection)]
+    max_in_flight: usize,
+    /// Most open SSE streams and parked long-polls at once.
+    #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS", default_value_t = Limits::default().max_streams)]
+    max_streams: usize,
+    /// Most open SSE streams and parked long-polls of one agent at once.
+    #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS_PER_AGENT", default_value_t = Limits::default().max_streams_per_agent)]
+    max_streams_per_agent: usize,
+    /// Requests a second one identity may make on this node, over all its connections and
+    /// streams (RateLimited / HTTP 429 beyond); 0 for no limit.
+    #[arg(long, env = "ORCHESTRATOR_RATE_LIMIT", default_value_t = Limits::default().rate_per_identity)]
+    rate_limit: u32,
+    /// How many requests an identity may make at once above --rate-limit.
+    #[arg(long, env = "ORCHESTRATOR_RATE_BURST", default_value_t = Limits::default().rate_burst)]
+    rate_burst: u32,
+    /// How long a new WebSocket connection may take to authenticate, in milliseconds.
+    #[arg(long, env = "ORCHESTRATOR_AUTH_TIMEOUT_MS", default_value_t = Limits::default().auth_timeout.as_millis() as u64)]
+    auth_timeout_ms: u64,
+    /// How long a WebSocket connection may stay with no call and nothing open (no
+    /// subscription, no registration), in milliseconds, before it is closed.
+    #[arg(long, env = "ORCHESTRATOR_IDLE_TIMEOUT_MS", default_value_t = Limits::default().idle_timeout.as_millis() as u64)]
+    idle_timeout_ms: u64,
+    /// The longest long-poll wait, in milliseconds; longer timeouts are capped to it.
+    #[arg(long, env = "ORCHESTRATOR_MAX_WAIT_MS", default_value_t = Limits::default().max_wait.as_millis() as u64)]
+    max_wait_ms: u64,
+    /// The largest scenario a createConversation may give inline, in bytes (JSON).
+    #[arg(long, env = "ORCHESTRATOR_MAX_SCENARIO_BYTES", default_value_t = Limits::default().max_scenario_bytes)]
+    max_scenario_bytes: usize,
+    /// How deep sub-conversations may nest.
+    #[arg(long, env = "ORCHESTRATOR_MAX_DEPTH", default_value_t = Limits::default().max_depth)]
+    max_depth: u32,
+    /// How many sub-conversations one conversation may have open at once.
+    #[arg(long, env = "ORCHESTRATOR_MAX_CHILDREN", default_value_t = Limits::default().max_children)]
+    max_children: u32,
+    /// How many sub-conversations one tree (under one top-level conversation, at every
+    /// depth) may have open at once; 0: no cap.
+    #[arg(long, env = "ORCHESTRATOR_MAX_TREE", default_value_t = Limits::default().max_tree)]
+    max_tree: u32,
+    /// How many open conversations one agent may have created (an admin's top-level ones,
+    /// any agent's sub-conversations and forks); 0: no cap.
+    #[arg(long, env = "ORCHESTRATOR_MAX_OPEN_PER_AGENT", default_value_t = Limits::default().max_open_per_agent)]
+    max_open_per_agent: u32,
+    /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
+    #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
+    scenarios: Option<PathBuf>,
+    /// How often the tokens of open connections are checked, in milliseconds: a revoked or
+    /// expired token loses its connections and streams within this long.
+    #[arg(long, env = "ORCHESTRATOR_TOKEN_RECHECK_MS", default_value_t = Limits::default().token_recheck.as_millis() as u64)]
+    token_recheck_ms: u64,
+    /// Print the limits these flags make, every one by name, and exit without serving.
+    #[arg(long, env = "ORCHESTRATOR_PRINT_LIMITS")]
+    print_limits: bool,
+    /// Serve over TLS (wss://, https://) with this certificate chain (PEM, the server's
+    /// certificate first); reloaded on SIGHUP. With --tls-key.
+    #[arg(long, env = "ORCHESTRATOR_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "ORCHESTRATOR_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    shares: shares::ShareOpts,
+    #[command(flatten)]
+    sandbox: SandboxOpts,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve JSON-RPC over WebSocket at /rpc (and /healthz) on one port.
-    Serve {
-        /// Address to listen on.
-        #[arg(long, env = "ORCHESTRATOR_LISTEN", default_value = "127.0.0.1:7300")]
-        listen: SocketAddr,
-        /// The database: a SQLite file (created if missing) or postgres://USER@HOST:PORT/DB.
-        #[arg(long, env = "ORCHESTRATOR_DB", default_value = "orchestrator.db")]
-        db: String,
-        /// full: every acknowledged event survives power loss; normal: survives a process crash.
-        #[arg(long, env = "ORCHESTRATOR_SYNC", value_enum, default_value_t = SyncMode::Full)]
-        sync: SyncMode,
-        /// Largest WebSocket frame, in bytes.
-        #[arg(long, env = "ORCHESTRATOR_MAX_FRAME_BYTES", default_value_t = Limits::default().max_frame_bytes)]
-        max_frame_bytes: u32,
-        /// Largest message or trace payload, in bytes.
-        #[arg(long, env = "ORCHESTRATOR_MAX_PAYLOAD_BYTES", default_value_t = Limits::default().max_payload_bytes)]
-        max_payload_bytes: usize,
-        /// Most open WebSocket connections.
-        #[arg(long, env = "ORCHESTRATOR_MAX_CONNECTIONS", default_value_t = Limits::default().max_connections)]
-        max_connections: u32,
-        /// Most open sockets, whatever they carry (WebSocket, SSE, long-poll, plain requests).
-        #[arg(long, env = "ORCHESTRATOR_MAX_SOCKETS", default_value_t = Limits::default().max_sockets)]
-        max_sockets: usize,
-        /// How long a request head, or a request body, may take to arrive, in milliseconds.
-        #[arg(long, env = "ORCHESTRATOR_HEADER_TIMEOUT_MS", default_value_t = Limits::default().header_timeout.as_millis() as u64)]
-        header_timeout_ms: u64,
-        /// Most calls in flight on one connection.
-        #[arg(long, env = "ORCHESTRATOR_MAX_IN_FLIGHT", default_value_t = Limits::default().max_in_flight_per_connection)]
-        max_in_flight: usize,
-        /// Most open SSE streams and parked long-polls at once.
-        #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS", default_value_t = Limits::default().max_streams)]
-        max_streams: usize,
-        /// Most open SSE streams and parked long-polls of one agent at once.
-        #[arg(long, env = "ORCHESTRATOR_MAX_STREAMS_PER_AGENT", default_value_t = Limits::default().max_streams_per_agent)]
-        max_streams_per_agent: usize,
-        /// Requests a second one identity may make on this node, over all its connections and
-        /// streams (RateLimited / HTTP 429 beyond); 0 for no limit.
-        #[arg(long, env = "ORCHESTRATOR_RATE_LIMIT", default_value_t = Limits::default().rate_per_identity)]
-        rate_limit: u32,
-        /// How many requests an identity may make at once above --rate-limit.
-        #[arg(long, env = "ORCHESTRATOR_RATE_BURST", default_value_t = Limits::default().rate_burst)]
-        rate_burst: u32,
-        /// How long a new WebSocket connection may take to authenticate, in milliseconds.
-        #[arg(long, env = "ORCHESTRATOR_AUTH_TIMEOUT_MS", default_value_t = Limits::default().auth_timeout.as_millis() as u64)]
-        auth_timeout_ms: u64,
-        /// How long a WebSocket connection may stay with no call and nothing open (no
-        /// subscription, no registration), in milliseconds, before it is closed.
-        #[arg(long, env = "ORCHESTRATOR_IDLE_TIMEOUT_MS", default_value_t = Limits::default().idle_timeout.as_millis() as u64)]
-        idle_timeout_ms: u64,
-        /// The longest long-poll wait, in milliseconds; longer timeouts are capped to it.
-        #[arg(long, env = "ORCHESTRATOR_MAX_WAIT_MS", default_value_t = Limits::default().max_wait.as_millis() as u64)]
-        max_wait_ms: u64,
-        /// The largest scenario a createConversation may give inline, in bytes (JSON).
-        #[arg(long, env = "ORCHESTRATOR_MAX_SCENARIO_BYTES", default_value_t = Limits::default().max_scenario_bytes)]
-        max_scenario_bytes: usize,
-        /// How deep sub-conversations may nest.
-        #[arg(long, env = "ORCHESTRATOR_MAX_DEPTH", default_value_t = Limits::default().max_depth)]
-        max_depth: u32,
-        /// How many sub-conversations one conversation may have open at once.
-        #[arg(long, env = "ORCHESTRATOR_MAX_CHILDREN", default_value_t = Limits::default().max_children)]
-        max_children: u32,
-        /// How many sub-conversations one tree (under one top-level conversation, at every
-        /// depth) may have open at once; 0: no cap.
-        #[arg(long, env = "ORCHESTRATOR_MAX_TREE", default_value_t = Limits::default().max_tree)]
-        max_tree: u32,
-        /// How many open conversations one agent may have created (an admin's top-level ones,
-        /// any agent's sub-conversations and forks); 0: no cap.
-        #[arg(long, env = "ORCHESTRATOR_MAX_OPEN_PER_AGENT", default_value_t = Limits::default().max_open_per_agent)]
-        max_open_per_agent: u32,
-        /// A folder of scenario files (*.yaml, *.yml, *.json), offered by name to createConversation.
-        #[arg(long, env = "ORCHESTRATOR_SCENARIOS")]
-        scenarios: Option<PathBuf>,
-        /// How often the tokens of open connections are checked, in milliseconds: a revoked or
-        /// expired token loses its connections and streams within this long.
-        #[arg(long, env = "ORCHESTRATOR_TOKEN_RECHECK_MS", default_value_t = Limits::default().token_recheck.as_millis() as u64)]
-        token_recheck_ms: u64,
-        /// Print the limits these flags make, every one by name, and exit without serving.
-        #[arg(long, env = "ORCHESTRATOR_PRINT_LIMITS")]
-        print_limits: bool,
-        /// Serve over TLS (wss://, https://) with this certificate chain (PEM, the server's
-        /// certificate first); reloaded on SIGHUP. With --tls-key.
-        #[arg(long, env = "ORCHESTRATOR_TLS_CERT")]
-        tls_cert: Option<PathBuf>,
-        /// The key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
-        #[arg(long, env = "ORCHESTRATOR_TLS_KEY")]
-        tls_key: Option<PathBuf>,
-        #[command(flatten)]
-        shares: shares::ShareOpts,
-        #[command(flatten)]
-        sandbox: SandboxOpts,
-    },
+    Serve(ServeArgs),
     /// Run one scenario to its end, printing the transcript live, then a summary.
     Run {
         /// The scenario file (YAML or JSON).
@@ -293,79 +297,83 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `serve`: the limits its flags make (printed, with `--print-limits`), the scenario library,
+/// then the server until it is stopped.
+fn serve_command(args: ServeArgs) -> anyhow::Result<u8> {
+    let ServeArgs {
+        listen,
+        db,
+        sync,
+        max_frame_bytes,
+        max_payload_bytes,
+        max_connections,
+        max_sockets,
+        header_timeout_ms,
+        max_in_flight,
+        max_streams,
+        max_streams_per_agent,
+        rate_limit,
+        rate_burst,
+        auth_timeout_ms,
+        idle_timeout_ms,
+        max_wait_ms,
+        max_scenario_bytes,
+        max_depth,
+        max_children,
+        max_tree,
+        max_open_per_agent,
+        scenarios,
+        token_recheck_ms,
+        tls_cert,
+        tls_key,
+        shares,
+        sandbox,
+        print_limits,
+    } = args;
+    let sandbox = sandbox.sandbox()?;
+    // A certificate that cannot be read stops the start, before the database is opened.
+    let tls = agent_sdk::tls::server_from_flags(tls_cert.as_deref(), tls_key.as_deref())?;
+    let limits = Limits {
+        max_frame_bytes,
+        max_payload_bytes,
+        max_connections,
+        max_sockets,
+        header_timeout: std::time::Duration::from_millis(header_timeout_ms.max(1)),
+        max_in_flight_per_connection: max_in_flight,
+        max_streams,
+        max_streams_per_agent,
+        rate_per_identity: rate_limit,
+        rate_burst,
+        auth_timeout: std::time::Duration::from_millis(auth_timeout_ms.max(1)),
+        idle_timeout: std::time::Duration::from_millis(idle_timeout_ms.max(1)),
+        max_wait: std::time::Duration::from_millis(max_wait_ms),
+        max_scenario_bytes,
+        max_depth,
+        max_children,
+        max_tree,
+        max_open_per_agent,
+        kinds: std::sync::Arc::new(sandbox.clone()),
+        token_recheck: std::time::Duration::from_millis(token_recheck_ms.max(1)),
+        ..Limits::default()
+    };
+    let limits = shares.apply(limits);
+    if print_limits {
+        println!("{limits:#?}");
+        return Ok(0);
+    }
+    let named = match scenarios {
+        Some(dir) => load_scenarios(&dir, &sandbox)?,
+        None => Vec::new(),
+    };
+    let runtime = serving_runtime()?;
+    runtime.block_on(serve(listen, db, sync.into(), limits, named, tls))
+}
+
 /// Runs a command; its exit status.
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Token { command } => tokens::token(command),
-        Command::Serve {
-            listen,
-            db,
-            sync,
-            max_frame_bytes,
-            max_payload_bytes,
-            max_connections,
-            max_sockets,
-            header_timeout_ms,
-            max_in_flight,
-            max_streams,
-            max_streams_per_agent,
-            rate_limit,
-            rate_burst,
-            auth_timeout_ms,
-            idle_timeout_ms,
-            max_wait_ms,
-            max_scenario_bytes,
-            max_depth,
-            max_children,
-            max_tree,
-            max_open_per_agent,
-            scenarios,
-            token_recheck_ms,
-            tls_cert,
-            tls_key,
-            shares,
-            sandbox,
-            print_limits,
-        } => {
-            let sandbox = sandbox.sandbox()?;
-            // A certificate that cannot be read stops the start, before the database is opened.
-            let tls = agent_sdk::tls::server_from_flags(tls_cert.as_deref(), tls_key.as_deref())?;
-            let limits = Limits {
-                max_frame_bytes,
-                max_payload_bytes,
-                max_connections,
-                max_sockets,
-                header_timeout: std::time::Duration::from_millis(header_timeout_ms.max(1)),
-                max_in_flight_per_connection: max_in_flight,
-                max_streams,
-                max_streams_per_agent,
-                rate_per_identity: rate_limit,
-                rate_burst,
-                auth_timeout: std::time::Duration::from_millis(auth_timeout_ms.max(1)),
-                idle_timeout: std::time::Duration::from_millis(idle_timeout_ms.max(1)),
-                max_wait: std::time::Duration::from_millis(max_wait_ms),
-                max_scenario_bytes,
-                max_depth,
-                max_children,
-                max_tree,
-                max_open_per_agent,
-                kinds: std::sync::Arc::new(sandbox.clone()),
-                token_recheck: std::time::Duration::from_millis(token_recheck_ms.max(1)),
-                ..Limits::default()
-            };
-            let limits = shares.apply(limits);
-            if print_limits {
-                println!("{limits:#?}");
-                return Ok(0);
-            }
-            let named = match scenarios {
-                Some(dir) => load_scenarios(&dir, &sandbox)?,
-                None => Vec::new(),
-            };
-            let runtime = serving_runtime()?;
-            runtime.block_on(serve(listen, db, sync.into(), limits, named, tls))
-        }
+        Command::Serve(args) => serve_command(args),
         Command::Run { scenario, opts } => {
             let text = std::fs::read_to_string(&scenario)
                 .with_context(|| format!("reading {}", scenario.display()))?;
