@@ -63,7 +63,7 @@ impl Writer {
     /// a log that overlaps batches, left in flight).
     fn process_once(&mut self, batch: &mut Vec<Job>, read_all: bool) -> BatchEnd {
         // Decided while the batch before commits, or once it has settled (see `overlap`).
-        let overlap = self.cluster.shared
+        let overlap = self.cluster.is_shared()
             && self.busy
             && !read_all
             && self.log.overlaps()
@@ -90,7 +90,7 @@ impl Writer {
                 self.committed_pending(p);
             }
         }
-        if self.cluster.shared && !read_all && decided.unverified {
+        if self.cluster.is_shared() && !read_all && decided.unverified {
             self.release_unwritten();
             return BatchEnd::RunAgain(self.rolled_back(decided, Why::Recheck));
         }
@@ -114,7 +114,7 @@ impl Writer {
     fn decide(&mut self, batch: &mut Vec<Job>, read_all: bool) -> Decided {
         // On a shared store, what each job asks, to run the batch again if another node gets
         // ahead of it (once the jobs put off for the next batch have left it).
-        let retry: Vec<Retry> = match self.cluster.shared {
+        let retry: Vec<Retry> = match self.cluster.is_shared() {
             true => batch.iter().filter_map(Retry::of).collect(),
             false => Vec::new(),
         };
@@ -182,7 +182,7 @@ impl Writer {
     /// Answers a batch that writes nothing: at once, or on a shared store after what it caught
     /// up on is published.
     fn answer_unwritten(&mut self, d: Decided) {
-        if self.cluster.shared {
+        if self.cluster.is_shared() {
             let nothing = Committed {
                 ts_ms: d.ts_ms,
                 convs: Vec::new(),

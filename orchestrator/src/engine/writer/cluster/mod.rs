@@ -54,12 +54,10 @@ pub(super) const MAX_SHARED_BATCH: usize = 512;
 pub(super) const MAX_ATTEMPTS: usize = 4;
 
 /// What a writer on a store other nodes write too keeps besides its conversations. On a store
-/// one node owns it is the default, and holds nothing: `cluster` is false and every step of a
+/// one node owns it is the default, and holds nothing: no reader, and every step of a
 /// batch that asks it returns at once.
 #[derive(Debug)]
 pub(super) struct Cluster {
-    /// Whether other nodes write the same log: each batch locks and catches up first.
-    pub(super) shared: bool,
     /// The fenced writes of the current batch whose turn another node has taken.
     pub(super) stale: Vec<(crate::engine::store::TurnKey, i64)>,
     /// The conversations whose heads the current batch read from the log once it held their
@@ -86,7 +84,6 @@ impl Default for Cluster {
     /// A store one node owns: nothing to lock, catch up on or sweep.
     fn default() -> Cluster {
         Cluster {
-            shared: false,
             stale: Vec::new(),
             verified: Vec::new(),
             carried: Vec::new(),
@@ -99,6 +96,12 @@ impl Default for Cluster {
 }
 
 impl Cluster {
+    /// Whether other nodes write the same log (it has a reader): each batch locks and
+    /// catches up first.
+    pub(super) fn is_shared(&self) -> bool {
+        self.reader.is_some()
+    }
+
     /// A writer's part on a shared store: its reader started on `log` (a connection of its
     /// own), queueing what it reads on `jobs`; the sweep after the start not begun.
     pub(super) fn start(
@@ -106,7 +109,6 @@ impl Cluster {
         jobs: mpsc::Sender<Job>,
     ) -> std::io::Result<Cluster> {
         Ok(Cluster {
-            shared: true,
             swept_until: 0,
             reader: Some(Reader::start(log, jobs)?),
             ..Cluster::default()
@@ -225,7 +227,7 @@ impl Writer {
         batch: &mut Vec<Job>,
         read_all: bool,
     ) -> bool {
-        if !self.cluster.shared {
+        if !self.cluster.is_shared() {
             return true;
         }
         let locking = std::time::Instant::now();
@@ -267,7 +269,7 @@ impl Writer {
         touched: &[TouchedConversation],
         read_all: bool,
     ) -> bool {
-        if !self.cluster.shared || read_all {
+        if !self.cluster.is_shared() || read_all {
             return false;
         }
         touched.iter().any(|t| {
@@ -297,7 +299,7 @@ impl Writer {
 
     /// The most jobs one batch takes: fewer on a shared store (see [`MAX_SHARED_BATCH`]).
     pub(in crate::engine::writer) fn max_batch(&self) -> usize {
-        if self.cluster.shared {
+        if self.cluster.is_shared() {
             MAX_SHARED_BATCH
         } else {
             MAX_BATCH

@@ -39,7 +39,7 @@ impl Writer {
     /// the next client to name one loads it again ([`Writer::known`]); a closed conversation
     /// never changes, so a reader that took its view just before keeps a true one.
     pub(in crate::engine::writer) fn forget_idle(&mut self, idle_ms: i64) -> usize {
-        if !self.cluster.shared {
+        if !self.cluster.is_shared() {
             return 0;
         }
         let now = crate::engine::store::now_ms();
