@@ -124,16 +124,6 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     /// The agent this client speaks as.
     fn agent_id(&self) -> &str;
 
-    /// A client like this one whose writes into `conversation_id` are refused unless this
-    /// agent's write with idempotency key `key` is in the log ahead of them (that write itself,
-    /// made through it, is not held). An executor uses it to send an attempt's `turn_start`
-    /// and run the agent without waiting for the trace's answer: the writes that follow the
-    /// trace are held to it. `None` (the default) when the client cannot carry such a
-    /// condition; the executor then waits for the trace first.
-    fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
-        let _ = (conversation_id, key);
-        None
-    }
     /// `authenticate`: checks a token and returns who it names. The client keeps speaking as the
     /// identity it was made with.
     async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult>;
@@ -174,6 +164,18 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
         &self,
         p: ForkConversationParams,
     ) -> ClientResult<CreateConversationResult>;
+}
+
+/// The client an executor runs an agent's turns through: an [`AgentClient`] that may also
+/// hold an attempt's writes to its `turn_start`. Agents never meet it (their
+/// [`crate::AgentContext`] holds an [`AgentClient`]); an executor uses it to send the
+/// `turn_start` and run the agent without waiting for the trace's answer.
+pub trait ExecutorClient: AgentClient {
+    /// A client like this one whose writes into `conversation_id` are refused unless this
+    /// agent's write with idempotency key `key` is in the log ahead of them (that write itself,
+    /// made through it, is not held). `None` when the client cannot carry such a condition;
+    /// the executor then waits for the trace first.
+    fn hold_writes_to(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>>;
 }
 
 /// A fresh idempotency key.

@@ -2,13 +2,17 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sdk::proto::system::{TurnAttempt, TurnEnd, TurnEndOutcome, TurnError};
 use agent_sdk::proto::*;
-use agent_sdk::{Agent, AgentClient, AgentContext, TurnOutcome};
+use agent_sdk::{
+    Agent, AgentClient, AgentContext, AgentError, ClientResult, ExecutorClient, TurnOutcome,
+};
 use tokio::time::Instant;
 
 /// A turn handed to an executor.
@@ -179,6 +183,30 @@ fn gone(code: Option<ErrorCode>) -> bool {
     )
 }
 
+/// An attempt's `turn_start` sent ahead of the agent's writes, its answer not yet awaited.
+type PendingStart = Pin<Box<dyn Future<Output = ClientResult<AppendResult>> + Send>>;
+
+/// How an attempt's start went.
+enum Start {
+    /// The agent may run; with the `turn_start` it runs ahead of, when that is not answered yet.
+    Running(Option<PendingStart>),
+    /// The turn is not the agent's any more.
+    NotMine,
+    /// The start failed (this error): the next attempt may succeed.
+    Failed(String),
+}
+
+impl Start {
+    /// What the `turn_start`'s answer means for the attempt.
+    fn answered(answer: ClientResult<AppendResult>) -> Start {
+        match answer {
+            Ok(_) => Start::Running(None),
+            Err(e) if gone(e.code()) => Start::NotMine,
+            Err(e) => Start::Failed(e.to_string()),
+        }
+    }
+}
+
 impl ExecutorCore {
     /// A core with this policy.
     pub fn new(policy: ExecPolicy) -> Self {
@@ -194,7 +222,7 @@ impl ExecutorCore {
     pub async fn run(
         &self,
         agent: &dyn Agent,
-        client: Arc<dyn AgentClient>,
+        client: Arc<dyn ExecutorClient>,
         a: &Assignment,
     ) -> RunReport {
         let started = Instant::now();
@@ -209,7 +237,7 @@ impl ExecutorCore {
     async fn run_once(
         &self,
         agent: &dyn Agent,
-        client: Arc<dyn AgentClient>,
+        client: Arc<dyn ExecutorClient>,
         a: &Assignment,
     ) -> RunReport {
         let key = (a.conversation_id.clone(), a.agent_id.clone());
@@ -236,11 +264,10 @@ impl ExecutorCore {
 
     /// Runs the agent until an attempt ends the turn, the turn stops being its own, the
     /// attempts run out or the deadline passes, tracing each attempt.
-    #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
     async fn attempts(
         &self,
         agent: &dyn Agent,
-        client: Arc<dyn AgentClient>,
+        client: Arc<dyn ExecutorClient>,
         a: &Assignment,
     ) -> RunReport {
         let mut last_error = String::new();
@@ -259,123 +286,128 @@ impl ExecutorCore {
                 a.since_seq,
             )
             .with_mode(a.mode);
-            // The attempt's `turn_start`, unless the turn is not traced. When the client can
-            // hold the agent's writes to it (`after_key`), it is sent and the agent runs at once:
-            // the trace commits with the agent's first write (or ahead of it), and that write is
-            // refused if the trace is not in the log. Otherwise the agent waits for its answer.
-            // `holding` keeps the client the writes are held through (the trace's future
-            // borrows it).
-            let mut holding: Option<Arc<dyn AgentClient>> = None;
-            let mut started = None;
-            if !a.traces {
-                if attempt == 1
-                    && !a.granted
-                    && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await
-                {
-                    return RunReport::NotMine;
-                }
-            } else {
-                let key = ctx.next_key("x");
-                let trace = SendTraceParams {
-                    conversation_id: a.conversation_id.clone(),
-                    payload: ExecutorTrace::TurnStart(a.attempt(attempt)).to_value(),
-                    turn: Some(a.turn),
-                    client_request_id: Some(key.clone()),
-                    finality: None,
-                    after_key: None,
-                };
-                let answer = match client.after_key(&a.conversation_id, &key) {
-                    // The trace no longer says, before the agent runs, that the turn moved on
-                    // (answered, timed out, paused): the client's view says it instead, as
-                    // it does for a turn that is not traced.
-                    Some(_)
-                        if attempt == 1
-                            && !a.granted
-                            && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await =>
-                    {
-                        return RunReport::NotMine;
-                    }
-                    Some(held) => {
-                        ctx.client = held.clone();
-                        let mut start = holding.insert(held).send_trace(trace);
-                        // Its first poll queues it, ahead of anything the agent writes.
-                        match poll_once(&mut start).await {
-                            std::task::Poll::Ready(answer) => Some(answer),
-                            std::task::Poll::Pending => {
-                                started = Some(start);
-                                None
-                            }
-                        }
-                    }
-                    None => Some(client.send_trace(trace).await),
-                };
-                if let Some(Err(e)) = answer {
-                    if gone(e.code()) {
-                        return RunReport::NotMine;
-                    }
-                    last_error = e.to_string();
+            let pending = match self.start_attempt(&client, &mut ctx, a, attempt).await {
+                Start::Running(pending) => pending,
+                Start::NotMine => return RunReport::NotMine,
+                Start::Failed(e) => {
+                    last_error = e;
                     continue;
                 }
-            }
+            };
             let ran = tokio::time::timeout_at(a.deadline, agent.handle_turn(&ctx)).await;
-            if let Some(start) = started {
+            if let Some(start) = pending {
                 // The agent's writes were held to the trace: when it failed, none landed.
-                if let Err(e) = start.await {
-                    if gone(e.code()) {
-                        return RunReport::NotMine;
-                    }
-                    last_error = e.to_string();
-                    continue;
-                }
-            }
-            match ran {
-                Err(_) => {
-                    self.trace_error(client.as_ref(), a, attempt, "deadline exceeded")
-                        .await;
-                    return RunReport::DeadlineExceeded;
-                }
-                Ok(Err(e)) => {
-                    last_error = e.to_string();
-                    self.trace_error(client.as_ref(), a, attempt, &last_error)
-                        .await;
-                    let Some(delay) = self.policy.retry_after(attempt, Instant::now(), a.deadline)
-                    else {
-                        return RunReport::Failed(last_error);
-                    };
-                    tokio::time::sleep(delay).await;
-                }
-                Ok(Ok(outcome)) => {
-                    if outcome == TurnOutcome::Posted
-                        && !self.closed_within_grace(client.as_ref(), a).await
-                    {
-                        // Progress only: the turn is still open. Try again while there is time.
-                        last_error = "the agent posted progress but did not close its turn".into();
-                        self.trace_end(
-                            client.as_ref(),
-                            a,
-                            attempt,
-                            TurnEndOutcome::Incomplete,
-                            false,
-                        )
-                        .await;
+                match Start::answered(start.await) {
+                    Start::Running(_) => {}
+                    Start::NotMine => return RunReport::NotMine,
+                    Start::Failed(e) => {
+                        last_error = e;
                         continue;
                     }
-                    // A reply that closed the turn moved it on: the trace goes straight to the
-                    // current turn, not first to the closed one (which refuses it).
-                    let moved_on = outcome == TurnOutcome::Posted;
-                    self.trace_end(client.as_ref(), a, attempt, outcome.as_trace(), moved_on)
-                        .await;
-                    return RunReport::Done(outcome);
                 }
+            }
+            match self.after_attempt(client.as_ref(), a, attempt, ran).await {
+                ControlFlow::Break(report) => return report,
+                ControlFlow::Continue(error) => last_error = error,
             }
         }
         RunReport::Failed(last_error)
     }
 
+    /// Starts an attempt: its `turn_start`, unless the turn is not traced. When the client can
+    /// hold the agent's writes to it ([`ExecutorClient::hold_writes_to`]), the trace is queued
+    /// and the agent runs at once through the holding client (`ctx.client`): the trace commits
+    /// with the agent's first write (or ahead of it), and that write is refused if the trace
+    /// is not in the log. Otherwise the agent waits for the trace's answer.
+    async fn start_attempt(
+        &self,
+        client: &Arc<dyn ExecutorClient>,
+        ctx: &mut AgentContext,
+        a: &Assignment,
+        attempt: u32,
+    ) -> Start {
+        // Whether the turn is known to be the agent's (later attempts asked before).
+        let known_mine = attempt > 1 || a.granted;
+        if !a.traces {
+            if !known_mine && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
+                return Start::NotMine;
+            }
+            return Start::Running(None);
+        }
+        let key = ctx.next_key("x");
+        let trace = SendTraceParams {
+            conversation_id: a.conversation_id.clone(),
+            payload: ExecutorTrace::TurnStart(a.attempt(attempt)).to_value(),
+            turn: Some(a.turn),
+            client_request_id: Some(key.clone()),
+            finality: None,
+            after_key: None,
+        };
+        let Some(held) = client.hold_writes_to(&a.conversation_id, &key) else {
+            return Start::answered(client.send_trace(trace).await);
+        };
+        // The trace no longer says, before the agent runs, that the turn moved on (answered,
+        // timed out, paused): the client's view says it instead, as for a turn not traced.
+        if !known_mine && !still_mine(client.as_ref(), &a.conversation_id, a.turn).await {
+            return Start::NotMine;
+        }
+        ctx.client = held.clone();
+        let mut start: PendingStart = Box::pin(async move { held.send_trace(trace).await });
+        // Its first poll queues it, ahead of anything the agent writes.
+        match poll_once(&mut start).await {
+            std::task::Poll::Ready(answer) => Start::answered(answer),
+            std::task::Poll::Pending => Start::Running(Some(start)),
+        }
+    }
+
+    /// What follows an attempt the agent returned from (or ran out of time in): the run's
+    /// report, or the error to try again after (having waited the retry's delay).
+    async fn after_attempt(
+        &self,
+        client: &dyn ExecutorClient,
+        a: &Assignment,
+        attempt: u32,
+        ran: Result<Result<TurnOutcome, AgentError>, tokio::time::error::Elapsed>,
+    ) -> ControlFlow<RunReport, String> {
+        match ran {
+            Err(_) => {
+                self.trace_error(client, a, attempt, "deadline exceeded")
+                    .await;
+                ControlFlow::Break(RunReport::DeadlineExceeded)
+            }
+            Ok(Err(e)) => {
+                let error = e.to_string();
+                self.trace_error(client, a, attempt, &error).await;
+                let Some(delay) = self.policy.retry_after(attempt, Instant::now(), a.deadline)
+                else {
+                    return ControlFlow::Break(RunReport::Failed(error));
+                };
+                tokio::time::sleep(delay).await;
+                ControlFlow::Continue(error)
+            }
+            Ok(Ok(outcome)) => {
+                if outcome == TurnOutcome::Posted && !self.closed_within_grace(client, a).await {
+                    // Progress only: the turn is still open. Try again while there is time.
+                    self.trace_end(client, a, attempt, TurnEndOutcome::Incomplete, false)
+                        .await;
+                    return ControlFlow::Continue(
+                        "the agent posted progress but did not close its turn".into(),
+                    );
+                }
+                // A reply that closed the turn moved it on: the trace goes straight to the
+                // current turn, not first to the closed one (which refuses it).
+                let moved_on = outcome == TurnOutcome::Posted;
+                self.trace_end(client, a, attempt, outcome.as_trace(), moved_on)
+                    .await;
+                ControlFlow::Break(RunReport::Done(outcome))
+            }
+        }
+    }
+
     /// `turn_error` for a failed attempt (written whether or not the turn is traced).
     async fn trace_error(
         &self,
-        client: &dyn AgentClient,
+        client: &dyn ExecutorClient,
         a: &Assignment,
         attempt: u32,
         error: &str,
@@ -400,7 +432,7 @@ impl ExecutorCore {
     /// current turn when the attempt's turn is known to have closed (`moved_on`).
     async fn trace_end(
         &self,
-        client: &dyn AgentClient,
+        client: &dyn ExecutorClient,
         a: &Assignment,
         attempt: u32,
         outcome: TurnEndOutcome,
@@ -416,7 +448,7 @@ impl ExecutorCore {
     }
 
     /// Waits up to the grace window for the turn to stop being the agent's.
-    async fn closed_within_grace(&self, client: &dyn AgentClient, a: &Assignment) -> bool {
+    async fn closed_within_grace(&self, client: &dyn ExecutorClient, a: &Assignment) -> bool {
         let until = (Instant::now() + self.policy.grace).min(a.deadline);
         loop {
             let Ok(s) = client.get_conversation(&a.conversation_id).await else {
@@ -449,7 +481,7 @@ impl ExecutorCore {
     /// `in_turn`: try the turn the trace reports on first; else the current turn at once.
     async fn trace_in(
         &self,
-        client: &dyn AgentClient,
+        client: &dyn ExecutorClient,
         a: &Assignment,
         trace: ExecutorTrace,
         in_turn: bool,
@@ -461,7 +493,7 @@ impl ExecutorCore {
         };
         let key = format!("t{}.a{}.{what}", a.turn, trace.attempt().attempt);
         let held = (!in_turn)
-            .then(|| client.after_key(&a.conversation_id, &key))
+            .then(|| client.hold_writes_to(&a.conversation_id, &key))
             .flatten();
         let mut p = SendTraceParams {
             conversation_id: a.conversation_id.clone(),

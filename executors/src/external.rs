@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sdk::proto::*;
-use agent_sdk::{Agent, AgentClient, ClientResult};
+use agent_sdk::{Agent, ClientResult, ExecutorClient};
 use tokio::time::Instant;
 
 use crate::core::{Assignment, ExecutorCore};
@@ -13,7 +13,7 @@ use crate::core::{Assignment, ExecutorCore};
 /// Runs one agent for one identity, taking turns as they come.
 #[derive(Clone)]
 pub struct ExternalExecutor {
-    client: Arc<dyn AgentClient>,
+    client: Arc<dyn ExecutorClient>,
     agent: Arc<dyn Agent>,
     core: Arc<ExecutorCore>,
     /// The deadline used when the server names none (pull mode without a turn timeout).
@@ -40,7 +40,7 @@ fn deadline_from(rfc3339: Option<&str>, default: Duration) -> Instant {
 impl ExternalExecutor {
     /// An executor for `agent`, speaking through `client` (usually a [`agent_sdk::WsJsonRpcClient`]).
     pub fn new(
-        client: Arc<dyn AgentClient>,
+        client: Arc<dyn ExecutorClient>,
         agent: Arc<dyn Agent>,
         core: Arc<ExecutorCore>,
     ) -> Self {

@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent_sdk::{Agent, AgentClient};
+use agent_sdk::{Agent, ExecutorClient};
 use tokio::sync::mpsc;
 
 use crate::core::{Assignment, ExecutorCore, RunReport};
 
 /// Makes the client an agent speaks through for an assignment (inside the server: an
 /// in-process client with the agent's identity, scoped to the conversation that declares it).
-pub type ClientFactory = Arc<dyn Fn(&Assignment) -> Arc<dyn AgentClient> + Send + Sync>;
+pub type ClientFactory = Arc<dyn Fn(&Assignment) -> Arc<dyn ExecutorClient> + Send + Sync>;
 
 /// Finds the agent for an assignment that is not one of the executor's fixed agents (such as
 /// a participant a scenario describes).

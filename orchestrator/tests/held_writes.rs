@@ -1,11 +1,11 @@
-//! Writes held to an earlier write (`AgentClient::after_key`, what lets an executor inside the
+//! Writes held to an earlier write (`ExecutorClient::hold_writes_to`, what lets an executor inside the
 //! server run its agent without waiting for the attempt's `turn_start`): refused while that
 //! write is not in the log, appended after it once it is; the write the condition names trails
 //! (it commits alone when nothing comes to join it, and is answered).
 
 mod common;
 
-use agent_sdk::{AgentClient, ClientError};
+use agent_sdk::{AgentClient, ClientError, ExecutorClient};
 use orchestrator::engine::auth::Identity;
 use orchestrator::engine::config::Limits;
 use orchestrator::host::client::InProcessClient;
@@ -47,7 +47,7 @@ async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
     let orch = common::open(&dir, Limits::default()).await;
     let alice = InProcessClient::new(orch.clone(), Identity::new("alice", false));
     let held = alice
-        .after_key("c", "t1.a1.x0")
+        .hold_writes_to("c", "t1.a1.x0")
         .expect("inside the server, on one node");
 
     // Held to a write that is not in the log: refused, nothing appended.
@@ -96,7 +96,7 @@ async fn a_held_write_lands_only_after_the_write_it_is_held_to() {
 
     // A trailing write with nothing to join it is committed alone, and answered.
     let alone = alice
-        .after_key("c", "t2.a1.x0")
+        .hold_writes_to("c", "t2.a1.x0")
         .expect("held")
         .send_trace(trace("t2.a1.x0"))
         .await

@@ -476,7 +476,7 @@ pub fn push_executor(
     agent: Arc<dyn Agent>,
 ) -> tokio::task::JoinHandle<()> {
     let exec = executors::ExternalExecutor::new(
-        Arc::new(client) as Arc<dyn AgentClient>,
+        Arc::new(client) as Arc<dyn agent_sdk::ExecutorClient>,
         agent,
         Arc::new(executors::ExecutorCore::default()),
     );

@@ -208,7 +208,7 @@ async fn an_internal_turn_runs_once_across_nodes() {
         c.running().orchestrator().clone(),
         orchestrator::engine::auth::Identity::new("bot1", false),
     );
-    assert!(agent_sdk::AgentClient::after_key(&inside, "duo-0", "t1.a1.x0").is_none());
+    assert!(agent_sdk::ExecutorClient::hold_writes_to(&inside, "duo-0", "t1.a1.x0").is_none());
 }
 
 /// A node cut off from the database (a proxy that stops forwarding, connections left open)
@@ -342,7 +342,7 @@ async fn a_push_turn_is_granted_once_across_nodes() {
     let agent = Arc::new(Counting::default());
     let mut replicas = Vec::new();
     for node in [&a, &b] {
-        let client: Arc<dyn agent_sdk::AgentClient> = Arc::new(node.sdk("bob", None).await);
+        let client: Arc<dyn agent_sdk::ExecutorClient> = Arc::new(node.sdk("bob", None).await);
         let push = executors::ExternalExecutor::new(
             client,
             agent.clone(),

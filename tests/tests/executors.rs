@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use agent_sdk::proto::*;
 use agent_sdk::{
-    async_trait, Agent, AgentClient, AgentContext, AgentError, TurnOutcome, WsJsonRpcClient,
+    async_trait, Agent, AgentClient, AgentContext, AgentError, ExecutorClient, TurnOutcome,
+    WsJsonRpcClient,
 };
 use executors::{ExecutorCore, ExternalExecutor};
 use orchestrator::engine::turns::TurnConfig;
@@ -189,7 +190,7 @@ async fn parity_internal_and_external_executors_write_the_same_log() {
 
     // In a partner's process, push-claim: ExternalExecutor + WsJsonRpcClient.
     let push_server = TestServer::start().await;
-    let bob: Arc<dyn AgentClient> = Arc::new(push_server.sdk("bob", None).await);
+    let bob: Arc<dyn ExecutorClient> = Arc::new(push_server.sdk("bob", None).await);
     let push = ExternalExecutor::new(bob, Arc::new(Behaviours), Arc::new(ExecutorCore::default()));
     let push_task = tokio::spawn(async move { push.run_push().await });
     let until = tokio::time::Instant::now() + WAIT;
@@ -211,7 +212,7 @@ async fn parity_internal_and_external_executors_write_the_same_log() {
 
     // In a partner's process, pull: ExternalExecutor following guidance.
     let pull_server = TestServer::start().await;
-    let bob: Arc<dyn AgentClient> = Arc::new(pull_server.sdk("bob", None).await);
+    let bob: Arc<dyn ExecutorClient> = Arc::new(pull_server.sdk("bob", None).await);
     let pull = ExternalExecutor::new(bob, Arc::new(Behaviours), Arc::new(ExecutorCore::default()));
     // No wait for it to subscribe: it subscribes, then lists what it takes part in, so a
     // conversation created before, between or after is seen either way.

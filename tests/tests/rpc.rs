@@ -227,11 +227,13 @@ async fn a_write_held_to_an_earlier_one_lands_only_after_it() {
     let log = tests::ws_log(&alice, "c1").await;
     assert_eq!(log.len(), 2, "`created` and bob's trace only: {log:?}");
 
-    // The SDK's client holds its writes through `after_key`: the trace and a write held to it,
-    // queued one behind the other without waiting, land in that order.
-    use agent_sdk::AgentClient;
+    // The SDK's client holds its writes through `hold_writes_to`: the trace and a write held
+    // to it, queued one behind the other without waiting, land in that order.
+    use agent_sdk::ExecutorClient;
     let sdk = ts.sdk("alice", None).await;
-    let through = sdk.after_key("c1", "t1.a1.x0").expect("over WebSocket");
+    let through = sdk
+        .hold_writes_to("c1", "t1.a1.x0")
+        .expect("over WebSocket");
     let start = proto_spec::SendTraceParams {
         conversation_id: "c1".into(),
         payload: json!({"type": "turn_start"}),

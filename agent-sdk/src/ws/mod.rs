@@ -80,7 +80,7 @@ pub struct WsJsonRpcClient {
     token: Arc<str>,
     stats: Arc<WsStats>,
     /// The conversation and key this client's writes there are held to
-    /// ([`AgentClient::after_key`]): each carries it as `afterKey`, but the write it names.
+    /// ([`ExecutorClient::hold_writes_to`]): each carries it as `afterKey`, but the write it names.
     after: Option<(Arc<str>, Arc<str>)>,
 }
 
@@ -226,19 +226,21 @@ fn cancel(tx: &mpsc::UnboundedSender<Cmd>, local: u64) -> Cancel {
     })
 }
 
+impl ExecutorClient for WsJsonRpcClient {
+    /// The same connection, its writes into `conversation_id` carrying `afterKey` (calls on a
+    /// connection reach the server's writer in the order they are sent, so the trace an
+    /// executor sends first lands ahead of them, or they are refused).
+    fn hold_writes_to(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
+        let mut held = self.clone();
+        held.after = Some((conversation_id.into(), key.into()));
+        Some(Arc::new(held))
+    }
+}
+
 #[async_trait]
 impl AgentClient for WsJsonRpcClient {
     fn agent_id(&self) -> &str {
         &self.agent_id
-    }
-
-    /// The same connection, its writes into `conversation_id` carrying `afterKey` (calls on a
-    /// connection reach the server's writer in the order they are sent, so the trace an
-    /// executor sends first lands ahead of them, or they are refused).
-    fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
-        let mut held = self.clone();
-        held.after = Some((conversation_id.into(), key.into()));
-        Some(Arc::new(held))
     }
 
     async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult> {

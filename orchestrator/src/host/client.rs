@@ -85,23 +85,25 @@ impl InProcessClient {
     }
 }
 
-#[async_trait]
-impl AgentClient for InProcessClient {
-    fn agent_id(&self) -> &str {
-        &self.who.agent_id
-    }
-
+impl agent_sdk::ExecutorClient for InProcessClient {
     /// On one node only. On a shared log the `turn_start` is also what tells a node, under the
     /// conversation's lock, that the turn is still its agent's before the agent runs (its view
     /// may not have caught up with another node's answer yet), so there the executor waits
     /// for it.
-    fn after_key(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
+    fn hold_writes_to(&self, conversation_id: &str, key: &str) -> Option<Arc<dyn AgentClient>> {
         if self.o().ok()?.store().shared() {
             return None;
         }
         let mut c = self.clone();
         c.after = Some((conversation_id.to_string(), key.to_string()));
         Some(Arc::new(c))
+    }
+}
+
+#[async_trait]
+impl AgentClient for InProcessClient {
+    fn agent_id(&self) -> &str {
+        &self.who.agent_id
     }
 
     async fn authenticate(&self, token: &str) -> ClientResult<AuthenticateResult> {

@@ -108,7 +108,7 @@ fn client_factory(
             turn: a.turn,
             fence,
         });
-        let client: Arc<dyn agent_sdk::AgentClient> =
+        let client: Arc<dyn agent_sdk::ExecutorClient> =
             Arc::new(client::InProcessClient::from_weak(weak.clone(), who).with_fence(fence));
         client
     })

@@ -200,7 +200,6 @@ fn since(start: Instant) -> u64 {
 }
 
 /// Reads frames until the connection ends, running each call on a task of its own.
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 async fn serve(
     methods: Methods,
     session: Arc<Session>,
@@ -210,130 +209,166 @@ async fn serve(
     turnstiles: &super::turnstile::Turnstiles,
 ) {
     let start = Instant::now();
-    let heard = Arc::new(AtomicU64::new(0));
+    // When something last arrived from the peer (ms since `start`).
+    let last_heard = Arc::new(AtomicU64::new(0));
     let keeper = tokio::spawn(keep_alive(
         methods.clone(),
         Arc::downgrade(&session),
         frames.clone(),
-        heard.clone(),
+        last_heard.clone(),
         start,
         ping_interval,
     ));
-    let max_response = methods.orchestrator().limits().max_response_bytes();
+    let mut conn = Connection {
+        max_response: methods.orchestrator().limits().max_response_bytes(),
+        methods,
+        session,
+        frames,
+        turnstiles,
+        turnstile: None,
+    };
     let mut buf = Vec::new();
     // The last message was over the limit: the rest of its fragments may follow.
     let mut too_large = false;
-    // The turnstile of the identity the session speaks as (kept while it does not change).
-    let mut turnstile: Option<(String, Arc<tokio::sync::Semaphore>)> = None;
     loop {
-        match receiver.receive(&mut buf).await {
+        let read = receiver.receive(&mut buf).await;
+        if matches!(
+            read,
+            Ok(Incoming::Data(_) | Incoming::Pong(_)) | Err(WsError::MessageTooLarge { .. })
+        ) {
+            last_heard.store(since(start), Ordering::Relaxed);
+        }
+        let went = match read {
             Ok(Incoming::Data(_)) => {
                 too_large = false;
-                heard.store(since(start), Ordering::Relaxed);
-                let frame = std::mem::take(&mut buf);
-                match jsonrpc::read(frame) {
-                    Frame::Notification => {}
-                    Frame::Refused(id, e) => {
-                        if send(&frames, &jsonrpc::error(&id, &e, "ws")).await.is_err() {
-                            break;
-                        }
-                    }
-                    Frame::Call(mut call) => {
-                        // Admitted here, before the next frame is read: a connection whose
-                        // identity is over its rate is read once per refusal's hold, and what
-                        // it sends meanwhile waits in its socket.
-                        if let Err(e) = methods.admit(&session, &mut call).await {
-                            let refusal = jsonrpc::error(call.id(), &e, "ws");
-                            if send(&frames, &refusal).await.is_err() {
-                                break;
-                            }
-                            continue;
-                        }
-                        let mut turn = None;
-                        if call.method() != names::AUTHENTICATE {
-                            if let Ok(who) = session.identity() {
-                                if turnstile.as_ref().is_none_or(|(a, _)| *a != who.agent_id) {
-                                    let t = turnstiles.of(&who.agent_id);
-                                    turnstile = Some((who.agent_id.clone(), t));
-                                }
-                                if let Some((_, t)) = &turnstile {
-                                    // Its turn among the identity's readers, for the call's
-                                    // first run only (dropped below, before it waits).
-                                    turn = t.acquire().await.ok();
-                                }
-                            }
-                        }
-                        let methods = methods.clone();
-                        let session = session.clone();
-                        let frames = frames.clone();
-                        let mut running = Box::pin(async move {
-                            let id = call.id().to_owned();
-                            let outcome = tokio::select! {
-                                _ = frames.closed() => return,
-                                o = methods.run(session, call) => o,
-                            };
-                            let answer = match outcome {
-                                Ok(Outcome::Written) => return,
-                                Ok(Outcome::Result(r)) => {
-                                    jsonrpc::answer(&id, Ok(r), max_response, "ws")
-                                }
-                                Err(e) => jsonrpc::error(&id, &e, "ws"),
-                            };
-                            // A connection gone has no one to answer.
-                            let _ = send(&frames, &answer).await;
-                        });
-                        // Run here until it waits: a call that needs nothing else (a read of
-                        // the state) is answered before the next frame is read, so that a busy
-                        // connection puts one task at a time in the runtime's queue, not one
-                        // per frame. One that waits (a commit, a long wait) goes on in a task
-                        // of its own, and the calls on a connection still run concurrently.
-                        let first = futures::poll!(running.as_mut());
-                        drop(turn);
-                        if first.is_pending() {
-                            tokio::spawn(running);
-                        } else {
-                            // Answered here: let the other connections' tasks run before the
-                            // next frame of this one (a connection with many frames buffered
-                            // would otherwise keep a worker thread for all of them).
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                }
+                conn.on_frame(std::mem::take(&mut buf)).await.is_err()
             }
-            Ok(Incoming::Pong(_)) => heard.store(since(start), Ordering::Relaxed),
-            Ok(Incoming::Closed(_)) => break,
+            Ok(Incoming::Pong(_)) => false,
+            Ok(Incoming::Closed(_)) => true,
             Err(WsError::MessageTooLarge { current, maximum }) => {
                 too_large = true;
                 buf.clear();
-                heard.store(since(start), Ordering::Relaxed);
                 let e = RpcError::new(
                     ErrorCode::FrameTooLarge,
                     format!("the frame is {current} bytes, over the limit of {maximum}"),
                 )
                 .with_data(serde_json::json!({"limit": maximum}));
-                if send(&frames, &jsonrpc::error("null", &e, "ws"))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
+                conn.send_error("null", &e).await.is_err()
             }
             Err(e) => {
                 // A frame the protocol does not allow ends the connection with the close code
                 // RFC 6455 gives it; an I/O error (the peer went) ends it without one.
                 if let Some((code, reason)) = close_for(&e, too_large) {
                     tracing::debug!(error = %e, code, "WebSocket connection closed: a protocol error");
-                    frames.abort(&close_frame(code, reason));
+                    conn.frames.abort(&close_frame(code, reason));
                 } else {
                     tracing::debug!(error = %e, "WebSocket connection ended");
                 }
-                break;
+                true
             }
+        };
+        if went {
+            break;
         }
     }
     keeper.abort();
-    session.subscriptions().cancel_all();
-    session.executors().cancel_all();
+    conn.session.subscriptions().cancel_all();
+    conn.session.executors().cancel_all();
+}
+
+/// What a connection's reader needs for each frame it reads.
+struct Connection<'a> {
+    methods: Methods,
+    session: Arc<Session>,
+    frames: ConnWriter,
+    max_response: usize,
+    turnstiles: &'a super::turnstile::Turnstiles,
+    /// The turnstile of the identity the session speaks as (kept while it does not change).
+    turnstile: Option<(String, Arc<tokio::sync::Semaphore>)>,
+}
+
+impl Connection<'_> {
+    /// Handles one text frame; `Err` when the connection is gone.
+    async fn on_frame(&mut self, frame: Vec<u8>) -> std::io::Result<()> {
+        match jsonrpc::read(frame) {
+            Frame::Notification => Ok(()),
+            Frame::Refused(id, e) => self.send_error(&id, &e).await,
+            Frame::Call(mut call) => {
+                // Admitted here, before the next frame is read: a connection whose identity is
+                // over its rate is read once per refusal's hold, and what it sends meanwhile
+                // waits in its socket.
+                if let Err(e) = self.methods.admit(&self.session, &mut call).await {
+                    return self.send_error(call.id(), &e).await;
+                }
+                let turn = self.turn_for(&call).await;
+                self.run(call, turn).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Answers with a JSON-RPC error.
+    async fn send_error(&self, id: &str, e: &RpcError) -> std::io::Result<()> {
+        send(&self.frames, &jsonrpc::error(id, e, "ws")).await
+    }
+
+    /// The call's turn among its identity's readers, for its first run only (none for
+    /// `authenticate` or before it).
+    async fn turn_for(
+        &mut self,
+        call: &jsonrpc::Call,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if call.method() == names::AUTHENTICATE {
+            return None;
+        }
+        let who = self.session.identity().ok()?;
+        if self
+            .turnstile
+            .as_ref()
+            .is_none_or(|(a, _)| *a != who.agent_id)
+        {
+            let t = self.turnstiles.of(&who.agent_id);
+            self.turnstile = Some((who.agent_id.clone(), t));
+        }
+        let (_, t) = self.turnstile.as_ref()?;
+        t.clone().acquire_owned().await.ok()
+    }
+
+    /// Runs a call here until it waits: a call that needs nothing else (a read of the state)
+    /// is answered before the next frame is read, so that a busy connection puts one task at a
+    /// time in the runtime's queue, not one per frame. One that waits (a commit, a long wait)
+    /// goes on in a task of its own, and the calls on a connection still run concurrently.
+    /// `turn` is let go before it waits.
+    async fn run(&self, call: jsonrpc::Call, turn: Option<tokio::sync::OwnedSemaphorePermit>) {
+        let methods = self.methods.clone();
+        let session = self.session.clone();
+        let frames = self.frames.clone();
+        let max_response = self.max_response;
+        let mut running = Box::pin(async move {
+            let id = call.id().to_owned();
+            let outcome = tokio::select! {
+                _ = frames.closed() => return,
+                o = methods.run(session, call) => o,
+            };
+            let answer = match outcome {
+                Ok(Outcome::Written) => return,
+                Ok(Outcome::Result(r)) => jsonrpc::answer(&id, Ok(r), max_response, "ws"),
+                Err(e) => jsonrpc::error(&id, &e, "ws"),
+            };
+            // A connection gone has no one to answer.
+            let _ = send(&frames, &answer).await;
+        });
+        let first = futures::poll!(running.as_mut());
+        drop(turn);
+        if first.is_pending() {
+            tokio::spawn(running);
+        } else {
+            // Answered here: let the other connections' tasks run before the next frame of
+            // this one (a connection with many frames buffered would otherwise keep a worker
+            // thread for all of them).
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
 /// The close code and reason for a read error that breaks the protocol: 1009 for a message
@@ -366,7 +401,7 @@ async fn keep_alive(
     methods: Methods,
     session: std::sync::Weak<Session>,
     frames: ConnWriter,
-    heard: Arc<AtomicU64>,
+    last_heard: Arc<AtomicU64>,
     start: Instant,
     interval: Duration,
 ) {
@@ -379,7 +414,7 @@ async fn keep_alive(
             _ = closing.wait_for(|c| *c) => break,
             _ = frames.closed() => return,
         }
-        let silent = since(start).saturating_sub(heard.load(Ordering::Relaxed));
+        let silent = since(start).saturating_sub(last_heard.load(Ordering::Relaxed));
         if silent >= silent_limit {
             crate::engine::telemetry::dropped_connection("ping_timeout");
             let reason = format!("nothing received for {} s", silent / 1000);

@@ -150,7 +150,7 @@ impl Hub {
             policy: std::sync::OnceLock::new(),
             parent: std::sync::OnceLock::new(),
             touched_ms: std::sync::atomic::AtomicI64::new(crate::engine::store::now_ms()),
-            heard: std::sync::atomic::AtomicU64::new(0),
+            remote_head: std::sync::atomic::AtomicU64::new(0),
             read_ms: std::sync::atomic::AtomicI64::new(0),
         })
     }

@@ -49,8 +49,8 @@ pub struct ConvView {
     /// Live subscribers the publisher writes to itself (see [`live`]).
     pub live: live::LiveSet,
     /// On a shared log: the highest head another node's notice named for it (the writer's
-    /// view may stay behind it while nothing here needs the events: [`ConvView::followed`]).
-    pub(super) heard: std::sync::atomic::AtomicU64,
+    /// view may stay behind it while nothing here needs the events: [`ConvView::follows_remote_commits`]).
+    pub(super) remote_head: std::sync::atomic::AtomicU64,
     /// When a client last read it here (ms since the epoch; 0: never).
     pub(super) read_ms: std::sync::atomic::AtomicI64,
 }
@@ -165,13 +165,13 @@ impl ConvView {
 
     /// On a shared log, another node's notice named `head` for it.
     pub fn note_remote_head(&self, head: u64) {
-        self.heard
+        self.remote_head
             .fetch_max(head, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The highest head other nodes' notices named for it.
     pub fn remote_head(&self) -> u64 {
-        self.heard.load(std::sync::atomic::Ordering::Relaxed)
+        self.remote_head.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether another node committed past this node's view of it (as far as notices said).
@@ -204,13 +204,13 @@ impl ConvView {
     }
 
     /// Waits until the view reaches what another node's notice named (at most `limit`).
-    pub async fn reach_heard(&self, limit: std::time::Duration) {
-        let heard = self.heard.load(std::sync::atomic::Ordering::Relaxed);
-        if self.head() >= heard {
+    pub async fn reach_remote_head(&self, limit: std::time::Duration) {
+        let remote = self.remote_head.load(std::sync::atomic::Ordering::Relaxed);
+        if self.head() >= remote {
             return;
         }
         let mut head = self.watch();
-        let _ = tokio::time::timeout(limit, head.wait_for(|h| *h >= heard)).await;
+        let _ = tokio::time::timeout(limit, head.wait_for(|h| *h >= remote)).await;
     }
 
     /// How many waiters (long-polls, `waitForChange`, feeds) watch the head.

@@ -60,7 +60,7 @@ impl Orchestrator {
         }
         self.writer
             .follow(behind.iter().map(|c| c.id.clone()).collect());
-        futures::future::join_all(behind.iter().map(|c| c.reach_heard(CATCH_UP_WAIT))).await;
+        futures::future::join_all(behind.iter().map(|c| c.reach_remote_head(CATCH_UP_WAIT))).await;
     }
 
     /// On a shared store, loads the closed conversations of `who` (every one for an admin)

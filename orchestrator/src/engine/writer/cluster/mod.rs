@@ -153,7 +153,7 @@ pub enum SharedJob {
     /// asked for when the read failed.
     TakeIn(std::result::Result<Vec<(i64, Vec<RecoveredEvent>)>, Vec<i64>>),
     /// clients read these conversations here; take in what other nodes
-    /// committed to them past this node's views ([`ConvView::followed`]).
+    /// committed to them past this node's views ([`ConvView::follows_remote_commits`]).
     Follow(Vec<String>),
 }
 
