@@ -27,6 +27,7 @@ mod driver;
 mod listen;
 pub mod migrations;
 mod rows;
+mod statements;
 mod writer;
 
 use std::sync::OnceLock;
@@ -41,7 +42,8 @@ use super::{
     TokenRecord, TokenSelector, TurnKey, TOKEN_ID_LEN,
 };
 use crate::engine::error::{Error, Result};
-pub use rows::{event_from, CONV_LOCK_KEY};
+pub use rows::event_from;
+pub use statements::CONV_LOCK_KEY;
 pub use writer::PgWriter;
 
 /// The channel every node listens on: each commit notifies it with the numbers and new heads

@@ -18,7 +18,6 @@ impl Writer {
     ///
     /// What the batch's notices say other nodes committed is read in the same round trip, for
     /// every notice at once ([`Writer::take_in_notices`]).
-    #[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
     pub(in crate::engine::writer) fn begin_shared(
         &mut self,
         batch: &mut Vec<Job>,
@@ -26,20 +25,71 @@ impl Writer {
     ) -> Result<()> {
         self.cluster.verified.clear();
         let behind = self.take_in_notices(batch)?;
-        let now = crate::engine::store::now_ms();
-        let mut nums = Vec::new();
-        // What the batch reads with its locks: the conversations it writes that other nodes
-        // wrote lately (or all it writes, after a conflict). Those it heard of and does not
-        // write are read off its path ([`Writer::read_behind`]).
-        let mut read = Vec::new();
-        let mut new_ids = Vec::new();
-        let mut fences = Vec::new();
-        // The conversations each job writes (by its place in the batch), for those it may put
-        // off; and those the jobs carried from the last batch write, which are waited for.
-        let mut writes: Vec<(usize, i64)> = Vec::new();
-        let mut waited: Vec<i64> = Vec::new();
         let put_off_before = std::mem::take(&mut self.cluster.put_off);
         self.cluster.stale.clear();
+        let plan = self.plan_locks(batch, read_all, &put_off_before)?;
+        // Those heard of that the batch does not write are read off its path
+        // ([`Writer::read_behind`]).
+        self.read_behind(
+            behind
+                .into_iter()
+                .filter(|n| plan.nums.binary_search(n).is_err()),
+        );
+        let may_skip = plan.may_skip();
+        // Each with its view's head as it is now: the read starts after it.
+        let read: Vec<(i64, u64)> = plan
+            .read
+            .iter()
+            .filter_map(|&n| {
+                let at = *self.convs.by_num.get(&n)?;
+                Some((n, self.convs.slots[at].state.core.head))
+            })
+            .collect();
+        let whole = self.read_whole(&read, &plan.nums, read_all);
+        if plan.nums.is_empty() && plan.new_ids.is_empty() && plan.fences.is_empty() {
+            if read.is_empty() {
+                return Ok(());
+            }
+            let caught_up = self.log.read_many(&read)?;
+            return self.take_in_read(caught_up);
+        }
+        let locked = self.log.lock(&crate::engine::store::ToLock {
+            nums: &plan.nums,
+            read: &read,
+            whole: &whole,
+            new_ids: &plan.new_ids,
+            fences: &plan.fences,
+            may_skip: &may_skip,
+        })?;
+        self.cluster.stale.extend(locked.stale);
+        self.cluster.verified = read
+            .into_iter()
+            .map(|r| r.0)
+            .filter(|n| {
+                plan.nums.binary_search(n).is_ok() && locked.skipped.binary_search(n).is_err()
+            })
+            .collect();
+        for id in &locked.existing {
+            self.known(id)?;
+        }
+        if !locked.skipped.is_empty() {
+            self.put_off(batch, &plan.writes, &locked.skipped, &put_off_before);
+        }
+        self.take_in_read(locked.read)?;
+        self.skip_to_heads(locked.heads, &locked.skipped);
+        Ok(())
+    }
+
+    /// What `batch` locks and reads, from its jobs ([`LockPlan`]); loads the conversations it
+    /// names that this node does not know yet.
+    fn plan_locks(
+        &mut self,
+        batch: &[Job],
+        read_all: bool,
+        put_off_before: &[u8],
+    ) -> Result<LockPlan> {
+        let now = crate::engine::store::now_ms();
+        let mut plan = LockPlan::default();
         for (place, job) in batch.iter().enumerate() {
             let id = match job {
                 Job::Append {
@@ -52,7 +102,7 @@ impl Writer {
                             conversation_id: conversation.clone(),
                             turn: f.turn,
                         };
-                        fences.push((key, f.fence));
+                        plan.fences.push((key, f.fence));
                     }
                     conversation.as_str()
                 }
@@ -61,10 +111,10 @@ impl Writer {
                     continue;
                 }
                 Job::Create { conv, .. } => {
-                    new_ids.push(conv.id.clone());
+                    plan.new_ids.push(conv.id.clone());
                     // The caps count the creator's open conversations: those another node may
                     // have closed past this node's view are read first.
-                    read.extend(self.behind_of(&conv.created_by));
+                    plan.read.extend(self.behind_of(&conv.created_by));
                     match &conv.child_of {
                         Some(c) => c.parent.as_str(),
                         None => continue,
@@ -75,58 +125,36 @@ impl Writer {
             let Some(at) = self.known(id)? else { continue };
             // Each conversation the job writes, and whether another node wrote it lately (or
             // wrote past this node's view, which stays behind while nothing here follows it).
-            let touched = |slot: &Slot| (slot.num, slot.read_until_ms > now || slot.behind());
+            let contended = |slot: &Slot| (slot.num, slot.read_until_ms > now || slot.behind());
             let slot = &self.convs.slots[at];
-            let own = touched(slot);
+            let own = contended(slot);
             // A sub-conversation that closes reports to its parent in the same batch.
             let parent = match slot.state.parent().map(|p| p.conversation_id.clone()) {
-                Some(parent) => self.known(&parent)?.map(|p| touched(&self.convs.slots[p])),
+                Some(parent) => self
+                    .known(&parent)?
+                    .map(|p| contended(&self.convs.slots[p])),
                 None => None,
             };
+            let tired = put_off_before.get(place).is_some_and(|&t| t >= MAX_PUT_OFF);
             for (num, contended) in std::iter::once(own).chain(parent) {
-                nums.push(num);
-                if read_all || contended {
-                    read.push(num);
-                }
-                let tired = put_off_before.get(place).is_some_and(|&t| t >= MAX_PUT_OFF);
-                if tired || read_all || !contended {
-                    waited.push(num);
-                } else {
-                    writes.push((place, num));
-                }
+                plan.add(place, num, contended, read_all || tired, read_all);
             }
         }
-        nums.sort_unstable();
-        nums.dedup();
-        read.sort_unstable();
-        read.dedup();
-        self.read_behind(
-            behind
-                .into_iter()
-                .filter(|n| nums.binary_search(n).is_err()),
-        );
-        waited.sort_unstable();
-        let mut may_skip: Vec<i64> = writes
-            .iter()
-            .map(|w| w.1)
-            .filter(|n| waited.binary_search(n).is_err())
-            .collect();
-        may_skip.sort_unstable();
-        may_skip.dedup();
-        // Each with its view's head as it is now: the read starts after it.
-        let read: Vec<(i64, u64)> = read
-            .into_iter()
-            .filter_map(|n| {
-                let at = *self.convs.by_num.get(&n)?;
-                Some((n, self.convs.slots[at].state.core.head))
-            })
-            .collect();
-        // Every event is read of those a client here follows (they are published here), of
-        // those the batch does not lock, and of all after a conflict; of the others, once
-        // locked, only what moves more than the head.
+        plan.nums.sort_unstable();
+        plan.nums.dedup();
+        plan.read.sort_unstable();
+        plan.read.dedup();
+        plan.waited.sort_unstable();
+        Ok(plan)
+    }
+
+    /// Of the conversations `read` (sorted), those whose every event is read: those a client
+    /// here follows (they are published here), those the batch does not lock (not in `nums`),
+    /// and all after a conflict; of the others, once locked, only what moves more than the
+    /// head.
+    fn read_whole(&self, read: &[(i64, u64)], nums: &[i64], read_all: bool) -> Vec<i64> {
         let global = self.hub.followed_all();
-        let whole: Vec<i64> = read
-            .iter()
+        read.iter()
             .map(|r| r.0)
             .filter(|n| {
                 read_all
@@ -135,59 +163,41 @@ impl Writer {
                         self.convs.slots[at].shared.follows_remote_commits(global)
                     })
             })
+            .collect()
+    }
+
+    /// Takes out of `batch` the jobs that write a conversation the lock skipped (held by
+    /// another node's batch), in the batch's order, for the next batch ([`Writer::carried`]).
+    fn put_off(
+        &mut self,
+        batch: &mut Vec<Job>,
+        writes: &[(usize, i64)],
+        skipped: &[i64],
+        put_off_before: &[u8],
+    ) {
+        let mut put_off: Vec<usize> = writes
+            .iter()
+            .filter(|w| skipped.binary_search(&w.1).is_ok())
+            .map(|w| w.0)
             .collect();
-        if nums.is_empty() && new_ids.is_empty() && fences.is_empty() {
-            if read.is_empty() {
-                return Ok(());
+        put_off.dedup();
+        crate::engine::telemetry::put_off(put_off.len());
+        self.stats
+            .put_off
+            .fetch_add(put_off.len() as u64, Ordering::Relaxed);
+        // In the batch's order, ahead of whatever comes next.
+        let mut next = put_off.into_iter().peekable();
+        let mut kept = Vec::with_capacity(batch.len());
+        for (place, job) in batch.drain(..).enumerate() {
+            if next.peek() == Some(&place) {
+                next.next();
+                let times = put_off_before.get(place).copied().unwrap_or(0);
+                self.cluster.carried.push((job, times + 1));
+            } else {
+                kept.push(job);
             }
-            let caught_up = self.log.read_many(&read)?;
-            return self.take_in_read(caught_up);
         }
-        let locked = self.log.lock(&crate::engine::store::ToLock {
-            nums: &nums,
-            read: &read,
-            whole: &whole,
-            new_ids: &new_ids,
-            fences: &fences,
-            may_skip: &may_skip,
-        })?;
-        self.cluster.stale.extend(locked.stale);
-        self.cluster.verified = read
-            .into_iter()
-            .map(|r| r.0)
-            .filter(|n| nums.binary_search(n).is_ok() && locked.skipped.binary_search(n).is_err())
-            .collect();
-        for id in &locked.existing {
-            self.known(id)?;
-        }
-        if !locked.skipped.is_empty() {
-            let mut put_off: Vec<usize> = writes
-                .iter()
-                .filter(|w| locked.skipped.binary_search(&w.1).is_ok())
-                .map(|w| w.0)
-                .collect();
-            put_off.dedup();
-            crate::engine::telemetry::put_off(put_off.len());
-            self.stats
-                .put_off
-                .fetch_add(put_off.len() as u64, Ordering::Relaxed);
-            // In the batch's order, ahead of whatever comes next.
-            let mut next = put_off.into_iter().peekable();
-            let mut kept = Vec::with_capacity(batch.len());
-            for (place, job) in batch.drain(..).enumerate() {
-                if next.peek() == Some(&place) {
-                    next.next();
-                    let times = put_off_before.get(place).copied().unwrap_or(0);
-                    self.cluster.carried.push((job, times + 1));
-                } else {
-                    kept.push(job);
-                }
-            }
-            *batch = kept;
-        }
-        self.take_in_read(locked.read)?;
-        self.skip_to_heads(locked.heads, &locked.skipped);
-        Ok(())
+        *batch = kept;
     }
 
     /// Moves the views of conversations the batch locked past events other nodes committed
@@ -252,5 +262,55 @@ impl Writer {
             true
         });
         found
+    }
+}
+
+/// What a batch locks and reads on a shared store, gathered from its jobs.
+#[derive(Debug, Default)]
+struct LockPlan {
+    /// The conversations it writes, by number (sorted): locked until the batch ends.
+    nums: Vec<i64>,
+    /// What it reads with its locks (sorted): the conversations it writes that other nodes
+    /// wrote lately (or all it writes, after a conflict), and the creators' conversations
+    /// behind the log.
+    read: Vec<i64>,
+    /// The ids it would create.
+    new_ids: Vec<String>,
+    /// Its fenced writes' turns and fences.
+    fences: Vec<(crate::engine::store::TurnKey, i64)>,
+    /// Each job it may put off (by its place in the batch) with a conversation it writes.
+    writes: Vec<(usize, i64)>,
+    /// The conversations it waits for (sorted): those not contended, those of jobs carried
+    /// too often, and all after a conflict.
+    waited: Vec<i64>,
+}
+
+impl LockPlan {
+    /// The job at `place` writes conversation `num`, which another node wrote lately when
+    /// `contended`; `wait` when its lock is waited for whatever holds it.
+    fn add(&mut self, place: usize, num: i64, contended: bool, wait: bool, read_all: bool) {
+        self.nums.push(num);
+        if read_all || contended {
+            self.read.push(num);
+        }
+        if wait || !contended {
+            self.waited.push(num);
+        } else {
+            self.writes.push((place, num));
+        }
+    }
+
+    /// The conversations locked only if free now (sorted): those of jobs that may be put off,
+    /// unless another job waits for the same conversation.
+    fn may_skip(&self) -> Vec<i64> {
+        let mut may_skip: Vec<i64> = self
+            .writes
+            .iter()
+            .map(|w| w.1)
+            .filter(|n| self.waited.binary_search(n).is_err())
+            .collect();
+        may_skip.sort_unstable();
+        may_skip.dedup();
+        may_skip
     }
 }

@@ -18,7 +18,7 @@ use super::driver::{Driver, Launched};
 
 mod lock;
 
-use super::{connect, rows, Wake, LATELY, NUMS_AHEAD};
+use super::{connect, rows, statements, Wake, LATELY, NUMS_AHEAD};
 use crate::engine::error::{Error, Result};
 use crate::engine::store::{
     now_ms, ConversationRecord, Durability, Locked, LogWriter, NewConversation, NewRow,
@@ -28,7 +28,7 @@ use crate::engine::store::{
 /// The writer's connection and the statements prepared on it.
 struct WriterConn {
     client: Arc<Client>,
-    st: Arc<rows::Statements>,
+    st: Arc<statements::Statements>,
 }
 
 impl std::fmt::Debug for WriterConn {
@@ -129,7 +129,7 @@ impl PgWriter {
     }
 
     /// The connection, made again if it was lost (a batch's transaction never spans two).
-    fn conn(&mut self) -> Result<(Arc<Client>, Arc<rows::Statements>)> {
+    fn conn(&mut self) -> Result<(Arc<Client>, Arc<statements::Statements>)> {
         if let (Some(c), Some(d)) = (&self.conn, &self.driver) {
             if !c.client.is_closed() && !self.in_tx && self.in_flight.is_empty() {
                 // The connection runs only while this thread waits on it: one that ended while
@@ -147,7 +147,7 @@ impl PgWriter {
         let config = self.config.clone();
         let (client, st) = self.driver()?.block(async move {
             let client = connect(&config).await?;
-            let st = rows::Statements::prepare(&client).await?;
+            let st = statements::Statements::prepare(&client).await?;
             Ok((Arc::new(client), Arc::new(st)))
         })?;
         self.conn = Some(WriterConn {
@@ -162,7 +162,7 @@ impl PgWriter {
     fn run<T, F, Fut>(&mut self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<Client>, Arc<rows::Statements>) -> Fut + Send + 'static,
+        F: FnOnce(Arc<Client>, Arc<statements::Statements>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T>> + Send,
     {
         let (client, st) = self.conn()?;
