@@ -140,6 +140,12 @@ async fn setup(
         max_connections_per_address: 4096,
         max_connections_per_agent: 4096,
         max_append_bytes_per_minute: env("BENCH_BUDGET", 0),
+        // The server's own rate per identity (0: none); with fewer clients than the default
+        // 64, each is over it.
+        rate_per_identity: env(
+            "BENCH_RATE",
+            u64::from(Limits::default().rate_per_identity),
+        ) as u32,
         ..Limits::default()
     };
     let orch = Orchestrator::open(store, limits)?;
@@ -475,6 +481,7 @@ fn print_phase(name: &str, p: &Phase, ceiling: f64, goal: &str) {
 }
 
 /// The load of the single-path runs (`BENCH_ONLY`).
+#[derive(Clone, Copy)]
 struct Knobs {
     secs: f64,
     clients: usize,
@@ -527,120 +534,142 @@ fn run_only(only: &str, k: &Knobs, dir: &std::path::Path) -> anyhow::Result<bool
     Ok(true)
 }
 
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; nothing else to parse.
-    let secs = env("BENCH_SECS", 4) as f64;
-    let rounds = env("BENCH_ROUNDS", 3).max(1) as usize;
-    let clients = env("BENCH_CLIENTS", 64) as usize;
-    let depth = env("BENCH_DEPTH", 16) as usize;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let inproc_workers = env("BENCH_INPROC_WORKERS", cores as u64) as usize;
-    let ws_workers = env("BENCH_WS_WORKERS", cores as u64) as usize;
+    let k = Knobs {
+        secs: env("BENCH_SECS", 4) as f64,
+        clients: env("BENCH_CLIENTS", 64) as usize,
+        depth: env("BENCH_DEPTH", 16) as usize,
+        inproc_workers: env("BENCH_INPROC_WORKERS", cores as u64) as usize,
+        ws_workers: env("BENCH_WS_WORKERS", cores as u64) as usize,
+    };
+    let rounds = env("BENCH_ROUNDS", 3).max(1) as usize;
     let dir = tempfile::tempdir()?;
 
     println!(
         "appends benchmark: synchronous=FULL, ~300-byte payloads, {CONVERSATIONS} conversations, \
-         {clients} clients x {depth} appends in flight, {secs} s per phase, {rounds} rounds, {cores} cores"
+         {} clients x {} appends in flight, {} s per phase, {rounds} rounds, {cores} cores",
+        k.clients, k.depth, k.secs
     );
     // For profiling one path alone.
     if let Ok(only) = std::env::var("BENCH_ONLY") {
-        let knobs = Knobs {
-            secs,
-            clients,
-            depth,
-            inproc_workers,
-            ws_workers,
-        };
-        if run_only(&only, &knobs, dir.path())? {
+        if run_only(&only, &k, dir.path())? {
             return Ok(());
         }
     }
-    // The machine is shared and noisy (its speed swings by a fifth from one minute to the
-    // next): each round measures the ceiling right before and right after the in-process
-    // phase and compares that phase with their mean, so that a drift of the machine's speed
-    // during the round cancels out instead of landing on one side of the ratio. The ratios
-    // are taken per round; the summary is their median.
-    let (mut r_inproc, mut r_ws, mut r_indexed, mut ws_rates, mut wsj_rates) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut r_echo = Vec::new();
+    let mut results = Vec::new();
     for round in 1..=rounds {
         println!("round {round}:");
-        settle(dir.path());
-        let before = raw_ceiling(dir.path(), &format!("raw-{round}.db"), secs, false)?;
-        settle(dir.path());
-        let inproc = runtime(inproc_workers)?.block_on(in_process(
-            dir.path(),
-            &format!("inproc-{round}.db"),
-            secs,
-            clients,
-            depth,
-        ))?;
-        settle(dir.path());
-        let after = raw_ceiling(dir.path(), &format!("raw-after-{round}.db"), secs, false)?;
-        let ceiling = (before + after) / 2.0;
-        println!(
-            "  {:<42} {:>9.0} rows/s     (before {before:.0}, after {after:.0})",
-            "raw rusqlite ceiling (1,000-row txns, FULL)", ceiling
-        );
-        settle(dir.path());
-        let indexed = raw_ceiling(dir.path(), &format!("raw-indexed-{round}.db"), secs, true)?;
-        println!(
-            "  {:<42} {:>9.0} rows/s     ({:.0}% of ceiling)",
-            "raw, with a (conv, seq) index",
-            indexed,
-            100.0 * indexed / ceiling
-        );
-        print_phase("in-process", &inproc, ceiling, ">= 80%");
-        settle(dir.path());
-        let ws = runtime(ws_workers)?.block_on(websocket(
-            dir.path(),
-            &format!("ws-{round}.db"),
-            secs,
-            clients,
-            depth,
-            Client::Raw,
-        ))?;
-        print_phase(
-            "websocket (raw-frame clients)",
-            &ws,
-            ceiling,
-            ">= 100,000/s",
-        );
-        let reference = runtime(ws_workers)?.block_on(echo(secs, clients, depth))?;
-        println!(
-            "  {:<42} {:>9.0} round trips/s  (the websocket phase: {:.0}% of it; goal >= 60%)",
-            "bare websocket server, same clients",
-            reference,
-            100.0 * ws.rate / reference
-        );
-        settle(dir.path());
-        let wsj = runtime(ws_workers)?.block_on(websocket(
-            dir.path(),
-            &format!("wsj-{round}.db"),
-            secs,
-            clients,
-            depth,
-            Client::Jsonrpsee,
-        ))?;
-        print_phase("websocket (jsonrpsee clients)", &wsj, ceiling, "-");
-        r_inproc.push(inproc.rate / ceiling);
-        r_ws.push(ws.rate / ceiling);
-        r_echo.push(ws.rate / reference);
-        r_indexed.push(indexed / ceiling);
-        ws_rates.push(ws.rate);
-        wsj_rates.push(wsj.rate);
+        results.push(one_round(dir.path(), round, &k)?);
     }
+    let of = |f: fn(&RoundResult) -> f64| median(results.iter().map(f).collect());
     println!(
         "median over {rounds} rounds: in-process/ceiling {:.2} (goal >= 0.80), websocket {:.0} appends/s (goal >= 100,000), \
          websocket/bare websocket server {:.2} (goal >= 0.60), \
          websocket/ceiling {:.2}, websocket with jsonrpsee clients {:.0} appends/s, indexed-raw/ceiling {:.2}",
-        median(r_inproc),
-        median(ws_rates),
-        median(r_echo),
-        median(r_ws),
-        median(wsj_rates),
-        median(r_indexed)
+        of(|r| r.inproc_ratio),
+        of(|r| r.ws_rate),
+        of(|r| r.echo_ratio),
+        of(|r| r.ws_ratio),
+        of(|r| r.wsj_rate),
+        of(|r| r.indexed_ratio)
     );
     Ok(())
+}
+
+/// What one round measured.
+struct RoundResult {
+    /// In-process appends over the ceiling.
+    inproc_ratio: f64,
+    /// WebSocket appends over the ceiling.
+    ws_ratio: f64,
+    /// WebSocket appends over the bare WebSocket server's round trips.
+    echo_ratio: f64,
+    /// The raw ceiling with an index over the ceiling.
+    indexed_ratio: f64,
+    /// WebSocket appends a second (raw-frame clients, then jsonrpsee clients).
+    ws_rate: f64,
+    wsj_rate: f64,
+}
+
+/// One round of every phase. The machine is shared and noisy (its speed swings by a fifth
+/// from one minute to the next): each round measures the ceiling right before and right after
+/// the in-process phase and compares that phase with their mean, so that a drift of the
+/// machine's speed during the round cancels out instead of landing on one side of the ratio.
+/// The ratios are taken per round; the summary is their median.
+fn one_round(dir: &std::path::Path, round: usize, k: &Knobs) -> anyhow::Result<RoundResult> {
+    let Knobs {
+        secs,
+        clients,
+        depth,
+        inproc_workers,
+        ws_workers,
+    } = *k;
+    settle(dir);
+    let before = raw_ceiling(dir, &format!("raw-{round}.db"), secs, false)?;
+    settle(dir);
+    let inproc = runtime(inproc_workers)?.block_on(in_process(
+        dir,
+        &format!("inproc-{round}.db"),
+        secs,
+        clients,
+        depth,
+    ))?;
+    settle(dir);
+    let after = raw_ceiling(dir, &format!("raw-after-{round}.db"), secs, false)?;
+    let ceiling = (before + after) / 2.0;
+    println!(
+        "  {:<42} {:>9.0} rows/s     (before {before:.0}, after {after:.0})",
+        "raw rusqlite ceiling (1,000-row txns, FULL)", ceiling
+    );
+    settle(dir);
+    let indexed = raw_ceiling(dir, &format!("raw-indexed-{round}.db"), secs, true)?;
+    println!(
+        "  {:<42} {:>9.0} rows/s     ({:.0}% of ceiling)",
+        "raw, with a (conv, seq) index",
+        indexed,
+        100.0 * indexed / ceiling
+    );
+    print_phase("in-process", &inproc, ceiling, ">= 80%");
+    settle(dir);
+    let ws = runtime(ws_workers)?.block_on(websocket(
+        dir,
+        &format!("ws-{round}.db"),
+        secs,
+        clients,
+        depth,
+        Client::Raw,
+    ))?;
+    print_phase(
+        "websocket (raw-frame clients)",
+        &ws,
+        ceiling,
+        ">= 100,000/s",
+    );
+    let reference = runtime(ws_workers)?.block_on(echo(secs, clients, depth))?;
+    println!(
+        "  {:<42} {:>9.0} round trips/s  (the websocket phase: {:.0}% of it; goal >= 60%)",
+        "bare websocket server, same clients",
+        reference,
+        100.0 * ws.rate / reference
+    );
+    settle(dir);
+    let wsj = runtime(ws_workers)?.block_on(websocket(
+        dir,
+        &format!("wsj-{round}.db"),
+        secs,
+        clients,
+        depth,
+        Client::Jsonrpsee,
+    ))?;
+    print_phase("websocket (jsonrpsee clients)", &wsj, ceiling, "-");
+    Ok(RoundResult {
+        inproc_ratio: inproc.rate / ceiling,
+        ws_ratio: ws.rate / ceiling,
+        echo_ratio: ws.rate / reference,
+        indexed_ratio: indexed / ceiling,
+        ws_rate: ws.rate,
+        wsj_rate: wsj.rate,
+    })
 }

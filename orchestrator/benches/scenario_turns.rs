@@ -225,7 +225,97 @@ fn framework(
     ))
 }
 
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
+/// The same loops on PostgreSQL (`BENCH_PG`: a server's URL; a database of its own per loop):
+/// the database it ran on and its rates (one conversation, many, each with traces), or `None`.
+fn postgres_loops(
+    rt: &tokio::runtime::Runtime,
+    conversations: usize,
+    turns: u64,
+    single_turns: u64,
+    warm_up: u64,
+) -> anyhow::Result<Option<(String, [f64; 4])>> {
+    Ok(match std::env::var("BENCH_PG") {
+        Ok(base) => {
+            println!("PostgreSQL (a database of its own per loop), the same loops:");
+            let commits = rt.block_on(pg_commit_rate(&base, 2.0))?;
+            let warm = warm_up.min(1_000);
+            let one = rt.block_on(pg_turn_loop(&base, 1, single_turns, false, warm))?;
+            let one_traced = rt.block_on(pg_turn_loop(&base, 1, single_turns, true, warm))?;
+            let many_traced = rt.block_on(pg_turn_loop(&base, conversations, turns, true, 0))?;
+            let many = rt.block_on(pg_turn_loop(&base, conversations, turns, false, 0))?;
+            println!(
+                "  raw one-row commits (one connection, synchronous_commit=on) {commits:>8.0} /s"
+            );
+            println!(
+                "  one conversation, turn.traces: false {one:>8.0} turns/s ({:.0}% of the raw commit rate); with traces {one_traced:>8.0} turns/s",
+                100.0 * one / commits
+            );
+            println!(
+                "  {conversations} conversations: with traces {many_traced:>8.0} turns/s; turn.traces: false {many:>8.0} turns/s"
+            );
+            Some((base, [one, many, one_traced, many_traced]))
+        }
+        Err(_) => {
+            println!("  (PostgreSQL not run: set BENCH_PG)");
+            None
+        }
+    })
+}
+
+/// The same exchange in the frameworks (`BENCH_PY`: a Python with them), beside the
+/// orchestrator's rates on SQLite (`sqlite`) and PostgreSQL (`pg`).
+fn compare_with_frameworks(
+    rt: &tokio::runtime::Runtime,
+    py: &str,
+    turns: u64,
+    conversations: usize,
+    sqlite: [f64; 4],
+    pg: Option<(String, [f64; 4])>,
+) -> anyhow::Result<()> {
+    println!(
+        "the same exchange in the frameworks ({turns} turns; the orchestrator's ratios without its traces, which the frameworks do not write, then with them):"
+    );
+    let mut runs = vec![
+        (
+            "AutoGen 0.7 RoundRobinGroupChat",
+            "autogen_turns.py",
+            Vec::new(),
+            sqlite,
+            "goal >= 50x aggregate",
+        ),
+        (
+            "LangGraph 1.2 + SqliteSaver",
+            "langgraph_turns.py",
+            Vec::new(),
+            sqlite,
+            "goal >= 100x aggregate",
+        ),
+    ];
+    if let Some((base, ours)) = pg {
+        let url = rt.block_on(fresh_database(&base, "langgraph"))?;
+        runs.push((
+            "LangGraph 1.2 + PostgresSaver",
+            "langgraph_pg_turns.py",
+            vec![url],
+            ours,
+            "no goal: reported",
+        ));
+    }
+    for (name, script, extra, ours, goal) in runs {
+        match framework(py, script, turns, conversations, &extra) {
+            Ok((s, a)) => println!(
+                "  {name:<32} one {s:>6.0} turns/s, {conversations} at once {a:>6.0} turns/s  (orchestrator: {:.1}x one, {:.1}x aggregate; with traces {:.1}x, {:.1}x; {goal})",
+                ours[0] / s,
+                ours[1] / a,
+                ours[2] / s,
+                ours[3] / a
+            ),
+            Err(e) => println!("  {name}: failed: {e}"),
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let turns = env("BENCH_TURNS", 200);
     let single_turns = env("BENCH_SINGLE_TURNS", 4_000);
@@ -293,32 +383,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "  turn.traces: false (1 commit a turn)       {aggregate:>9.0} turns/s  (goal >= 50,000)"
     );
-    let pg = match std::env::var("BENCH_PG") {
-        Ok(base) => {
-            println!("PostgreSQL (a database of its own per loop), the same loops:");
-            let commits = rt.block_on(pg_commit_rate(&base, 2.0))?;
-            let warm = warm_up.min(1_000);
-            let one = rt.block_on(pg_turn_loop(&base, 1, single_turns, false, warm))?;
-            let one_traced = rt.block_on(pg_turn_loop(&base, 1, single_turns, true, warm))?;
-            let many_traced = rt.block_on(pg_turn_loop(&base, conversations, turns, true, 0))?;
-            let many = rt.block_on(pg_turn_loop(&base, conversations, turns, false, 0))?;
-            println!(
-                "  raw one-row commits (one connection, synchronous_commit=on) {commits:>8.0} /s"
-            );
-            println!(
-                "  one conversation, turn.traces: false {one:>8.0} turns/s ({:.0}% of the raw commit rate); with traces {one_traced:>8.0} turns/s",
-                100.0 * one / commits
-            );
-            println!(
-                "  {conversations} conversations: with traces {many_traced:>8.0} turns/s; turn.traces: false {many:>8.0} turns/s"
-            );
-            Some((base, [one, many, one_traced, many_traced]))
-        }
-        Err(_) => {
-            println!("  (PostgreSQL not run: set BENCH_PG)");
-            None
-        }
-    };
+    let pg = postgres_loops(&rt, conversations, turns, single_turns, warm_up)?;
     // Every database of the PostgreSQL loops (and of LangGraph's) is dropped at the end.
     let base = pg.as_ref().map(|(base, _)| base.clone());
     let done = |rt: &tokio::runtime::Runtime| match &base {
@@ -329,47 +394,7 @@ fn main() -> anyhow::Result<()> {
         println!("  (frameworks not run: set BENCH_PY, or use scripts/bench-frameworks)");
         return done(&rt);
     };
-    println!(
-        "the same exchange in the frameworks ({turns} turns; the orchestrator's ratios without its traces, which the frameworks do not write, then with them):"
-    );
     let sqlite = [single, aggregate, traced_single, traced_aggregate];
-    let mut runs = vec![
-        (
-            "AutoGen 0.7 RoundRobinGroupChat",
-            "autogen_turns.py",
-            Vec::new(),
-            sqlite,
-            "goal >= 50x aggregate",
-        ),
-        (
-            "LangGraph 1.2 + SqliteSaver",
-            "langgraph_turns.py",
-            Vec::new(),
-            sqlite,
-            "goal >= 100x aggregate",
-        ),
-    ];
-    if let Some((base, ours)) = pg {
-        let url = rt.block_on(fresh_database(&base, "langgraph"))?;
-        runs.push((
-            "LangGraph 1.2 + PostgresSaver",
-            "langgraph_pg_turns.py",
-            vec![url],
-            ours,
-            "no goal: reported",
-        ));
-    }
-    for (name, script, extra, ours, goal) in runs {
-        match framework(&py, script, turns, conversations, &extra) {
-            Ok((s, a)) => println!(
-                "  {name:<32} one {s:>6.0} turns/s, {conversations} at once {a:>6.0} turns/s  (orchestrator: {:.1}x one, {:.1}x aggregate; with traces {:.1}x, {:.1}x; {goal})",
-                ours[0] / s,
-                ours[1] / a,
-                ours[2] / s,
-                ours[3] / a
-            ),
-            Err(e) => println!("  {name}: failed: {e}"),
-        }
-    }
+    compare_with_frameworks(&rt, &py, turns, conversations, sqlite, pg)?;
     done(&rt)
 }

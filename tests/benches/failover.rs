@@ -99,24 +99,10 @@ async fn held_by(
         .collect())
 }
 
-#[tokio::main]
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
-async fn main() {
-    let kills = env("BENCH_KILLS", 20) as usize;
-    let convs = env("BENCH_CONVS", 6) as usize;
-    let work_ms = env("BENCH_WORK_MS", 500);
-    let pg = match TestPostgres::start().await {
-        Ok(pg) => pg,
-        Err(e) => {
-            eprintln!("failover: could not start PostgreSQL: {e}");
-            std::process::exit(1);
-        }
-    };
-    let url = pg.fresh_database().await.expect("a database");
-    let db = tests::pg::connect(&url).await.expect("connect");
-
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let scenarios = dir.path().join("scenarios");
+/// Writes the `relay` scenario into `dir`'s `scenarios` folder: a scripted bot and a worker
+/// process that takes `work_ms` per turn. Returns the folder.
+fn relay_scenario(dir: &std::path::Path, work_ms: u64) -> std::path::PathBuf {
+    let scenarios = dir.join("scenarios");
     std::fs::create_dir_all(&scenarios).expect("the scenario folder");
     let replies: Vec<String> = (1..=5000).map(|i| format!("bot says {i}")).collect();
     let work = format!(
@@ -133,6 +119,105 @@ async fn main() {
         "turn": {"timeout": "60s"}
     });
     std::fs::write(scenarios.join("relay.json"), scenario.to_string()).expect("the scenario");
+    scenarios
+}
+
+/// The node holding the most running worker turns: its place, how many, and which.
+async fn busiest(db: &tokio_postgres::Client, nodes: &[Node]) -> Option<(usize, usize, Vec<Held>)> {
+    let mut victim = None;
+    let mut most = 0;
+    for (i, n) in nodes.iter().enumerate() {
+        let Some(name) = &n.name else { continue };
+        let held = held_by(db, name).await.expect("read the claims");
+        if held.len() > most {
+            most = held.len();
+            victim = Some((i, most, held));
+        }
+    }
+    victim
+}
+
+/// What became of the turns a killed node held.
+struct Takeovers {
+    /// For each turn taken over: ms from the kill until another node was seen holding it.
+    claimed: Vec<i64>,
+    /// And until its answer was committed.
+    answered: Vec<i64>,
+    /// Turns not answered within 30 s.
+    lost: usize,
+}
+
+/// Polls every 10 ms, for up to 30 s, until each turn `held` by `victim` (killed at
+/// `killed_at`) is claimed by another node and answered.
+async fn watch_takeovers(
+    db: &tokio_postgres::Client,
+    held: Vec<Held>,
+    victim: &str,
+    killed_at: i64,
+) -> Takeovers {
+    let mut found = Takeovers {
+        claimed: Vec::new(),
+        answered: Vec::new(),
+        lost: 0,
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    // (turn, when another node was seen holding it)
+    let mut pending: Vec<(Held, Option<i64>)> = held.into_iter().map(|h| (h, None)).collect();
+    while !pending.is_empty() && tokio::time::Instant::now() < until {
+        let mut still = Vec::new();
+        for (h, mut claimed) in pending {
+            match progress(db, &h, victim).await {
+                // Answered before the kill landed: not a failover.
+                Ok((_, Some(answer))) if answer <= killed_at => continue,
+                Ok((true, answer)) => {
+                    claimed = claimed.or(Some(now_ms()));
+                    if let (Some(c), Some(answer)) = (claimed, answer) {
+                        found.claimed.push(c - killed_at);
+                        found.answered.push(answer - killed_at);
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            still.push((h, claimed));
+        }
+        pending = still;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    found.lost = pending.len();
+    found
+}
+
+/// How many worker turns have more than one answer in the log (the run fails on any).
+async fn answered_twice(db: &tokio_postgres::Client) -> i64 {
+    db.query_one(
+        "SELECT count(*) FROM (SELECT conv, turn FROM events \
+               WHERE author = 'worker' AND kind = 'message' \
+               GROUP BY conv, turn HAVING count(*) > 1) t",
+        &[],
+    )
+    .await
+    .expect("check the log")
+    .get(0)
+}
+
+#[tokio::main]
+async fn main() {
+    let kills = env("BENCH_KILLS", 20) as usize;
+    let convs = env("BENCH_CONVS", 6) as usize;
+    let work_ms = env("BENCH_WORK_MS", 500);
+    let pg = match TestPostgres::start().await {
+        Ok(pg) => pg,
+        Err(e) => {
+            eprintln!("failover: could not start PostgreSQL: {e}");
+            std::process::exit(1);
+        }
+    };
+    let url = pg.fresh_database().await.expect("a database");
+    let db = tests::pg::connect(&url).await.expect("connect");
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let scenarios = relay_scenario(dir.path(), work_ms);
 
     let mut nodes: Vec<Node> = (0..3).map(|_| Node::new()).collect();
     for n in &mut nodes {
@@ -156,47 +241,17 @@ async fn main() {
     while round < kills && tries < kills * 20 {
         tries += 1;
         tokio::time::sleep(Duration::from_millis(150 + (tries as u64 * 37) % 300)).await;
-        // The node holding the most running worker turns.
-        let mut victim = None;
-        let mut most = 0;
-        for (i, n) in nodes.iter().enumerate() {
-            let Some(name) = &n.name else { continue };
-            let held = held_by(&db, name).await.expect("read the claims");
-            if held.len() > most {
-                most = held.len();
-                victim = Some((i, held));
-            }
-        }
-        let Some((i, held)) = victim else { continue };
+        let Some((i, most, held)) = busiest(&db, &nodes).await else {
+            continue;
+        };
         nodes[i].kill().await;
         let killed_at = now_ms();
         round += 1;
-        let until = tokio::time::Instant::now() + Duration::from_secs(30);
         let victim_name = nodes[i].name.clone().unwrap_or_default();
-        // (turn, when another node was seen holding it)
-        let mut pending: Vec<(Held, Option<i64>)> = held.into_iter().map(|h| (h, None)).collect();
-        while !pending.is_empty() && tokio::time::Instant::now() < until {
-            let mut still = Vec::new();
-            for (h, mut claimed) in pending {
-                match progress(&db, &h, &victim_name).await {
-                    // Answered before the kill landed: not a failover.
-                    Ok((_, Some(answer))) if answer <= killed_at => continue,
-                    Ok((true, answer)) => {
-                        claimed = claimed.or(Some(now_ms()));
-                        if let (Some(c), Some(answer)) = (claimed, answer) {
-                            takeover.push(c - killed_at);
-                            answered.push(answer - killed_at);
-                            continue;
-                        }
-                    }
-                    _ => {}
-                }
-                still.push((h, claimed));
-            }
-            pending = still;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        lost += pending.len();
+        let found = watch_takeovers(&db, held, &victim_name, killed_at).await;
+        takeover.extend(found.claimed);
+        answered.extend(found.answered);
+        lost += found.lost;
         nodes[i].start(&url, &scenarios).await;
         eprintln!(
             "kill {round}: {most} running turn(s) on the killed node; {} taken over so far",
@@ -204,16 +259,7 @@ async fn main() {
         );
     }
 
-    let twice: i64 = db
-        .query_one(
-            "SELECT count(*) FROM (SELECT conv, turn FROM events \
-               WHERE author = 'worker' AND kind = 'message' \
-               GROUP BY conv, turn HAVING count(*) > 1) t",
-            &[],
-        )
-        .await
-        .expect("check the log")
-        .get(0);
+    let twice = answered_twice(&db).await;
     for n in &mut nodes {
         n.kill().await;
     }

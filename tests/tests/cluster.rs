@@ -216,7 +216,6 @@ async fn an_internal_turn_runs_once_across_nodes() {
 /// out, another node takes the turn over and answers it, and when the proxy forwards again the
 /// cut-off node appends nothing for that turn (a write under its old claim is refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
     let (url, _pg) = tests::postgres_database().await;
     let direct = url::Url::parse(&url).expect("url");
@@ -274,20 +273,50 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
         .await
         .expect("the cut-off node answers within its database timeout")
         .expect("the writer task");
+    assert_internal_error(refused);
+    // Forwarding again: the cut-off node's first run was stopped, and a write under its claim
+    // (fence) is refused.
+    proxy.resume();
+    assert_lost_claim_refused(&cut).await;
+    let events = log(&alice, "cut").await;
+    let replies: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["turn"] == 1)
+        .collect();
+    assert_eq!(replies.len(), 1, "{events:?}");
+    assert_eq!(
+        replies[0]["payload"]["text"], "run 2",
+        "the takeover's answer"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["payload"]["text"] == "run 1" || e["payload"]["type"] == "late"),
+        "{events:?}"
+    );
+    // The cut-off node's run was stopped when its lease could no longer be renewed: it never
+    // went on to answer (the release woke every run still waiting).
+    assert_eq!(agent.answered.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A write the cut-off node could not commit: "the database is unavailable", and on the wire
+/// the protocol's internal error, -32603, as JSON-RPC names it.
+fn assert_internal_error(refused: Result<Value, jsonrpsee::core::ClientError>) {
     let message = format!("{refused:?}");
     assert!(
         refused.is_err() && message.contains("the database is unavailable"),
         "{message}"
     );
-    // On the wire, the protocol's internal error: -32603, as JSON-RPC names it.
     match refused {
         Err(jsonrpsee::core::ClientError::Call(e)) => assert_eq!(e.code(), -32603, "{message}"),
         other => panic!("a JSON-RPC error object, not {other:?}"),
     }
-    // Forwarding again: the cut-off node's first run was stopped, and a write under its claim
-    // (fence) is refused.
-    proxy.resume();
-    let stale = cut
+}
+
+/// A trace bot1 writes into turn 1 of `cut` under the first claim (fence 1), which another
+/// node has taken over since, is refused with `ClaimNotFound`.
+async fn assert_lost_claim_refused(node: &TestServer) {
+    let stale = node
         .running()
         .orchestrator()
         .send_trace_for(
@@ -312,25 +341,6 @@ async fn a_node_cut_off_from_the_database_appends_nothing_after_a_takeover() {
         proto_spec::ErrorCode::ClaimNotFound,
         "{refused}"
     );
-    let events = log(&alice, "cut").await;
-    let replies: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "message" && e["turn"] == 1)
-        .collect();
-    assert_eq!(replies.len(), 1, "{events:?}");
-    assert_eq!(
-        replies[0]["payload"]["text"], "run 2",
-        "the takeover's answer"
-    );
-    assert!(
-        !events
-            .iter()
-            .any(|e| e["payload"]["text"] == "run 1" || e["payload"]["type"] == "late"),
-        "{events:?}"
-    );
-    // The cut-off node's run was stopped when its lease could no longer be renewed: it never
-    // went on to answer (the release woke every run still waiting).
-    assert_eq!(agent.answered.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 /// Push replicas of one agent connected to two different nodes: each node offers the turn to

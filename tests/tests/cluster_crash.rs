@@ -71,8 +71,48 @@ async fn writer(
     }
 }
 
+/// The conversations the clients work in: `duet-{c}` from the `duet` scenario, and a
+/// `log-{w}` for each writer.
+async fn create_duets_and_logs(admin: &WsJsonRpcClient) {
+    for c in 0..CONVERSATIONS {
+        create_named(admin, &format!("duet-{c}"), "duet").await;
+    }
+    for w in 0..WRITERS {
+        admin
+            .create_conversation(CreateConversationParams {
+                conversation_id: Some(format!("log-{w}")),
+                participants: Some(vec!["writer".into()]),
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+    }
+}
+
+/// Each writer appends to its `log-{w}` through two nodes (a retry goes to the second) until
+/// `stop` is set.
+async fn start_writers(
+    urls: &[String],
+    token: &str,
+    acked: &Acked,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let first = connect(&urls[w % NODES], token).await;
+        let second = connect(&urls[(w + 1) % NODES], token).await;
+        writers.push(tokio::spawn(writer(
+            first,
+            second,
+            format!("log-{w}"),
+            acked.clone(),
+            stop.clone(),
+        )));
+    }
+    writers
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 async fn sigkill_of_random_nodes_loses_nothing_acknowledged() {
     let kills = tests::procs::kills("CLUSTER_KILLS", 30);
     let (db, _pg) = tests::postgres_database().await;
@@ -87,19 +127,7 @@ async fn sigkill_of_random_nodes_loses_nothing_acknowledged() {
     }
     let urls: Vec<String> = nodes.iter().map(Node::url).collect();
     let admin = connect(&urls[0], &admin_token).await;
-    for c in 0..CONVERSATIONS {
-        create_named(&admin, &format!("duet-{c}"), "duet").await;
-    }
-    for w in 0..WRITERS {
-        admin
-            .create_conversation(CreateConversationParams {
-                conversation_id: Some(format!("log-{w}")),
-                participants: Some(vec!["writer".into()]),
-                ..Default::default()
-            })
-            .await
-            .expect("create");
-    }
+    create_duets_and_logs(&admin).await;
     let ext = Arc::new(Ext::default());
     let acked = ext.acked.clone();
     // Push replicas of `ext` on two different nodes.
@@ -108,18 +136,7 @@ async fn sigkill_of_random_nodes_loses_nothing_acknowledged() {
         tasks.push(push_executor(connect(url, &ext_token).await, ext.clone()));
     }
     let stop_writing: Arc<std::sync::atomic::AtomicBool> = Arc::default();
-    let mut writers = Vec::new();
-    for w in 0..WRITERS {
-        let first = connect(&urls[w % NODES], &writer_token).await;
-        let second = connect(&urls[(w + 1) % NODES], &writer_token).await;
-        writers.push(tokio::spawn(writer(
-            first,
-            second,
-            format!("log-{w}"),
-            acked.clone(),
-            stop_writing.clone(),
-        )));
-    }
+    let writers = start_writers(&urls, &writer_token, &acked, &stop_writing).await;
     let ids: Vec<String> = (0..CONVERSATIONS)
         .map(|c| format!("duet-{c}"))
         .chain((0..WRITERS).map(|w| format!("log-{w}")))

@@ -357,7 +357,6 @@ async fn replica(server: &TestServer, turns: u64) -> Replica {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // longer than the house's 100 lines; to be split
 async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
     const CONVERSATIONS: usize = 20;
     const TURNS: u64 = 50; // 1,000 turns in all
@@ -429,40 +428,7 @@ async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
     );
     // Every turn answered once: one bob message per turn, turns 1..=TURNS, the last closing.
     for c in 0..CONVERSATIONS {
-        let id = format!("ha-{c}");
-        let log = log_of(&admin, &id).await;
-        let answers: Vec<&Event> = log
-            .iter()
-            .filter(|e| e.kind == EventKind::Message)
-            .collect();
-        let turns: Vec<u64> = answers.iter().map(|e| e.turn).collect();
-        // On failure, the log around the first turn without an answer.
-        let missing = (1..=TURNS).find(|t| !turns.contains(t)).unwrap_or(0);
-        let around: Vec<String> = log
-            .iter()
-            .filter(|e| e.turn + 2 >= missing && e.turn <= missing + 2)
-            .map(|e| {
-                format!(
-                    "{} {:?} {} {} {}",
-                    e.seq,
-                    e.kind,
-                    e.author,
-                    e.turn,
-                    e.payload.get()
-                )
-            })
-            .collect();
-        assert_eq!(
-            turns,
-            (1..=TURNS).collect::<Vec<_>>(),
-            "{id}: turns answered; around turn {missing}:\n{}",
-            around.join("\n")
-        );
-        assert!(answers.iter().all(|e| e.author == "bob"));
-        assert_eq!(
-            answers.last().unwrap().finality,
-            Some(Finality::Conversation)
-        );
+        assert_each_turn_answered_once(&admin, &format!("ha-{c}"), TURNS).await;
     }
     let stats = &server.running().orchestrator().turns().stats;
     println!(
@@ -470,6 +436,44 @@ async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
         stats.offers.load(Ordering::Relaxed),
         stats.reoffers.load(Ordering::Relaxed),
         stats.claims.load(Ordering::Relaxed)
+    );
+}
+
+/// Bob answered each of the first `turns_in_all` turns of `id` exactly once, the last closing
+/// the conversation.
+async fn assert_each_turn_answered_once(admin: &WsJsonRpcClient, id: &str, turns_in_all: u64) {
+    let log = log_of(admin, id).await;
+    let answers: Vec<&Event> = log
+        .iter()
+        .filter(|e| e.kind == EventKind::Message)
+        .collect();
+    let turns: Vec<u64> = answers.iter().map(|e| e.turn).collect();
+    // On failure, the log around the first turn without an answer.
+    let missing = (1..=turns_in_all).find(|t| !turns.contains(t)).unwrap_or(0);
+    let around: Vec<String> = log
+        .iter()
+        .filter(|e| e.turn + 2 >= missing && e.turn <= missing + 2)
+        .map(|e| {
+            format!(
+                "{} {:?} {} {} {}",
+                e.seq,
+                e.kind,
+                e.author,
+                e.turn,
+                e.payload.get()
+            )
+        })
+        .collect();
+    assert_eq!(
+        turns,
+        (1..=turns_in_all).collect::<Vec<_>>(),
+        "{id}: turns answered; around turn {missing}:\n{}",
+        around.join("\n")
+    );
+    assert!(answers.iter().all(|e| e.author == "bob"));
+    assert_eq!(
+        answers.last().unwrap().finality,
+        Some(Finality::Conversation)
     );
 }
 
