@@ -142,10 +142,7 @@ async fn setup(
         max_append_bytes_per_minute: env("BENCH_BUDGET", 0),
         // The server's own rate per identity (0: none); with fewer clients than the default
         // 64, each is over it.
-        rate_per_identity: env(
-            "BENCH_RATE",
-            u64::from(Limits::default().rate_per_identity),
-        ) as u32,
+        rate_per_identity: env("BENCH_RATE", u64::from(Limits::default().rate_per_identity)) as u32,
         ..Limits::default()
     };
     let orch = Orchestrator::open(store, limits)?;
