@@ -158,11 +158,11 @@ pub async fn migrate(client: &mut Client) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     /// PostgreSQL uses the partial index only for a query that names its predicate in the same
-    /// words: the catch-up under the locks says [`super::super::rows::MARKED`].
+    /// words: the catch-up under the locks says [`super::super::statements::MARKED`].
     #[test]
     fn the_marked_index_is_named_as_the_catch_up_names_it() {
         let step = super::MIGRATIONS[5];
         assert!(step.contains("CREATE INDEX events_marked"));
-        assert!(step.contains(&format!("WHERE {};", super::super::rows::MARKED)));
+        assert!(step.contains(&format!("WHERE {};", super::super::statements::MARKED)));
     }
 }

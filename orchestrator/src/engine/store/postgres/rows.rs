@@ -1,4 +1,5 @@
-//! The writer's statements, and rows read back into events, recovered events and records.
+//! A batch as the arrays the writer's statements take, and rows read back into events, recovered
+//! events and records.
 
 use proto_spec::{Event, Finality};
 use serde_json::value::RawValue;
@@ -12,22 +13,6 @@ use crate::engine::store::{
     finality_from, format_ts, hash_from, kind_from, ConversationRecord, NewConversation, NewRow,
     RecoveredEvent, TurnKey,
 };
-
-/// The columns of an event read back for the state machine (the payload of system events,
-/// and of messages marked as possible plans or deliverables, which the state numbers), in the
-/// order [`recovered_from`] reads them.
-pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
-     CASE WHEN kind = 'system' OR doc THEN payload END, client_request_id, request_hash, ts_ms";
-
-/// The same columns with every payload: events caught up on from other nodes are published
-/// to readers here, so they must be whole.
-pub const CATCH_UP_COLUMNS: &str =
-    "seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms";
-
-/// The events that move a conversation's state past its head, as the partial index
-/// `events_marked` (schema version 6) names them: a query must say it in these words for
-/// PostgreSQL to use the index.
-pub const MARKED: &str = "kind = 'system' OR author = 'orchestrator' OR finality IN ('turn', 'conversation') OR client_request_id IS NOT NULL OR doc";
 
 /// One batch's rows, as the arrays its statements take (owned, to cross to the driver).
 pub struct Batch {

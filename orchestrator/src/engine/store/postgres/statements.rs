@@ -2,8 +2,23 @@
 
 use tokio_postgres::{Client, Statement};
 
-use super::rows::{CATCH_UP_COLUMNS, MARKED, RECOVER_COLUMNS};
 use crate::engine::error::Result;
+
+/// The columns of an event read back for the state machine (the payload of system events,
+/// and of messages marked as possible plans or deliverables, which the state numbers), in the
+/// order `rows::recovered_from` reads them.
+pub const RECOVER_COLUMNS: &str = "seq, kind, author, turn, finality, \
+     CASE WHEN kind = 'system' OR doc THEN payload END, client_request_id, request_hash, ts_ms";
+
+/// The same columns with every payload: events caught up on from other nodes are published
+/// to readers here, so they must be whole.
+pub const CATCH_UP_COLUMNS: &str =
+    "seq, kind, author, turn, finality, payload, client_request_id, request_hash, ts_ms";
+
+/// The events that move a conversation's state past its head, as the partial index
+/// `events_marked` (schema version 6) names them: a query must say it in these words for
+/// PostgreSQL to use the index.
+pub const MARKED: &str = "kind = 'system' OR author = 'orchestrator' OR finality IN ('turn', 'conversation') OR client_request_id IS NOT NULL OR doc";
 
 /// A conversation's lock key, from its number `n`: two 32-bit keys (numbers below 2^62 map one
 /// to one), a space of PostgreSQL's advisory locks apart from the one-key locks on ids and on
