@@ -46,6 +46,7 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
     let state = Arc::new(HttpState { orch });
     Router::new()
         .route("/", get(crate::transport::console::page))
+        .route("/console/{name}", get(crate::transport::console::file))
         .route("/me", get(me))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
