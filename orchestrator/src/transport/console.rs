@@ -44,7 +44,8 @@ const FILES: &[(&str, &str, &str)] = &[
 /// The console's Content-Security-Policy: nothing runs or styles the page but the files this
 /// server serves (no inline script or style, so that no injected markup can run or restyle
 /// anything), and it talks only to this server; no framing, no forms elsewhere, no base URL.
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+const POLICY: &str =
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
      img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// `GET /`: the console, with its security headers.
