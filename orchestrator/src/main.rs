@@ -172,6 +172,11 @@ enum Command {
         #[command(subcommand)]
         command: tokens::TokenCommand,
     },
+    /// Manage tenants.
+    Tenant {
+        #[command(subcommand)]
+        command: tokens::TenantCommand,
+    },
     /// Print a conversation's events (after --since), and with --follow each new one until it
     /// closes; from a database (--db) or a running server (--url, --token).
     Tail {
@@ -373,6 +378,7 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<u8> {
 fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Token { command } => tokens::token(command),
+        Command::Tenant { command } => tokens::tenant(command),
         Command::Serve(args) => serve_command(args),
         Command::Run { scenario, opts } => {
             let text = std::fs::read_to_string(&scenario)

@@ -1,5 +1,6 @@
-//! `orchestrator token create|list|revoke`: tokens minted into, listed from and deleted from
-//! the database directly (every node checks the tokens its connections hold against it).
+//! `orchestrator token create|list|revoke` and `orchestrator tenant create|list|show`: tokens
+//! and tenants made in, listed from and deleted from the database directly (every node checks
+//! the tokens its connections hold against it).
 
 use anyhow::Context;
 use clap::Subcommand;
@@ -13,7 +14,10 @@ pub enum TokenCommand {
         /// The agent id the token speaks as.
         #[arg(long, env = "ORCHESTRATOR_TOKEN_AGENT")]
         agent: String,
-        /// Let it create conversations and read every conversation.
+        /// The tenant the agent belongs to (`tenant create` makes one).
+        #[arg(long, env = "ORCHESTRATOR_TOKEN_TENANT", default_value = store::DEFAULT_TENANT)]
+        tenant: String,
+        /// Let it create conversations and read every conversation of its tenant.
         #[arg(long, env = "ORCHESTRATOR_TOKEN_ADMIN")]
         admin: bool,
         /// Stop accepting it after this long (`30d`, `12h`, `90m`); never, by default.
@@ -22,7 +26,7 @@ pub enum TokenCommand {
         #[command(flatten)]
         db: ExistingDb,
     },
-    /// List the tokens: id, agent, admin, created, last used, expiry (never the token).
+    /// List the tokens: id, tenant, agent, admin, created, last used, expiry (never the token).
     List {
         /// One JSON object per line instead of a table.
         #[arg(long, env = "ORCHESTRATOR_JSON")]
@@ -56,7 +60,7 @@ pub struct ExistingDb {
 }
 
 impl ExistingDb {
-    fn open(&self) -> anyhow::Result<std::sync::Arc<dyn store::Store>> {
+    pub fn open(&self) -> anyhow::Result<std::sync::Arc<dyn store::Store>> {
         let db = crate::inspect::given_or_default(
             &self.db,
             "the server's, or start `orchestrator serve` here once to create it",
@@ -71,28 +75,11 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
     match command {
         TokenCommand::Create {
             agent,
+            tenant,
             admin,
             expires,
             db,
-        } => {
-            anyhow::ensure!(
-                auth::valid_id(&agent),
-                "--agent: 1-128 characters of letters, digits and . _ : @ -"
-            );
-            let expires_ms = match expires {
-                Some(e) => {
-                    let d = orchestrator::engine::scenario::parse_duration(&serde_json::json!(e))
-                        .map_err(|m| anyhow::anyhow!("--expires: {m}"))?;
-                    anyhow::ensure!(!d.is_zero(), "--expires: a token must live a while");
-                    Some(store::now_ms().saturating_add(d.as_millis() as i64))
-                }
-                None => None,
-            };
-            let store = db.open()?;
-            let token = auth::create_token_until(store.as_ref(), &agent, admin, expires_ms)?;
-            println!("{token}");
-            Ok(0)
-        }
+        } => create_token(agent, tenant, admin, expires.as_deref(), &db),
         TokenCommand::List { json, db } => {
             let tokens = db.open()?.list_tokens()?;
             let mut out = std::io::stdout().lock();
@@ -110,11 +97,12 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
                         .to_string()
                 })
             };
-            let rows: Vec<[String; 6]> = tokens
+            let rows: Vec<[String; 7]> = tokens
                 .iter()
                 .map(|t| {
                     [
                         t.id.clone(),
+                        t.tenant.clone(),
                         t.agent_id.clone(),
                         if t.admin { "yes" } else { "no" }.to_string(),
                         when(Some(t.created_ms), ""),
@@ -127,7 +115,15 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
                 out,
                 "{}",
                 crate::inspect::table(
-                    ["ID", "AGENT", "ADMIN", "CREATED", "LAST USED", "EXPIRES"],
+                    [
+                        "ID",
+                        "TENANT",
+                        "AGENT",
+                        "ADMIN",
+                        "CREATED",
+                        "LAST USED",
+                        "EXPIRES"
+                    ],
                     &rows
                 )
             )?;
@@ -155,4 +151,125 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// `token create`: prints the token (once).
+fn create_token(
+    agent: String,
+    tenant: String,
+    admin: bool,
+    expires: Option<&str>,
+    db: &ExistingDb,
+) -> anyhow::Result<u8> {
+    anyhow::ensure!(
+        auth::valid_id(&agent),
+        "--agent: 1-128 characters of letters, digits and . _ : @ -"
+    );
+    anyhow::ensure!(
+        store::valid_tenant(&tenant),
+        "--tenant: 1-64 lowercase letters, digits and -"
+    );
+    let expires_ms = match expires {
+        Some(e) => {
+            let d = orchestrator::engine::scenario::parse_duration(&serde_json::json!(e))
+                .map_err(|m| anyhow::anyhow!("--expires: {m}"))?;
+            anyhow::ensure!(!d.is_zero(), "--expires: a token must live a while");
+            Some(store::now_ms().saturating_add(d.as_millis() as i64))
+        }
+        None => None,
+    };
+    let store = db.open()?;
+    let record = store::TokenRecord {
+        tenant,
+        agent_id: agent,
+        admin,
+        operator: false,
+        expires_ms,
+    };
+    let token = auth::mint_token(store.as_ref(), &record)?;
+    println!("{token}");
+    Ok(0)
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TenantCommand {
+    /// Make a tenant: a namespace of agents, tokens and conversations of its own.
+    Create {
+        /// Its name: 1-64 lowercase letters, digits and -.
+        name: String,
+        #[command(flatten)]
+        db: ExistingDb,
+    },
+    /// List the tenants: name, created, tokens.
+    List {
+        /// One JSON document (an array) instead of a table.
+        #[arg(long, env = "ORCHESTRATOR_JSON")]
+        json: bool,
+        #[command(flatten)]
+        db: ExistingDb,
+    },
+    /// Show one tenant.
+    Show {
+        /// Its name.
+        name: String,
+        /// JSON instead of lines.
+        #[arg(long, env = "ORCHESTRATOR_JSON")]
+        json: bool,
+        #[command(flatten)]
+        db: ExistingDb,
+    },
+}
+
+/// `tenant create|list|show`.
+pub fn tenant(command: TenantCommand) -> anyhow::Result<u8> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match command {
+        TenantCommand::Create { name, db } => {
+            anyhow::ensure!(
+                store::valid_tenant(&name),
+                "{name:?}: a tenant's name is 1-64 lowercase letters, digits and -"
+            );
+            db.open()?.create_tenant(&name)?;
+            writeln!(out, "tenant {name} made")?;
+            Ok(0)
+        }
+        TenantCommand::List { json, db } => {
+            let tenants = db.open()?.list_tenants()?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&tenants)?)?;
+                return Ok(0);
+            }
+            let rows: Vec<[String; 3]> = tenants
+                .iter()
+                .map(|t| [t.name.clone(), when(t.created_ms), t.tokens.to_string()])
+                .collect();
+            let table = crate::inspect::table(["NAME", "CREATED", "TOKENS"], &rows);
+            writeln!(out, "{table}")?;
+            Ok(0)
+        }
+        TenantCommand::Show { name, json, db } => {
+            let tenants = db.open()?.list_tenants()?;
+            let Some(t) = tenants.into_iter().find(|t| t.name == name) else {
+                eprintln!("orchestrator: no tenant {name:?}; `tenant list` shows them");
+                return Ok(1);
+            };
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&t)?)?;
+            } else {
+                writeln!(out, "name     {}", t.name)?;
+                writeln!(out, "created  {}", when(t.created_ms))?;
+                writeln!(out, "tokens   {}", t.tokens)?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// A time as the tables show it (UTC, to the second).
+fn when(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M:%SZ")
+        .to_string()
 }

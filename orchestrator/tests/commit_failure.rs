@@ -11,8 +11,8 @@ use orchestrator::engine::error::{Error, Result};
 use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::engine::store::{
-    ConvListing, ConversationRecord, Durability, LogWriter, NewConversation, NewRow,
-    RecoveredEvent, Store, TokenInfo, TokenRecord, TokenSelector,
+    ConvListing, ConversationRecord, Durability, LogWriter, NewConversation, NewRow, Principals,
+    RecoveredEvent, Store, TenantInfo, TokenInfo, TokenRecord, TokenSelector,
 };
 use proto_spec::{
     CreateConversationParams, ErrorCode, Event, Finality, MessagePayload, SendMessageParams,
@@ -97,6 +97,18 @@ impl Store for Flaky {
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
         self.inner.read_events(conversation, after, limit)
     }
+    fn list_conversations(&self) -> Result<Vec<ConvListing>> {
+        self.inner.list_conversations()
+    }
+}
+
+impl Principals for Flaky {
+    fn create_tenant(&self, name: &str) -> Result<()> {
+        self.inner.create_tenant(name)
+    }
+    fn list_tenants(&self) -> Result<Vec<TenantInfo>> {
+        self.inner.list_tenants()
+    }
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
         self.inner.insert_token(hash, record)
     }
@@ -105,9 +117,6 @@ impl Store for Flaky {
     }
     fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
         self.inner.agent_has_token(agent_id)
-    }
-    fn list_conversations(&self) -> Result<Vec<ConvListing>> {
-        self.inner.list_conversations()
     }
     fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         self.inner.list_tokens()

@@ -86,7 +86,10 @@ async fn versions_go_on_after_a_restart_and_after_migrating_from_version_3() {
     // Back to schema version 3: no mark. Migrating marks the plans written before.
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("ALTER TABLE events DROP COLUMN doc; PRAGMA user_version = 3;")
+        conn.execute_batch(
+            "ALTER TABLE events DROP COLUMN doc; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; \
+             ALTER TABLE tokens DROP COLUMN operator; PRAGMA user_version = 3;",
+        )
             .unwrap();
     }
     assert_eq!(post_plan(&path, false).await, 3, "after migrating");

@@ -72,6 +72,8 @@ pub struct WhoAmI {
     pub agent_id: String,
     /// Whether it is an admin (creates, pauses and resumes conversations).
     pub admin: bool,
+    /// The tenant it belongs to.
+    pub tenant: String,
 }
 
 /// The body of every HTTP error.

@@ -67,6 +67,8 @@ pub struct AuthenticateResult {
     pub ok: bool,
     /// The identity the connection now speaks as.
     pub agent_id: String,
+    /// The tenant the identity belongs to (`default` unless the operator made others).
+    pub tenant: String,
 }
 
 /// `createConversation` params.

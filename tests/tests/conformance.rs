@@ -64,7 +64,7 @@ async fn hollow_server() -> String {
                 while let Some(Ok(Message::Text(t))) = ws.next().await {
                     let req: Value = serde_json::from_str(t.as_str()).unwrap_or_default();
                     let result = if req["method"] == "authenticate" {
-                        json!({"ok": true, "agentId": "someone"})
+                        json!({"ok": true, "agentId": "someone", "tenant": "default"})
                     } else {
                         json!({})
                     };

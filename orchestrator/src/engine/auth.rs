@@ -7,15 +7,19 @@ use sha2::{Digest, Sha256};
 
 use crate::engine::error::Result;
 use crate::engine::state::Authority;
-use crate::engine::store::{Store, TokenRecord};
+use crate::engine::store::{Store, TokenRecord, DEFAULT_TENANT};
 
 /// Who a connection or request speaks as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
+    /// The tenant it belongs to: a principal is a tenant and an agent id.
+    pub tenant: Arc<str>,
     /// The agent id: the author of everything it writes.
     pub agent_id: String,
-    /// Admins create conversations and may read every conversation.
+    /// Admins create conversations and may read every conversation of their tenant.
     pub admin: bool,
+    /// An operator runs the server: works across tenants and manages them.
+    pub operator: bool,
     /// For an agent the server runs because a scenario declares it: the conversation that
     /// declares it and the authority it acts on. It writes only there and in the
     /// sub-conversations below, and reads elsewhere only what its authority may read.
@@ -35,8 +39,25 @@ impl Identity {
     /// An identity (for in-process callers and tests).
     pub fn new(agent_id: impl Into<String>, admin: bool) -> Self {
         Identity {
+            tenant: default_tenant(),
             agent_id: agent_id.into(),
             admin,
+            operator: false,
+            scope: None,
+        }
+    }
+
+    /// The identity a stored token speaks as.
+    pub fn of_token(t: TokenRecord) -> Self {
+        Identity {
+            tenant: if t.tenant == DEFAULT_TENANT {
+                default_tenant()
+            } else {
+                t.tenant.into()
+            },
+            agent_id: t.agent_id,
+            admin: t.admin,
+            operator: t.operator,
             scope: None,
         }
     }
@@ -48,8 +69,10 @@ impl Identity {
         authority: Authority,
     ) -> Self {
         Identity {
+            tenant: default_tenant(),
             agent_id: agent_id.into(),
             admin: false,
+            operator: false,
             scope: Some(Arc::new(Scope {
                 home: home.into(),
                 authority,
@@ -72,6 +95,12 @@ impl Identity {
             },
         }
     }
+}
+
+/// The default tenant's name, shared (most identities are of it).
+fn default_tenant() -> Arc<str> {
+    static DEFAULT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(|| DEFAULT_TENANT.into()).clone()
 }
 
 /// The prefix of every token, so that one is recognisable in a leak scan.
@@ -102,15 +131,23 @@ pub fn create_token_until(
     admin: bool,
     expires_ms: Option<i64>,
 ) -> Result<String> {
-    let token = generate_token();
-    store.insert_token(
-        &hash_token(&token),
+    mint_token(
+        store,
         &TokenRecord {
+            tenant: DEFAULT_TENANT.to_string(),
             agent_id: agent_id.to_string(),
             admin,
+            operator: false,
             expires_ms,
         },
-    )?;
+    )
+}
+
+/// Mints a token for what `record` says (its tenant must exist), stores its hash, and returns
+/// the token (shown once).
+pub fn mint_token(store: &dyn Store, record: &TokenRecord) -> Result<String> {
+    let token = generate_token();
+    store.insert_token(&hash_token(&token), record)?;
     Ok(token)
 }
 

@@ -110,6 +110,7 @@ impl AgentClient for InProcessClient {
         let who = self.o()?.authenticate(token).await.map_err(rpc)?;
         Ok(AuthenticateResult {
             ok: true,
+            tenant: who.tenant.to_string(),
             agent_id: who.agent_id,
         })
     }

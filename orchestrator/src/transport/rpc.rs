@@ -183,12 +183,19 @@ pub fn methods(orch: Ctx) -> Methods {
             let result = AuthenticateResult {
                 ok: true,
                 agent_id: who.agent_id.clone(),
+                tenant: who.tenant.to_string(),
             };
             session.take_share(
                 &who.agent_id,
                 ctx.limits().max_connections_per_agent as usize,
             )?;
-            tracing::info!(agent = %who.agent_id, admin = who.admin, "authenticated");
+            tracing::info!(
+                tenant = %who.tenant,
+                agent = %who.agent_id,
+                admin = who.admin,
+                operator = who.operator,
+                "authenticated"
+            );
             session.set_identity(who, Some(grant));
             serialized(&result)
         },

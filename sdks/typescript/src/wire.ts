@@ -51,6 +51,8 @@ export interface AuthenticateResult {
   agentId: string;
   /** Always true (a wrong token is an `Unauthenticated` error). */
   ok: boolean;
+  /** The tenant the identity belongs to (`default` unless the operator made others). */
+  tenant: string;
 }
 
 /** `paused`, `resumed`: who did it. */
@@ -803,4 +805,6 @@ export interface WhoAmI {
   admin: boolean;
   /** The agent id. */
   agentId: string;
+  /** The tenant it belongs to. */
+  tenant: string;
 }

@@ -270,9 +270,18 @@ impl Orchestrator {
                 ErrorCode::Unauthenticated,
                 "this token has expired; ask the operator for a new one (`orchestrator token create`)",
             )),
+            // Conversations are not yet kept apart by tenant in this build: a token of another
+            // tenant is refused rather than let into the default tenant's conversations.
+            Some(t) if t.tenant != crate::engine::store::DEFAULT_TENANT => Err(refuse(
+                ErrorCode::Unauthenticated,
+                format!(
+                    "this token belongs to tenant {:?}; this server serves only the default tenant's conversations so far",
+                    t.tenant
+                ),
+            )),
             Some(t) => {
                 self.tokens.used(&hash, now);
-                Ok(Identity::new(t.agent_id, t.admin))
+                Ok(Identity::of_token(t))
             }
             None => Err(refuse(
                 ErrorCode::Unauthenticated,
@@ -286,6 +295,7 @@ impl Orchestrator {
         WhoAmI {
             agent_id: who.agent_id.clone(),
             admin: who.admin,
+            tenant: who.tenant.to_string(),
         }
     }
 

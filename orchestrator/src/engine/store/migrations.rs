@@ -73,6 +73,18 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     DROP INDEX IF EXISTS events_idempotency;
     "#,
+    // 6: tenants. Every token belongs to one (a database from before them: all to `default`),
+    // and may make an operator, who works across tenants.
+    r#"
+    CREATE TABLE tenants (
+        name       TEXT PRIMARY KEY,
+        created_ms INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO tenants (name, created_ms)
+        VALUES ('default', CAST(strftime('%s', 'now') AS INTEGER) * 1000);
+    ALTER TABLE tokens ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE tokens ADD COLUMN operator INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -6,6 +6,7 @@
 
 pub mod migrations;
 pub mod postgres;
+mod principals;
 pub mod sqlite;
 
 use proto_spec::{Event, EventKind, Finality};
@@ -14,6 +15,11 @@ use serde_json::Value;
 use crate::engine::error::{Error, Result};
 pub use crate::engine::state::Fence;
 use crate::engine::state::{BodyHash, Draft};
+pub(crate) use principals::{declared_refusal, no_tenant, tenant_taken};
+pub use principals::{
+    valid_tenant, Principals, TenantInfo, TokenInfo, TokenRecord, TokenSelector, DEFAULT_TENANT,
+    TOKEN_ID_LEN,
+};
 
 /// A conversation as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,17 +81,6 @@ pub struct RecoveredEvent {
     pub ts_ms: i64,
 }
 
-/// A token as stored (only its hash).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenRecord {
-    /// The agent it speaks as.
-    pub agent_id: String,
-    /// Whether it may administer.
-    pub admin: bool,
-    /// When it stops being accepted (ms since the epoch), if ever.
-    pub expires_ms: Option<i64>,
-}
-
 /// A conversation as `conversations list` shows it when reading a database directly.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -102,50 +97,6 @@ pub struct ConvListing {
     pub last_ms: Option<i64>,
     /// Whether it is closed.
     pub closed: bool,
-}
-
-/// How many hex digits of a token's hash name it in `token list` and `token revoke` (its id:
-/// a prefix of the hash, which cannot be turned back into the token).
-pub const TOKEN_ID_LEN: usize = 12;
-
-/// A token as `token list` shows it: never the token, nor its whole hash.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenInfo {
-    /// The first [`TOKEN_ID_LEN`] hex digits of its hash.
-    pub id: String,
-    /// The agent it speaks as.
-    pub agent_id: String,
-    /// Whether it may administer.
-    pub admin: bool,
-    /// When it was made (ms since the epoch).
-    pub created_ms: i64,
-    /// When it last authenticated (ms since the epoch; recorded at most once a minute), if ever.
-    pub last_used_ms: Option<i64>,
-    /// When it stops being accepted, if ever.
-    pub expires_ms: Option<i64>,
-}
-
-/// Which tokens `token revoke` takes away.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenSelector {
-    /// The token whose id (the start of its hash: hex digits, at least 8) this is.
-    Id(String),
-    /// Every token of this agent.
-    Agent(String),
-}
-
-impl TokenSelector {
-    /// A token id as typed: 8 to 64 hex digits; else why not.
-    pub fn id(text: &str) -> std::result::Result<TokenSelector, String> {
-        let t = text.trim().to_ascii_lowercase();
-        if !(8..=64).contains(&t.len()) || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
-                "{text:?} is not a token id: the ID column of `token list` (hex digits, at least 8)"
-            ));
-        }
-        Ok(TokenSelector::Id(t))
-    }
 }
 
 /// The writer side: owned by the writer thread.
@@ -343,8 +294,8 @@ pub trait Durability: Send {
     fn sync(&mut self) -> Result<()>;
 }
 
-/// The shared side: reads, recovery and tokens.
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+/// The shared side: reads, recovery, and the principals ([`Principals`]: tenants and tokens).
+pub trait Store: Principals + Send + Sync + std::fmt::Debug + 'static {
     /// Opens the writer (once, for the writer thread).
     fn writer(&self) -> Result<Box<dyn LogWriter>>;
     /// The conversations a node holds before it starts serving, with their events in seq
@@ -372,21 +323,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn read_log(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
         self.read_events(conversation, after, limit)
     }
-    /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario
-    /// declared as a participant the server runs.
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()>;
-    /// Whether some token speaks as `agent_id`.
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
-    /// Finds a token by its hash.
-    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
-    /// Every token, oldest first.
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>>;
-    /// Deletes the tokens `which` names; how many.
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize>;
-    /// Records when tokens (by hash) last authenticated.
-    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()>;
-    /// Of `hashes`, those still stored and not expired at `now_ms`.
-    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>>;
     /// For a log other nodes write too: calls `changed` with the conversations (numbers and
     /// new heads) another node committed to, as it learns of them, or with `None` when some may
     /// have been missed (look at everything changed lately); until `changed` answers
@@ -482,15 +418,6 @@ pub fn open(db: &str, sync: sqlite::Synchronous) -> Result<std::sync::Arc<dyn St
 }
 
 /// The refusal of a token for an id a scenario declared as a participant the server runs.
-pub(crate) fn declared_refusal(agent_id: &str) -> crate::engine::error::Error {
-    crate::engine::error::refuse(
-        proto_spec::ErrorCode::Forbidden,
-        format!(
-            "{agent_id:?} is a participant a scenario declared for the server to run; an agent id names one principal, so it cannot also have a token"
-        ),
-    )
-}
-
 /// `db` as it may be shown (a URL without its password).
 pub fn display(db: &str) -> String {
     postgres::redacted(db)

@@ -57,6 +57,8 @@ class AuthenticateResult(TypedDict):
     """The identity the connection now speaks as."""
     ok: bool
     """Always true (a wrong token is an `Unauthenticated` error)."""
+    tenant: str
+    """The tenant the identity belongs to (`default` unless the operator made others)."""
 
 
 class ChangedBy(TypedDict):
@@ -846,3 +848,5 @@ class WhoAmI(TypedDict):
     """Whether it is an admin (creates, pauses and resumes conversations)."""
     agentId: str
     """The agent id."""
+    tenant: str
+    """The tenant it belongs to."""

@@ -115,6 +115,18 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_marked ON events (conv, seq)
         WHERE kind = 'system' OR author = 'orchestrator' OR finality IN ('turn', 'conversation') OR client_request_id IS NOT NULL OR doc;
     "#,
+    // 7: tenants. Every token belongs to one (a database from before them: all to `default`),
+    // and may make an operator, who works across tenants.
+    r#"
+    CREATE TABLE tenants (
+        name       TEXT PRIMARY KEY,
+        created_ms BIGINT NOT NULL
+    );
+    INSERT INTO tenants (name, created_ms)
+        VALUES ('default', (extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    ALTER TABLE tokens ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default',
+        ADD COLUMN operator BOOLEAN NOT NULL DEFAULT false;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -26,6 +26,7 @@
 mod driver;
 mod listen;
 pub mod migrations;
+mod principals;
 mod rows;
 mod statements;
 mod writer;
@@ -38,8 +39,7 @@ use proto_spec::Event;
 use tokio_postgres::{Client, NoTls};
 
 use super::{
-    Changed, Claimed, ConvListing, ConversationRecord, LogWriter, RecoveredEvent, Store, TokenInfo,
-    TokenRecord, TokenSelector, TurnKey, TOKEN_ID_LEN,
+    Changed, Claimed, ConvListing, ConversationRecord, LogWriter, RecoveredEvent, Store, TurnKey,
 };
 use crate::engine::error::{Error, Result};
 pub use rows::event_from;
@@ -296,48 +296,6 @@ impl Store for PgStore {
             .collect()
     }
 
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
-        let (hash, record) = (hash.to_string(), record.clone());
-        self.with_client(move |mut c| async move {
-            let tx = c.transaction().await?;
-            // Serialized with the writers' declarations of the same id (see `commit`).
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&record.agent_id],
-            )
-            .await?;
-            let declared: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = $1)",
-                    &[&record.agent_id],
-                )
-                .await?
-                .get(0);
-            if declared {
-                return Err(super::declared_refusal(&record.agent_id));
-            }
-            tx.execute(
-                "INSERT INTO tokens (hash, agent_id, admin, created_ms, expires_ms) VALUES ($1, $2, $3, $4, $5)",
-                &[&hash, &record.agent_id, &record.admin, &super::now_ms(), &record.expires_ms],
-            )
-            .await?;
-            tx.commit().await?;
-            Ok(())
-        })
-    }
-
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
-        let id = agent_id.to_string();
-        self.with_client(move |c| async move {
-            Ok(c.query_one(
-                "SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = $1)",
-                &[&id],
-            )
-            .await?
-            .get(0))
-        })
-    }
-
     fn follow(&self, changed: Changed) -> Result<()> {
         runtime()?.spawn(listen::listen(self.config.clone(), changed));
         Ok(())
@@ -439,95 +397,6 @@ impl Store for PgStore {
             )
             .await?;
             Ok(())
-        })
-    }
-
-    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
-        let hash = hash.to_string();
-        self.with_client(move |c| async move {
-            let st = c
-                .prepare_cached("SELECT agent_id, admin, expires_ms FROM tokens WHERE hash = $1")
-                .await?;
-            Ok(c.query_opt(&st, &[&hash]).await?.map(|r| TokenRecord {
-                agent_id: r.get(0),
-                admin: r.get(1),
-                expires_ms: r.get(2),
-            }))
-        })
-    }
-
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
-        self.with_client(move |c| async move {
-            let rows = c
-                .query(
-                    "SELECT substr(hash, 1, $1), agent_id, admin, created_ms, last_used_ms, expires_ms \
-                     FROM tokens ORDER BY created_ms, hash",
-                    &[&(TOKEN_ID_LEN as i32)],
-                )
-                .await?;
-            Ok(rows
-                .iter()
-                .map(|r| TokenInfo {
-                    id: r.get(0),
-                    agent_id: r.get(1),
-                    admin: r.get(2),
-                    created_ms: r.get(3),
-                    last_used_ms: r.get(4),
-                    expires_ms: r.get(5),
-                })
-                .collect())
-        })
-    }
-
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
-        let which = which.clone();
-        self.with_client(move |c| async move {
-            let n = match &which {
-                TokenSelector::Id(id) => {
-                    c.execute(
-                        "DELETE FROM tokens WHERE substr(hash, 1, length($1)) = $1",
-                        &[id],
-                    )
-                    .await?
-                }
-                TokenSelector::Agent(agent) => {
-                    c.execute("DELETE FROM tokens WHERE agent_id = $1", &[agent])
-                        .await?
-                }
-            };
-            Ok(n as usize)
-        })
-    }
-
-    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
-        if used.is_empty() {
-            return Ok(());
-        }
-        let hashes: Vec<String> = used.iter().map(|u| u.0.clone()).collect();
-        let at: Vec<i64> = used.iter().map(|u| u.1).collect();
-        self.with_client(move |c| async move {
-            c.execute(
-                "UPDATE tokens t SET last_used_ms = u.a \
-                 FROM unnest($1::text[], $2::bigint[]) AS u(h, a) WHERE t.hash = u.h",
-                &[&hashes, &at],
-            )
-            .await?;
-            Ok(())
-        })
-    }
-
-    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
-        let hashes = hashes.to_vec();
-        self.with_client(move |c| async move {
-            Ok(c.query(
-                "SELECT hash FROM tokens WHERE hash = ANY($1::text[]) \
-                 AND (expires_ms IS NULL OR expires_ms > $2)",
-                &[&hashes, &now_ms],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect())
         })
     }
 }

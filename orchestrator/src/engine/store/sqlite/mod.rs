@@ -18,12 +18,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proto_spec::Event;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 mod checkpoint;
 mod files;
+mod principals;
 mod seq_index;
 mod writer;
 
@@ -37,8 +38,7 @@ pub use writer::SqliteWriter;
 use super::migrations::{latest, MIGRATIONS};
 use super::{
     finality_from, format_ts, hash_from, kind_from, ConvListing, ConversationRecord, Durability,
-    LogWriter, NewConversation, NewRow, RecoveredEvent, Store, TokenInfo, TokenRecord,
-    TokenSelector, TOKEN_ID_LEN,
+    LogWriter, NewConversation, NewRow, RecoveredEvent, Store,
 };
 use crate::engine::error::{Error, Result};
 use crate::engine::state::Draft;
@@ -447,130 +447,6 @@ impl Store for SqliteStore {
                 });
             }
             Ok(out)
-        })
-    }
-
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
-        let mut conn = self.files.open(false)?;
-        // The check and the insert in one write transaction: a conversation declaring the id
-        // commits either before (and the token is refused) or after (and it is refused).
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let declared: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = ?1)",
-            [&record.agent_id],
-            |r| r.get(0),
-        )?;
-        if declared {
-            return Err(super::declared_refusal(&record.agent_id));
-        }
-        tx.execute(
-            "INSERT INTO tokens (hash, agent_id, admin, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![hash, record.agent_id, record.admin, super::now_ms(), record.expires_ms],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
-        self.with_reader(|conn| {
-            Ok(conn
-                .prepare_cached("SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = ?1)")?
-                .query_row([agent_id], |r| r.get(0))?)
-        })
-    }
-
-    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
-        self.with_reader(|conn| {
-            Ok(conn
-                .prepare_cached("SELECT agent_id, admin, expires_ms FROM tokens WHERE hash = ?1")?
-                .query_row([hash], |r| {
-                    Ok(TokenRecord {
-                        agent_id: r.get(0)?,
-                        admin: r.get(1)?,
-                        expires_ms: r.get(2)?,
-                    })
-                })
-                .optional()?)
-        })
-    }
-
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
-        self.with_reader(|conn| {
-            let mut st = conn.prepare_cached(
-                "SELECT substr(hash, 1, ?1), agent_id, admin, created_ms, last_used_ms, expires_ms \
-                 FROM tokens ORDER BY created_ms, hash",
-            )?;
-            let rows = st.query_map([TOKEN_ID_LEN as i64], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            })?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, agent_id, admin, created_ms, last_used_ms, expires_ms) = row?;
-                out.push(TokenInfo {
-                    id,
-                    agent_id,
-                    admin,
-                    created_ms,
-                    last_used_ms,
-                    expires_ms,
-                });
-            }
-            Ok(out)
-        })
-    }
-
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
-        let conn = self.files.open(false)?;
-        Ok(match which {
-            TokenSelector::Id(id) => conn.execute(
-                "DELETE FROM tokens WHERE substr(hash, 1, length(?1)) = ?1",
-                [id],
-            )?,
-            TokenSelector::Agent(agent) => {
-                conn.execute("DELETE FROM tokens WHERE agent_id = ?1", [agent])?
-            }
-        })
-    }
-
-    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
-        if used.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.files.open(false)?;
-        let tx = conn.transaction()?;
-        {
-            let mut st =
-                tx.prepare_cached("UPDATE tokens SET last_used_ms = ?2 WHERE hash = ?1")?;
-            for (hash, at) in used {
-                st.execute(params![hash, at])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
-        self.with_reader(|conn| {
-            let mut st = conn.prepare_cached(
-                "SELECT hash FROM tokens WHERE hash = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)",
-            )?;
-            let mut live = Vec::new();
-            for h in hashes {
-                if let Some(found) = st
-                    .query_row(params![h, now_ms], |r| r.get::<_, String>(0))
-                    .optional()?
-                {
-                    live.push(found);
-                }
-            }
-            Ok(live)
         })
     }
 }

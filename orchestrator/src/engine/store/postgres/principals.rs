@@ -1,0 +1,201 @@
+//! Tenants and tokens in the shared database ([`Principals`]).
+
+use super::PgStore;
+use crate::engine::error::Result;
+use crate::engine::store::{
+    Principals, TenantInfo, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN,
+};
+
+impl Principals for PgStore {
+    fn create_tenant(&self, name: &str) -> Result<()> {
+        let name = name.to_string();
+        self.with_client(move |c| async move {
+            let made = c
+                .execute(
+                    "INSERT INTO tenants (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&name, &super::super::now_ms()],
+                )
+                .await?;
+            if made == 0 {
+                return Err(super::super::tenant_taken(&name));
+            }
+            Ok(())
+        })
+    }
+
+    fn list_tenants(&self) -> Result<Vec<TenantInfo>> {
+        self.with_client(move |c| async move {
+            let rows = c
+                .query(
+                    "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name) \
+                     FROM tenants t ORDER BY t.name",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| TenantInfo {
+                    name: r.get(0),
+                    created_ms: r.get(1),
+                    tokens: r.get::<_, i64>(2) as u64,
+                })
+                .collect())
+        })
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+        let (hash, record) = (hash.to_string(), record.clone());
+        self.with_client(move |mut c| async move {
+            let tx = c.transaction().await?;
+            // Serialized with the writers' declarations of the same id (see `commit`).
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&record.agent_id],
+            )
+            .await?;
+            let tenant: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM tenants WHERE name = $1)",
+                    &[&record.tenant],
+                )
+                .await?
+                .get(0);
+            if !tenant {
+                return Err(super::super::no_tenant(&record.tenant));
+            }
+            let declared: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = $1)",
+                    &[&record.agent_id],
+                )
+                .await?
+                .get(0);
+            if declared {
+                return Err(super::super::declared_refusal(&record.agent_id));
+            }
+            tx.execute(
+                "INSERT INTO tokens (hash, tenant, agent_id, admin, operator, created_ms, expires_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &hash,
+                    &record.tenant,
+                    &record.agent_id,
+                    &record.admin,
+                    &record.operator,
+                    &super::super::now_ms(),
+                    &record.expires_ms,
+                ],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+        let id = agent_id.to_string();
+        self.with_client(move |c| async move {
+            Ok(c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = $1)",
+                &[&id],
+            )
+            .await?
+            .get(0))
+        })
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        let hash = hash.to_string();
+        self.with_client(move |c| async move {
+            let st = c
+                .prepare_cached(
+                    "SELECT tenant, agent_id, admin, operator, expires_ms FROM tokens WHERE hash = $1",
+                )
+                .await?;
+            Ok(c.query_opt(&st, &[&hash]).await?.map(|r| TokenRecord {
+                tenant: r.get(0),
+                agent_id: r.get(1),
+                admin: r.get(2),
+                operator: r.get(3),
+                expires_ms: r.get(4),
+            }))
+        })
+    }
+
+    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
+        self.with_client(move |c| async move {
+            let rows = c
+                .query(
+                    "SELECT substr(hash, 1, $1), tenant, agent_id, admin, operator, created_ms, \
+                     last_used_ms, expires_ms FROM tokens ORDER BY created_ms, hash",
+                    &[&(TOKEN_ID_LEN as i32)],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| TokenInfo {
+                    id: r.get(0),
+                    tenant: r.get(1),
+                    agent_id: r.get(2),
+                    admin: r.get(3),
+                    operator: r.get(4),
+                    created_ms: r.get(5),
+                    last_used_ms: r.get(6),
+                    expires_ms: r.get(7),
+                })
+                .collect())
+        })
+    }
+
+    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
+        let which = which.clone();
+        self.with_client(move |c| async move {
+            let n = match &which {
+                TokenSelector::Id(id) => {
+                    c.execute(
+                        "DELETE FROM tokens WHERE substr(hash, 1, length($1)) = $1",
+                        &[id],
+                    )
+                    .await?
+                }
+                TokenSelector::Agent(agent) => {
+                    c.execute("DELETE FROM tokens WHERE agent_id = $1", &[agent])
+                        .await?
+                }
+            };
+            Ok(n as usize)
+        })
+    }
+
+    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        let hashes: Vec<String> = used.iter().map(|u| u.0.clone()).collect();
+        let at: Vec<i64> = used.iter().map(|u| u.1).collect();
+        self.with_client(move |c| async move {
+            c.execute(
+                "UPDATE tokens t SET last_used_ms = u.a \
+                 FROM unnest($1::text[], $2::bigint[]) AS u(h, a) WHERE t.hash = u.h",
+                &[&hashes, &at],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
+        let hashes = hashes.to_vec();
+        self.with_client(move |c| async move {
+            Ok(c.query(
+                "SELECT hash FROM tokens WHERE hash = ANY($1::text[]) \
+                 AND (expires_ms IS NULL OR expires_ms > $2)",
+                &[&hashes, &now_ms],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+        })
+    }
+}

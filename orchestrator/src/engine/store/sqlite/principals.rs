@@ -1,0 +1,175 @@
+//! Tenants and tokens in the SQLite file ([`Principals`]).
+
+use rusqlite::{params, OptionalExtension};
+
+use super::SqliteStore;
+use crate::engine::error::Result;
+use crate::engine::store::{
+    Principals, TenantInfo, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN,
+};
+
+impl Principals for SqliteStore {
+    fn create_tenant(&self, name: &str) -> Result<()> {
+        let conn = self.files.open(false)?;
+        let made = conn.execute(
+            "INSERT INTO tenants (name, created_ms) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            params![name, super::super::now_ms()],
+        )?;
+        if made == 0 {
+            return Err(super::super::tenant_taken(name));
+        }
+        Ok(())
+    }
+
+    fn list_tenants(&self) -> Result<Vec<TenantInfo>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name) \
+                 FROM tenants t ORDER BY t.name",
+            )?;
+            let rows = st.query_map([], |r| {
+                Ok(TenantInfo {
+                    name: r.get(0)?,
+                    created_ms: r.get(1)?,
+                    tokens: r.get::<_, i64>(2)? as u64,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+        let mut conn = self.files.open(false)?;
+        // The check and the insert in one write transaction: a conversation declaring the id
+        // commits either before (and the token is refused) or after (and it is refused).
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let tenant: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tenants WHERE name = ?1)",
+            [&record.tenant],
+            |r| r.get(0),
+        )?;
+        if !tenant {
+            return Err(super::super::no_tenant(&record.tenant));
+        }
+        let declared: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = ?1)",
+            [&record.agent_id],
+            |r| r.get(0),
+        )?;
+        if declared {
+            return Err(super::super::declared_refusal(&record.agent_id));
+        }
+        tx.execute(
+            "INSERT INTO tokens (hash, tenant, agent_id, admin, operator, created_ms, expires_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                hash,
+                record.tenant,
+                record.agent_id,
+                record.admin,
+                record.operator,
+                super::super::now_ms(),
+                record.expires_ms
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+        self.with_reader(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = ?1)")?
+                .query_row([agent_id], |r| r.get(0))?)
+        })
+    }
+
+    fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.with_reader(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT tenant, agent_id, admin, operator, expires_ms FROM tokens WHERE hash = ?1",
+                )?
+                .query_row([hash], |r| {
+                    Ok(TokenRecord {
+                        tenant: r.get(0)?,
+                        agent_id: r.get(1)?,
+                        admin: r.get(2)?,
+                        operator: r.get(3)?,
+                        expires_ms: r.get(4)?,
+                    })
+                })
+                .optional()?)
+        })
+    }
+
+    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT substr(hash, 1, ?1), tenant, agent_id, admin, operator, created_ms, \
+                 last_used_ms, expires_ms FROM tokens ORDER BY created_ms, hash",
+            )?;
+            let rows = st.query_map([TOKEN_ID_LEN as i64], |r| {
+                Ok(TokenInfo {
+                    id: r.get(0)?,
+                    tenant: r.get(1)?,
+                    agent_id: r.get(2)?,
+                    admin: r.get(3)?,
+                    operator: r.get(4)?,
+                    created_ms: r.get(5)?,
+                    last_used_ms: r.get(6)?,
+                    expires_ms: r.get(7)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
+        let conn = self.files.open(false)?;
+        Ok(match which {
+            TokenSelector::Id(id) => conn.execute(
+                "DELETE FROM tokens WHERE substr(hash, 1, length(?1)) = ?1",
+                [id],
+            )?,
+            TokenSelector::Agent(agent) => {
+                conn.execute("DELETE FROM tokens WHERE agent_id = ?1", [agent])?
+            }
+        })
+    }
+
+    fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.files.open(false)?;
+        let tx = conn.transaction()?;
+        {
+            let mut st =
+                tx.prepare_cached("UPDATE tokens SET last_used_ms = ?2 WHERE hash = ?1")?;
+            for (hash, at) in used {
+                st.execute(params![hash, at])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT hash FROM tokens WHERE hash = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)",
+            )?;
+            let mut live = Vec::new();
+            for h in hashes {
+                if let Some(found) = st
+                    .query_row(params![h, now_ms], |r| r.get::<_, String>(0))
+                    .optional()?
+                {
+                    live.push(found);
+                }
+            }
+            Ok(live)
+        })
+    }
+}
