@@ -1,6 +1,7 @@
 //! Tenants: `tenant create|list|show` and tokens that belong to one, on a database file (and
-//! on PostgreSQL in the suites' second pass); `authenticate` and `GET /me` answering the
-//! tenant. (A database from before tenants: `orchestrator/tests/tenants.rs`.)
+//! on PostgreSQL in the suites' second pass); a PostgreSQL database from before tenants migrated
+//! into `default` (a SQLite one: `orchestrator/tests/tenants.rs`); `authenticate` and `GET /me`
+//! answering the tenant.
 
 use std::process::Output;
 
@@ -168,4 +169,32 @@ async fn authenticate_and_me_answer_the_tenant() {
             .is_some_and(|m| m.contains("tenant \"acme\"")),
         "{r}"
     );
+}
+
+/// A PostgreSQL database from before tenants (schema version 6): migrating it puts every
+/// token in the default tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_database_from_before_tenants_is_migrated_into_the_default_tenant() {
+    let (url, _pg) = tests::postgres_database().await;
+    let token = auth::create_token(open_store(&url).as_ref(), "alice", false).unwrap();
+    let db = tests::pg::connect(&url).await.expect("a connection");
+    db.batch_execute(
+        "DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant, DROP COLUMN operator; \
+         DELETE FROM orchestrator_schema WHERE version > 6;",
+    )
+    .await
+    .expect("back to version 6");
+    let store = open_store(&url);
+    let found = store.find_token(&auth::hash_token(&token)).unwrap();
+    assert_eq!(
+        found.map(|t| (t.tenant, t.agent_id)),
+        Some((DEFAULT_TENANT.to_string(), "alice".to_string()))
+    );
+    let tenants: Vec<String> = store
+        .list_tenants()
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(tenants, [DEFAULT_TENANT]);
 }
