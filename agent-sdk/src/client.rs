@@ -138,6 +138,12 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     async fn list_conversations(&self) -> ClientResult<ListConversationsResult>;
     /// `listScenarios` (admins).
     async fn list_scenarios(&self) -> ClientResult<ListScenariosResult>;
+    /// `createToken` (a tenant's admins): a token of the tenant, shown this once.
+    async fn create_token(&self, p: CreateTokenParams) -> ClientResult<CreateTokenResult>;
+    /// `listTokens` (a tenant's admins).
+    async fn list_tokens(&self) -> ClientResult<ListTokensResult>;
+    /// `revokeToken` (a tenant's admins).
+    async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult>;
     /// `tail`.
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult>;
     /// `waitForChange`. Never cut by a client-side timeout: it lasts as long as the server lets it.

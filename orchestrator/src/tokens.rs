@@ -135,7 +135,7 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
                 (None, Some(agent)) => store::TokenSelector::Agent(agent),
                 (None, None) => anyhow::bail!("give a token id (from `token list`) or --agent ID"),
             };
-            let n = db.open()?.revoke_tokens(&which)?;
+            let n = db.open()?.revoke_tokens(&which, None)?;
             let what = match &which {
                 store::TokenSelector::Id(id) => format!("token {id}"),
                 store::TokenSelector::Agent(a) => format!("{a}'s tokens"),

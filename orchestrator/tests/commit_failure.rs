@@ -121,8 +121,8 @@ impl Principals for Flaky {
     fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
         self.inner.list_tokens()
     }
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
-        self.inner.revoke_tokens(which)
+    fn revoke_tokens(&self, which: &TokenSelector, tenant: Option<&str>) -> Result<usize> {
+        self.inner.revoke_tokens(which, tenant)
     }
     fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()> {
         self.inner.touch_tokens(used)

@@ -14,6 +14,7 @@
 //! - [`http`]: the HTTP routes' bodies, queries and results.
 //! - [`system`]: the payloads of `system` events, the orchestrator's stop message and the
 //!   executors' traces.
+//! - [`tokens`]: minting, listing and revoking a tenant's tokens over the protocol.
 //! - [`spec`]: the OpenRPC document and JSON Schemas generated from the types.
 //!
 //! # Example
@@ -45,6 +46,7 @@ pub mod method;
 pub mod scenario;
 pub mod spec;
 pub mod system;
+pub mod tokens;
 
 pub use document::{DocFormat, DocumentData, Mode, OutputSpec, DELIVERABLE_SCHEMA, PLAN_SCHEMA};
 pub use error::{codes, ErrorCode, ErrorObject, RpcError};
@@ -53,6 +55,10 @@ pub use guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
 pub use http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
 pub use method::*;
 pub use system::{ExecutorTrace, StopReason, SystemEvent};
+pub use tokens::{
+    CreateTokenParams, CreateTokenResult, ListTokensParams, ListTokensResult, RevokeTokenParams,
+    RevokeTokenResult, TokenSummary,
+};
 
 /// The author of events the orchestrator writes itself.
 pub const ORCHESTRATOR_AUTHOR: &str = "orchestrator";

@@ -45,6 +45,12 @@ pub mod names {
     pub const LIST_CONVERSATIONS: &str = "listConversations";
     /// Lists the server's scenario library (admins).
     pub const LIST_SCENARIOS: &str = "listScenarios";
+    /// Mint a token of the caller's tenant (its admins).
+    pub const CREATE_TOKEN: &str = "createToken";
+    /// List the caller's tenant's tokens (its admins).
+    pub const LIST_TOKENS: &str = "listTokens";
+    /// Revoke tokens of the caller's tenant (its admins).
+    pub const REVOKE_TOKEN: &str = "revokeToken";
     /// Notification: a committed event on a subscription.
     pub const EVENT: &str = "event";
     /// Notification: a turn offered to a push-claim executor.

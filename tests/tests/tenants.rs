@@ -198,3 +198,125 @@ async fn a_postgres_database_from_before_tenants_is_migrated_into_the_default_te
         .collect();
     assert_eq!(tenants, [DEFAULT_TENANT]);
 }
+
+/// An admin mints a token over the protocol (shown once), lists its tenant's tokens and revokes
+/// one, over JSON-RPC and REST; another agent may not; another tenant's tokens are neither
+/// listed nor revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
+    use agent_sdk::AgentClient;
+    use proto_spec::{CreateTokenParams, RevokeTokenParams};
+    let server = TestServer::start().await;
+    let admin = server.sdk("admin", None).await;
+    let made = admin
+        .create_token(CreateTokenParams {
+            agent_id: "zoe".into(),
+            admin: false,
+            expires_in_ms: Some(3_600_000),
+        })
+        .await
+        .expect("createToken");
+    assert!(made.token.starts_with("oct_"), "{made:?}");
+    assert_eq!(made.info.id, auth::hash_token(&made.token)[..12]);
+    assert_eq!(
+        (made.info.tenant.as_str(), made.info.agent_id.as_str()),
+        ("default", "zoe")
+    );
+    let r = server
+        .raw()
+        .await
+        .call(1, "authenticate", json!({"token": made.token}))
+        .await;
+    assert_eq!(r["result"]["agentId"], "zoe", "{r}");
+
+    // Another tenant's token is not the tenant admin's to see or revoke.
+    let store = open_store(&server.db);
+    store.create_tenant("acme").unwrap();
+    let record = TokenRecord {
+        tenant: "acme".into(),
+        agent_id: "zoe".into(),
+        admin: false,
+        operator: false,
+        expires_ms: None,
+    };
+    let foreign = auth::mint_token(store.as_ref(), &record).unwrap();
+    let listed = admin.list_tokens().await.expect("listTokens").tokens;
+    assert!(listed
+        .iter()
+        .any(|t| t.id == made.info.id && t.expires_ms.is_some()));
+    assert!(
+        listed.iter().all(|t| t.tenant == DEFAULT_TENANT),
+        "{listed:?}"
+    );
+    let shown = format!("{listed:?}");
+    assert!(!shown.contains(&made.token[4..]), "a token shown again");
+
+    refusals(&server, &admin).await;
+    // By agent, in the caller's tenant only: zoe of acme keeps her token.
+    let by_agent = RevokeTokenParams {
+        id: None,
+        agent_id: Some("zoe".into()),
+    };
+    assert_eq!(admin.revoke_token(by_agent).await.unwrap().revoked, 1);
+    let r = server
+        .raw()
+        .await
+        .call(1, "authenticate", json!({"token": made.token}))
+        .await;
+    assert_eq!(r["error"]["code"], -32001, "revoked: {r}");
+    assert!(store
+        .find_token(&auth::hash_token(&foreign))
+        .unwrap()
+        .is_some());
+
+    // REST: POST /tokens (201, the token once), GET /tokens, DELETE /tokens/{id}.
+    let addr = server.running().local_addr().to_string();
+    let bearer = format!("Authorization: Bearer {}\r\n", server.token("admin"));
+    let posted = tests::http_raw(
+        &addr,
+        "POST /tokens",
+        &format!("{bearer}Content-Type: application/json\r\n"),
+        r#"{"agentId": "erin", "admin": true}"#,
+    )
+    .await;
+    assert!(posted.starts_with("HTTP/1.1 201"), "{posted}");
+    let body: Value = serde_json::from_str(posted.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let id = body["info"]["id"].as_str().unwrap().to_string();
+    assert_eq!(body["info"]["admin"], true, "{body}");
+    let listed = tests::http_raw(&addr, "GET /tokens", &bearer, "").await;
+    assert!(
+        listed.starts_with("HTTP/1.1 200") && listed.contains(&id),
+        "{listed}"
+    );
+    let deleted = tests::http_raw(&addr, &format!("DELETE /tokens/{id}"), &bearer, "").await;
+    assert!(deleted.contains("\"revoked\":1"), "{deleted}");
+    let again = tests::http_raw(&addr, &format!("DELETE /tokens/{id}"), &bearer, "").await;
+    assert!(again.contains("\"revoked\":0"), "{again}");
+    let bob = format!("Authorization: Bearer {}\r\n", server.token("bob"));
+    let refused = tests::http_raw(&addr, "GET /tokens", &bob, "").await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+}
+
+/// `createToken`, `listTokens` and `revokeToken` refused: not an admin, a bad agent id, no
+/// life, neither selector.
+async fn refusals(server: &TestServer, admin: &agent_sdk::WsJsonRpcClient) {
+    use agent_sdk::AgentClient;
+    use proto_spec::{CreateTokenParams, ErrorCode, RevokeTokenParams};
+    let alice = server.sdk("alice", None).await;
+    let e = alice.list_tokens().await.expect_err("alice is no admin");
+    assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{e}");
+    for (agent, expires) in [("a b", None), ("orchestrator", None), ("dave", Some(0))] {
+        let p = CreateTokenParams {
+            agent_id: agent.into(),
+            admin: false,
+            expires_in_ms: expires,
+        };
+        let e = admin.create_token(p).await.expect_err("refused");
+        assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{agent}: {e}");
+    }
+    let e = admin
+        .revoke_token(RevokeTokenParams::default())
+        .await
+        .expect_err("no selector");
+    assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{e}");
+}

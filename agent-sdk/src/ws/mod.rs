@@ -292,6 +292,18 @@ impl AgentClient for WsJsonRpcClient {
             .await
     }
 
+    async fn create_token(&self, p: CreateTokenParams) -> ClientResult<CreateTokenResult> {
+        self.call(names::CREATE_TOKEN, &p).await
+    }
+
+    async fn list_tokens(&self) -> ClientResult<ListTokensResult> {
+        self.call(names::LIST_TOKENS, &ListTokensParams {}).await
+    }
+
+    async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult> {
+        self.call(names::REVOKE_TOKEN, &p).await
+    }
+
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
         self.call(names::TAIL, &p).await
     }

@@ -145,6 +145,21 @@ impl AgentClient for InProcessClient {
         self.o()?.list_scenarios(&self.who).map_err(rpc)
     }
 
+    async fn create_token(&self, p: CreateTokenParams) -> ClientResult<CreateTokenResult> {
+        self.o()?.create_token(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn list_tokens(&self) -> ClientResult<ListTokensResult> {
+        self.o()?
+            .list_tokens(&self.who, ListTokensParams {})
+            .await
+            .map_err(rpc)
+    }
+
+    async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult> {
+        self.o()?.revoke_token(&self.who, p).await.map_err(rpc)
+    }
+
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
         let o = self.o()?;
         o.tail(&self.who, p).await.map_err(rpc)

@@ -218,6 +218,9 @@ pub fn methods(orch: Ctx) -> Methods {
         GET_CONVERSATION => get_conversation,
         SEND_MESSAGE => send_message,
         SEND_TRACE => send_trace,
+        CREATE_TOKEN => create_token,
+        LIST_TOKENS => list_tokens,
+        REVOKE_TOKEN => revoke_token,
     );
     t.add(
         names::LIST_SCENARIOS,

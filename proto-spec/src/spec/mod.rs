@@ -15,6 +15,7 @@ use crate::event::{Attachment, Event, EventKind, Finality, MessagePayload};
 use crate::guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
 use crate::http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
 use crate::method::*;
+use crate::tokens::*;
 
 mod openapi;
 pub use openapi::{openapi, Answer, RouteSpec, ROUTES};
@@ -139,6 +140,33 @@ pub const METHODS: &[MethodSpec] = &[
         errors: &[E::Unauthenticated, E::Forbidden],
         params: s::<ListScenariosParams>,
         result: s::<ListScenariosResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::CREATE_TOKEN,
+        summary: "Mint a token of the caller's tenant, shown this once (its admins).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::InvalidParams],
+        params: s::<CreateTokenParams>,
+        result: s::<CreateTokenResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::LIST_TOKENS,
+        summary: "The caller's tenant's tokens, never the tokens themselves (its admins).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden],
+        params: s::<ListTokensParams>,
+        result: s::<ListTokensResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::REVOKE_TOKEN,
+        summary: "Revoke a token of the caller's tenant by its id, or every token of an agent of it (its admins); their connections close.",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::InvalidParams],
+        params: s::<RevokeTokenParams>,
+        result: s::<RevokeTokenResult>,
         notification: None,
     },
     MethodSpec {
@@ -371,6 +399,13 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("ListConversationsResult", root::<ListConversationsResult>());
     m.insert("ListScenariosParams", root::<ListScenariosParams>());
     m.insert("ListScenariosResult", root::<ListScenariosResult>());
+    m.insert("CreateTokenParams", root::<CreateTokenParams>());
+    m.insert("CreateTokenResult", root::<CreateTokenResult>());
+    m.insert("TokenSummary", root::<TokenSummary>());
+    m.insert("ListTokensParams", root::<ListTokensParams>());
+    m.insert("ListTokensResult", root::<ListTokensResult>());
+    m.insert("RevokeTokenParams", root::<RevokeTokenParams>());
+    m.insert("RevokeTokenResult", root::<RevokeTokenResult>());
     m.insert("TailParams", root::<TailParams>());
     m.insert("TailResult", root::<TailResult>());
     m.insert("WaitForChangeParams", root::<WaitForChangeParams>());

@@ -117,6 +117,27 @@ export interface CreateConversationResult {
   conversationId: string;
 }
 
+/** `createToken` params. */
+export interface CreateTokenParams {
+  /** Whether it administers the tenant. */
+  admin?: boolean;
+  /**
+   * The agent id it speaks as, in the caller's tenant (1–128 characters of letters, digits
+   * and `. _ : @ -`).
+   */
+  agentId: string;
+  /** How long it is accepted, in milliseconds from now; until revoked when absent. */
+  expiresInMs?: number | null;
+}
+
+/** `createToken` result: the token, shown this once (only its hash is stored). */
+export interface CreateTokenResult {
+  /** What `listTokens` shows of it. */
+  info: TokenSummary;
+  /** The token. */
+  token: string;
+}
+
 /** `created`: who takes part, who created it, and what it was created with. */
 export interface Created {
   /** The agent that created it. */
@@ -330,6 +351,15 @@ export interface ListScenariosResult {
   scenarios: Array<ScenarioInfo>;
 }
 
+/** `listTokens` params (none). */
+export type ListTokensParams = Record<string, unknown>;
+
+/** `listTokens` result: the caller's tenant's tokens, oldest first. */
+export interface ListTokensResult {
+  /** Each token. */
+  tokens: Array<TokenSummary>;
+}
+
 /** The payload of a message. */
 export interface MessagePayload {
   /** Attached files. */
@@ -447,6 +477,23 @@ export interface RequestTurnNotification {
   sinceSeq: number;
   /** The turn offered; reply with it as `turnHint`. */
   turn: number;
+}
+
+/** `revokeToken` params: a token by its id, or every token of an agent (one of the two). */
+export interface RevokeTokenParams {
+  /** Every token of this agent instead. */
+  agentId?: string | null;
+  /** A token's id (at least 8 hex digits of it). */
+  id?: string | null;
+}
+
+/**
+ * `revokeToken` result. The connections and streams that authenticated with a revoked token
+ * are closed at once on the node that revoked it, and within the token recheck on the others.
+ */
+export interface RevokeTokenResult {
+  /** How many tokens were revoked (0: none matched). */
+  revoked: number;
 }
 
 /**
@@ -707,6 +754,24 @@ export interface TailResult {
   events: Array<Event>;
   /** The latest seq of the conversation when read. */
   latestSeq: number;
+}
+
+/** A token as `listTokens` shows it: never the token, nor its whole hash. */
+export interface TokenSummary {
+  /** Whether it administers its tenant. */
+  admin: boolean;
+  /** The agent it speaks as. */
+  agentId: string;
+  /** When it was made (ms since the epoch). */
+  createdMs: number;
+  /** When it stops being accepted (ms since the epoch). */
+  expiresMs?: number | null;
+  /** Its id: the first 12 hex digits of its hash (`revokeToken` takes it). */
+  id: string;
+  /** When it last authenticated (ms since the epoch; recorded at most once a minute). */
+  lastUsedMs?: number | null;
+  /** The tenant it belongs to. */
+  tenant: string;
 }
 
 /** Which invocation a trace reports on. */

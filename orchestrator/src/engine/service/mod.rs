@@ -25,6 +25,7 @@ mod append;
 mod create;
 mod known;
 mod read;
+mod tokens;
 
 pub use append::ForTurn;
 pub use known::CATCH_UP_WAIT;

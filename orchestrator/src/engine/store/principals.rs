@@ -117,8 +117,8 @@ pub trait Principals {
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
     /// Every token, oldest first.
     fn list_tokens(&self) -> Result<Vec<TokenInfo>>;
-    /// Deletes the tokens `which` names; how many.
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize>;
+    /// Deletes the tokens `which` names (of `tenant` only, when given); how many.
+    fn revoke_tokens(&self, which: &TokenSelector, tenant: Option<&str>) -> Result<usize>;
     /// Records when tokens (by hash) last authenticated.
     fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()>;
     /// Of `hashes`, those still stored and not expired at `now_ms`.

@@ -123,6 +123,29 @@ class CreateConversationResult(TypedDict):
     """The new conversation's id."""
 
 
+class _CreateTokenParamsRequired(TypedDict):
+    agentId: str
+    """The agent id it speaks as, in the caller's tenant (1–128 characters of letters, digits
+    and `. _ : @ -`).
+    """
+
+
+class CreateTokenParams(_CreateTokenParamsRequired, total=False):
+    """`createToken` params."""
+    admin: bool
+    """Whether it administers the tenant."""
+    expiresInMs: int | None
+    """How long it is accepted, in milliseconds from now; until revoked when absent."""
+
+
+class CreateTokenResult(TypedDict):
+    """`createToken` result: the token, shown this once (only its hash is stored)."""
+    info: TokenSummary
+    """What `listTokens` shows of it."""
+    token: str
+    """The token."""
+
+
 class _CreatedRequired(TypedDict):
     createdBy: str
     """The agent that created it."""
@@ -397,6 +420,17 @@ class ListScenariosResult(TypedDict):
     """Each scenario of the server's library, by name."""
 
 
+class ListTokensParams(TypedDict):
+    """`listTokens` params (none)."""
+    pass
+
+
+class ListTokensResult(TypedDict):
+    """`listTokens` result: the caller's tenant's tokens, oldest first."""
+    tokens: list[TokenSummary]
+    """Each token."""
+
+
 class _MessagePayloadRequired(TypedDict):
     text: str
     """What was said."""
@@ -504,6 +538,22 @@ class RequestTurnNotification(_RequestTurnNotificationRequired, total=False):
     """The `request_turn` notification's result."""
     mode: Mode | None
     """The mode the turn asks for (`converse` when absent)."""
+
+
+class RevokeTokenParams(TypedDict, total=False):
+    """`revokeToken` params: a token by its id, or every token of an agent (one of the two)."""
+    agentId: str | None
+    """Every token of this agent instead."""
+    id: str | None
+    """A token's id (at least 8 hex digits of it)."""
+
+
+class RevokeTokenResult(TypedDict):
+    """`revokeToken` result. The connections and streams that authenticated with a revoked token
+    are closed at once on the node that revoked it, and within the token recheck on the others.
+    """
+    revoked: int
+    """How many tokens were revoked (0: none matched)."""
 
 
 class _ScenarioInfoRequired(TypedDict):
@@ -792,6 +842,27 @@ class TailResult(TypedDict):
     """Events after the cursor, in seq order."""
     latestSeq: int
     """The latest seq of the conversation when read."""
+
+
+class _TokenSummaryRequired(TypedDict):
+    admin: bool
+    """Whether it administers its tenant."""
+    agentId: str
+    """The agent it speaks as."""
+    createdMs: int
+    """When it was made (ms since the epoch)."""
+    id: str
+    """Its id: the first 12 hex digits of its hash (`revokeToken` takes it)."""
+    tenant: str
+    """The tenant it belongs to."""
+
+
+class TokenSummary(_TokenSummaryRequired, total=False):
+    """A token as `listTokens` shows it: never the token, nor its whole hash."""
+    expiresMs: int | None
+    """When it stops being accepted (ms since the epoch)."""
+    lastUsedMs: int | None
+    """When it last authenticated (ms since the epoch; recorded at most once a minute)."""
 
 
 TurnEndOutcome = Literal["posted", "yield", "no_action", "complete", "incomplete"]

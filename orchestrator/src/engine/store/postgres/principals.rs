@@ -147,20 +147,25 @@ impl Principals for PgStore {
         })
     }
 
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
+    fn revoke_tokens(&self, which: &TokenSelector, tenant: Option<&str>) -> Result<usize> {
         let which = which.clone();
+        let tenant = tenant.map(str::to_string);
         self.with_client(move |c| async move {
             let n = match &which {
                 TokenSelector::Id(id) => {
                     c.execute(
-                        "DELETE FROM tokens WHERE substr(hash, 1, length($1)) = $1",
-                        &[id],
+                        "DELETE FROM tokens WHERE substr(hash, 1, length($1)) = $1 \
+                         AND ($2::text IS NULL OR tenant = $2)",
+                        &[id, &tenant],
                     )
                     .await?
                 }
                 TokenSelector::Agent(agent) => {
-                    c.execute("DELETE FROM tokens WHERE agent_id = $1", &[agent])
-                        .await?
+                    c.execute(
+                        "DELETE FROM tokens WHERE agent_id = $1 AND ($2::text IS NULL OR tenant = $2)",
+                        &[agent, &tenant],
+                    )
+                    .await?
                 }
             };
             Ok(n as usize)

@@ -125,16 +125,18 @@ impl Principals for SqliteStore {
         })
     }
 
-    fn revoke_tokens(&self, which: &TokenSelector) -> Result<usize> {
+    fn revoke_tokens(&self, which: &TokenSelector, tenant: Option<&str>) -> Result<usize> {
         let conn = self.files.open(false)?;
         Ok(match which {
             TokenSelector::Id(id) => conn.execute(
-                "DELETE FROM tokens WHERE substr(hash, 1, length(?1)) = ?1",
-                [id],
+                "DELETE FROM tokens WHERE substr(hash, 1, length(?1)) = ?1 \
+                 AND (?2 IS NULL OR tenant = ?2)",
+                params![id, tenant],
             )?,
-            TokenSelector::Agent(agent) => {
-                conn.execute("DELETE FROM tokens WHERE agent_id = ?1", [agent])?
-            }
+            TokenSelector::Agent(agent) => conn.execute(
+                "DELETE FROM tokens WHERE agent_id = ?1 AND (?2 IS NULL OR tenant = ?2)",
+                params![agent, tenant],
+            )?,
         })
     }
 

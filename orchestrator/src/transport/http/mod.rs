@@ -8,6 +8,8 @@
 //! protocol's error (`ParseError` for broken JSON, `InvalidParams` for a missing or unknown
 //! field, `PayloadTooLarge` over the body limit), never a bare text rejection.
 
+mod tokens;
+
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -58,6 +60,8 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
         .route("/conversations/{id}/wait", get(wait))
         .route("/conversations/{id}/pause", post(pause))
         .route("/conversations/{id}/resume", post(resume))
+        .route("/tokens", get(tokens::list).post(tokens::create))
+        .route("/tokens/{id}", axum::routing::delete(tokens::revoke))
         .fallback(no_route)
         .with_state(state)
 }

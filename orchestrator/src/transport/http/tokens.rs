@@ -1,0 +1,40 @@
+//! `POST /tokens`, `GET /tokens`, `DELETE /tokens/{id}`: a tenant's admins manage its tokens
+//! (the bodies and answers of `createToken`, `listTokens` and `revokeToken`).
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use proto_spec::{ListTokensParams, RevokeTokenParams};
+
+use super::{body, ok, ApiResult, Caller, Shared};
+
+/// `POST /tokens`: the token, shown this once (201).
+pub(super) async fn create(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    headers: HeaderMap,
+    raw: Body,
+) -> ApiResult<Response> {
+    let p = body(&s, &headers, raw).await?;
+    Ok(ok(StatusCode::CREATED, s.orch.create_token(&who, p).await?))
+}
+
+/// `GET /tokens`.
+pub(super) async fn list(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Response> {
+    let r = s.orch.list_tokens(&who, ListTokensParams {}).await?;
+    Ok(ok(StatusCode::OK, r))
+}
+
+/// `DELETE /tokens/{id}`: `{revoked}` (0 when no token of the tenant has that id).
+pub(super) async fn revoke(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let p = RevokeTokenParams {
+        id: Some(id),
+        agent_id: None,
+    };
+    Ok(ok(StatusCode::OK, s.orch.revoke_token(&who, p).await?))
+}

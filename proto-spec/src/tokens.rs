@@ -1,0 +1,87 @@
+//! Tokens over the protocol: a tenant's admins mint, list and revoke the tenant's tokens
+//! (`createToken`, `listTokens`, `revokeToken`; REST: `POST /tokens`, `GET /tokens`,
+//! `DELETE /tokens/{id}`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `createToken` params.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateTokenParams {
+    /// The agent id it speaks as, in the caller's tenant (1–128 characters of letters, digits
+    /// and `. _ : @ -`).
+    pub agent_id: String,
+    /// Whether it administers the tenant.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
+    /// How long it is accepted, in milliseconds from now; until revoked when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_ms: Option<u64>,
+}
+
+/// `createToken` result: the token, shown this once (only its hash is stored).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateTokenResult {
+    /// The token.
+    pub token: String,
+    /// What `listTokens` shows of it.
+    pub info: TokenSummary,
+}
+
+/// A token as `listTokens` shows it: never the token, nor its whole hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenSummary {
+    /// Its id: the first 12 hex digits of its hash (`revokeToken` takes it).
+    pub id: String,
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// The agent it speaks as.
+    pub agent_id: String,
+    /// Whether it administers its tenant.
+    pub admin: bool,
+    /// When it was made (ms since the epoch).
+    pub created_ms: i64,
+    /// When it last authenticated (ms since the epoch; recorded at most once a minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_ms: Option<i64>,
+    /// When it stops being accepted (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<i64>,
+}
+
+/// `listTokens` params (none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListTokensParams {}
+
+/// `listTokens` result: the caller's tenant's tokens, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTokensResult {
+    /// Each token.
+    pub tokens: Vec<TokenSummary>,
+}
+
+/// `revokeToken` params: a token by its id, or every token of an agent (one of the two).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevokeTokenParams {
+    /// A token's id (at least 8 hex digits of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Every token of this agent instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// `revokeToken` result. The connections and streams that authenticated with a revoked token
+/// are closed at once on the node that revoked it, and within the token recheck on the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevokeTokenResult {
+    /// How many tokens were revoked (0: none matched).
+    pub revoked: u64,
+}
