@@ -20,13 +20,18 @@ import type {
   ClaimTurnResult,
   CreateConversationParams,
   CreateConversationResult,
+  CreateTokenParams,
+  CreateTokenResult,
   EventNotification,
   Finality,
   GetUpdatesResult,
   ListConversationsResult,
   ListScenariosResult,
+  ListTokensResult,
   MessagePayload,
   RequestTurnNotification,
+  RevokeTokenParams,
+  RevokeTokenResult,
   Snapshot,
   TailResult,
   WaitForChangeResult,
@@ -190,6 +195,21 @@ export class Client {
   /** `listScenarios` (admins): the server's scenario library. */
   listScenarios(): Promise<ListScenariosResult> {
     return this.call("listScenarios", {});
+  }
+
+  /** `createToken` (the tenant's admins): `{token, info}`, the token shown this once. */
+  createToken(params: CreateTokenParams): Promise<CreateTokenResult> {
+    return this.call("createToken", some({ ...params }));
+  }
+
+  /** `listTokens` (the tenant's admins): `{tokens}`, never the tokens themselves. */
+  listTokens(): Promise<ListTokensResult> {
+    return this.call("listTokens", {});
+  }
+
+  /** `revokeToken` (the tenant's admins): by the token's `id`, or every token of an `agentId`. */
+  revokeToken(params: RevokeTokenParams): Promise<RevokeTokenResult> {
+    return this.call("revokeToken", some({ ...params }));
   }
 
   /** `tail`: `{events, latestSeq}` after `sinceSeq` (at most `limit`, capped at 1,000). */

@@ -93,6 +93,16 @@ test("every method, and typed errors", async () => {
   assert.deepEqual((await admin.listScenarios()).scenarios, []);
   assert.equal((await refusal(bob.listScenarios())).code, ErrorCode.Forbidden);
 
+  // A tenant's admin mints, lists and revokes its tokens (the token shown once).
+  const minted = await admin.createToken({ agentId: "ts-token-agent", expiresInMs: 60_000 });
+  assert.ok(minted.token.startsWith("oct_") && minted.info.tenant === "default");
+  const tokens = (await admin.listTokens()).tokens;
+  assert.ok(tokens.some((t) => t.id === minted.info.id));
+  assert.ok(!JSON.stringify(tokens).includes(minted.token.slice(4)));
+  assert.equal((await admin.revokeToken({ id: minted.info.id })).revoked, 1);
+  assert.equal((await admin.revokeToken({ agentId: "ts-token-agent" })).revoked, 0);
+  assert.equal((await refusal(bob.listTokens())).code, ErrorCode.Forbidden);
+
   await admin.pauseConversation("c1");
   assert.equal((await refusal(bob.sendMessage("c1", "while paused"))).code, ErrorCode.ConversationPaused);
   await admin.resumeConversation("c1");

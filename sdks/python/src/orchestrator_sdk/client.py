@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Callable, cast
 import websockets
 
 from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
+from .tokens import TokenMethods
 
 log = logging.getLogger("orchestrator_sdk.client")
 from .wire import (
@@ -139,7 +140,7 @@ async def _next(queue: asyncio.Queue[Any], timeout: float | None, ended: str) ->
     return item
 
 
-class Client:
+class Client(TokenMethods):
     """A connection to the orchestrator as the agent of `token`. Make one with
     `await Client.connect(url, token)`; close it with `await client.close()`."""
 
