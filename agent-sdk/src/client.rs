@@ -140,8 +140,12 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     async fn list_scenarios(&self) -> ClientResult<ListScenariosResult>;
     /// `createToken` (a tenant's admins): a token of the tenant, shown this once.
     async fn create_token(&self, p: CreateTokenParams) -> ClientResult<CreateTokenResult>;
-    /// `listTokens` (a tenant's admins).
-    async fn list_tokens(&self) -> ClientResult<ListTokensResult>;
+    /// `listTokens` (a tenant's admins; an operator names any tenant).
+    async fn list_tokens(&self, p: ListTokensParams) -> ClientResult<ListTokensResult>;
+    /// `createTenant` (operators).
+    async fn create_tenant(&self, p: CreateTenantParams) -> ClientResult<TenantSummary>;
+    /// `listTenants` (operators).
+    async fn list_tenants(&self) -> ClientResult<ListTenantsResult>;
     /// `revokeToken` (a tenant's admins).
     async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult>;
     /// `tail`.

@@ -20,6 +20,10 @@ pub enum TokenCommand {
         /// Let it create conversations and read every conversation of its tenant.
         #[arg(long, env = "ORCHESTRATOR_TOKEN_ADMIN")]
         admin: bool,
+        /// Make it an operator's: it administers every tenant, and makes and lists tenants and
+        /// their tokens over the protocol.
+        #[arg(long, env = "ORCHESTRATOR_TOKEN_OPERATOR")]
+        operator: bool,
         /// Stop accepting it after this long (`30d`, `12h`, `90m`); never, by default.
         #[arg(long, env = "ORCHESTRATOR_TOKEN_EXPIRES")]
         expires: Option<String>,
@@ -77,9 +81,20 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
             agent,
             tenant,
             admin,
+            operator,
             expires,
             db,
-        } => create_token(agent, tenant, admin, expires.as_deref(), &db),
+        } => create_token(
+            store::TokenRecord {
+                tenant,
+                agent_id: agent,
+                admin,
+                operator,
+                expires_ms: None,
+            },
+            expires.as_deref(),
+            &db,
+        ),
         TokenCommand::List { json, db } => {
             let tokens = db.open()?.list_tokens()?;
             let mut out = std::io::stdout().lock();
@@ -155,21 +170,19 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
 
 /// `token create`: prints the token (once).
 fn create_token(
-    agent: String,
-    tenant: String,
-    admin: bool,
+    mut record: store::TokenRecord,
     expires: Option<&str>,
     db: &ExistingDb,
 ) -> anyhow::Result<u8> {
     anyhow::ensure!(
-        auth::valid_id(&agent),
+        auth::valid_id(&record.agent_id),
         "--agent: 1-128 characters of letters, digits and . _ : @ -"
     );
     anyhow::ensure!(
-        store::valid_tenant(&tenant),
+        store::valid_tenant(&record.tenant),
         "--tenant: 1-64 lowercase letters, digits and -"
     );
-    let expires_ms = match expires {
+    record.expires_ms = match expires {
         Some(e) => {
             let d = orchestrator::engine::scenario::parse_duration(&serde_json::json!(e))
                 .map_err(|m| anyhow::anyhow!("--expires: {m}"))?;
@@ -179,13 +192,6 @@ fn create_token(
         None => None,
     };
     let store = db.open()?;
-    let record = store::TokenRecord {
-        tenant,
-        agent_id: agent,
-        admin,
-        operator: false,
-        expires_ms,
-    };
     let token = auth::mint_token(store.as_ref(), &record)?;
     println!("{token}");
     Ok(0)

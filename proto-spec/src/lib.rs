@@ -56,8 +56,9 @@ pub use http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, W
 pub use method::*;
 pub use system::{ExecutorTrace, StopReason, SystemEvent};
 pub use tokens::{
-    CreateTokenParams, CreateTokenResult, ListTokensParams, ListTokensResult, RevokeTokenParams,
-    RevokeTokenResult, TokenSummary,
+    CreateTenantParams, CreateTokenParams, CreateTokenResult, ListTenantsParams, ListTenantsResult,
+    ListTokensParams, ListTokensResult, RevokeTokenParams, RevokeTokenResult, TenantSummary,
+    TokenSummary,
 };
 
 /// The author of events the orchestrator writes itself.

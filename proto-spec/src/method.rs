@@ -51,6 +51,10 @@ pub mod names {
     pub const LIST_TOKENS: &str = "listTokens";
     /// Revoke tokens of the caller's tenant (its admins).
     pub const REVOKE_TOKEN: &str = "revokeToken";
+    /// Make a tenant (operators).
+    pub const CREATE_TENANT: &str = "createTenant";
+    /// List the tenants (operators).
+    pub const LIST_TENANTS: &str = "listTenants";
     /// Notification: a committed event on a subscription.
     pub const EVENT: &str = "event";
     /// Notification: a turn offered to a push-claim executor.

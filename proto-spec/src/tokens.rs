@@ -1,6 +1,7 @@
-//! Tokens over the protocol: a tenant's admins mint, list and revoke the tenant's tokens
-//! (`createToken`, `listTokens`, `revokeToken`; REST: `POST /tokens`, `GET /tokens`,
-//! `DELETE /tokens/{id}`).
+//! Tokens and tenants over the protocol: a tenant's admins mint, list and revoke the tenant's
+//! tokens (`createToken`, `listTokens`, `revokeToken`; REST: `POST /tokens`, `GET /tokens`,
+//! `DELETE /tokens/{id}`); an operator does the same for any tenant (`tenant`), and makes and
+//! lists tenants (`createTenant`, `listTenants`; `POST /tenants`, `GET /tenants`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,9 @@ pub struct CreateTokenParams {
     /// How long it is accepted, in milliseconds from now; until revoked when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in_ms: Option<u64>,
+    /// The tenant (operators only; the caller's own by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// `createToken` result: the token, shown this once (only its hash is stored).
@@ -52,10 +56,14 @@ pub struct TokenSummary {
     pub expires_ms: Option<i64>,
 }
 
-/// `listTokens` params (none).
+/// `listTokens` params.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ListTokensParams {}
+pub struct ListTokensParams {
+    /// The tenant (operators only; the caller's own by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
 
 /// `listTokens` result: the caller's tenant's tokens, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -75,6 +83,9 @@ pub struct RevokeTokenParams {
     /// Every token of this agent instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// The tenant (operators only; the caller's own by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// `revokeToken` result. The connections and streams that authenticated with a revoked token
@@ -84,4 +95,37 @@ pub struct RevokeTokenParams {
 pub struct RevokeTokenResult {
     /// How many tokens were revoked (0: none matched).
     pub revoked: u64,
+}
+
+/// `createTenant` params (operators).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateTenantParams {
+    /// Its name: 1–64 lowercase letters, digits and `-`, not starting with `-`.
+    pub name: String,
+}
+
+/// A tenant as `listTenants` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSummary {
+    /// Its name.
+    pub name: String,
+    /// When it was made (ms since the epoch).
+    pub created_ms: i64,
+    /// How many tokens it has.
+    pub tokens: u64,
+}
+
+/// `listTenants` params (none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListTenantsParams {}
+
+/// `listTenants` result: every tenant, by name (operators).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTenantsResult {
+    /// Each tenant.
+    pub tenants: Vec<TenantSummary>,
 }

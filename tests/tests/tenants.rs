@@ -213,6 +213,7 @@ async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
             agent_id: "zoe".into(),
             admin: false,
             expires_in_ms: Some(3_600_000),
+            tenant: None,
         })
         .await
         .expect("createToken");
@@ -240,7 +241,11 @@ async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
         expires_ms: None,
     };
     let foreign = auth::mint_token(store.as_ref(), &record).unwrap();
-    let listed = admin.list_tokens().await.expect("listTokens").tokens;
+    let listed = admin
+        .list_tokens(Default::default())
+        .await
+        .expect("listTokens")
+        .tokens;
     assert!(listed
         .iter()
         .any(|t| t.id == made.info.id && t.expires_ms.is_some()));
@@ -254,8 +259,8 @@ async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
     refusals(&server, &admin).await;
     // By agent, in the caller's tenant only: zoe of acme keeps her token.
     let by_agent = RevokeTokenParams {
-        id: None,
         agent_id: Some("zoe".into()),
+        ..RevokeTokenParams::default()
     };
     assert_eq!(admin.revoke_token(by_agent).await.unwrap().revoked, 1);
     let r = server
@@ -303,13 +308,17 @@ async fn refusals(server: &TestServer, admin: &agent_sdk::WsJsonRpcClient) {
     use agent_sdk::AgentClient;
     use proto_spec::{CreateTokenParams, ErrorCode, RevokeTokenParams};
     let alice = server.sdk("alice", None).await;
-    let e = alice.list_tokens().await.expect_err("alice is no admin");
+    let e = alice
+        .list_tokens(Default::default())
+        .await
+        .expect_err("alice is no admin");
     assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{e}");
     for (agent, expires) in [("a b", None), ("orchestrator", None), ("dave", Some(0))] {
         let p = CreateTokenParams {
             agent_id: agent.into(),
             admin: false,
             expires_in_ms: expires,
+            tenant: None,
         };
         let e = admin.create_token(p).await.expect_err("refused");
         assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{agent}: {e}");
@@ -319,4 +328,115 @@ async fn refusals(server: &TestServer, admin: &agent_sdk::WsJsonRpcClient) {
         .await
         .expect_err("no selector");
     assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{e}");
+}
+
+/// An operator (`token create --operator`) makes and lists tenants and manages any tenant's
+/// tokens, over JSON-RPC and REST; a tenant's admin may do neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_makes_tenants_and_manages_any_tenants_tokens() {
+    use agent_sdk::AgentClient;
+    use proto_spec::{
+        CreateTenantParams, CreateTokenParams, ErrorCode, ListTokensParams, RevokeTokenParams,
+    };
+    let server = TestServer::start().await;
+    let o = std::process::Command::new(binary())
+        .args([
+            "token",
+            "create",
+            "--agent",
+            "ops",
+            "--operator",
+            "--db",
+            &server.db,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ops_token = text(&o.stdout).trim().to_string();
+    let ops =
+        agent_sdk::WsJsonRpcClient::connect(agent_sdk::WsConfig::new(server.url(), &ops_token))
+            .await
+            .expect("the operator connects");
+
+    let made = ops
+        .create_tenant(CreateTenantParams {
+            name: "acme".into(),
+        })
+        .await
+        .expect("createTenant");
+    assert_eq!((made.name.as_str(), made.tokens), ("acme", 0));
+    let e = ops
+        .create_tenant(CreateTenantParams {
+            name: "acme".into(),
+        })
+        .await
+        .expect_err("taken");
+    assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{e}");
+    let e = ops
+        .create_tenant(CreateTenantParams {
+            name: "Ac/me".into(),
+        })
+        .await
+        .expect_err("a bad name");
+    assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{e}");
+
+    // Another tenant's tokens: minted, listed and revoked by the operator alone.
+    let in_acme = CreateTokenParams {
+        agent_id: "bot".into(),
+        tenant: Some("acme".into()),
+        ..CreateTokenParams::default()
+    };
+    let minted = ops.create_token(in_acme.clone()).await.expect("in acme");
+    assert_eq!(minted.info.tenant, "acme");
+    let acme = ListTokensParams {
+        tenant: Some("acme".into()),
+    };
+    let listed = ops.list_tokens(acme.clone()).await.unwrap().tokens;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let admin = server.sdk("admin", None).await;
+    for e in [
+        admin
+            .create_token(in_acme)
+            .await
+            .map(|_| ())
+            .expect_err("an admin"),
+        admin
+            .list_tokens(acme)
+            .await
+            .map(|_| ())
+            .expect_err("an admin"),
+        admin
+            .list_tenants()
+            .await
+            .map(|_| ())
+            .expect_err("an admin"),
+        admin
+            .create_tenant(CreateTenantParams {
+                name: "globex".into(),
+            })
+            .await
+            .map(|_| ())
+            .expect_err("an admin"),
+    ] {
+        assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{e}");
+    }
+    let revoke = RevokeTokenParams {
+        id: Some(minted.info.id.clone()),
+        tenant: Some("acme".into()),
+        ..RevokeTokenParams::default()
+    };
+    assert_eq!(ops.revoke_token(revoke).await.unwrap().revoked, 1);
+
+    // REST.
+    let addr = server.running().local_addr().to_string();
+    let bearer = format!("Authorization: Bearer {ops_token}\r\nContent-Type: application/json\r\n");
+    let posted = tests::http_raw(&addr, "POST /tenants", &bearer, r#"{"name": "globex"}"#).await;
+    assert!(posted.starts_with("HTTP/1.1 201"), "{posted}");
+    let listed = tests::http_raw(&addr, "GET /tenants", &bearer, "").await;
+    for name in ["\"acme\"", "\"default\"", "\"globex\""] {
+        assert!(listed.contains(name), "{listed}");
+    }
+    let bob = format!("Authorization: Bearer {}\r\n", server.token("bob"));
+    let refused = tests::http_raw(&addr, "GET /tenants", &bob, "").await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
 }

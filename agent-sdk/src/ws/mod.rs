@@ -296,8 +296,16 @@ impl AgentClient for WsJsonRpcClient {
         self.call(names::CREATE_TOKEN, &p).await
     }
 
-    async fn list_tokens(&self) -> ClientResult<ListTokensResult> {
-        self.call(names::LIST_TOKENS, &ListTokensParams {}).await
+    async fn list_tokens(&self, p: ListTokensParams) -> ClientResult<ListTokensResult> {
+        self.call(names::LIST_TOKENS, &p).await
+    }
+
+    async fn create_tenant(&self, p: CreateTenantParams) -> ClientResult<TenantSummary> {
+        self.call(names::CREATE_TENANT, &p).await
+    }
+
+    async fn list_tenants(&self) -> ClientResult<ListTenantsResult> {
+        self.call(names::LIST_TENANTS, &ListTenantsParams {}).await
     }
 
     async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult> {

@@ -56,7 +56,8 @@ impl Identity {
                 t.tenant.into()
             },
             agent_id: t.agent_id,
-            admin: t.admin,
+            // An operator administers every tenant.
+            admin: t.admin || t.operator,
             operator: t.operator,
             scope: None,
         }

@@ -149,9 +149,17 @@ impl AgentClient for InProcessClient {
         self.o()?.create_token(&self.who, p).await.map_err(rpc)
     }
 
-    async fn list_tokens(&self) -> ClientResult<ListTokensResult> {
+    async fn list_tokens(&self, p: ListTokensParams) -> ClientResult<ListTokensResult> {
+        self.o()?.list_tokens(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn create_tenant(&self, p: CreateTenantParams) -> ClientResult<TenantSummary> {
+        self.o()?.create_tenant(&self.who, p).await.map_err(rpc)
+    }
+
+    async fn list_tenants(&self) -> ClientResult<ListTenantsResult> {
         self.o()?
-            .list_tokens(&self.who, ListTokensParams {})
+            .list_tenants(&self.who, ListTenantsParams {})
             .await
             .map_err(rpc)
     }

@@ -221,6 +221,8 @@ pub fn methods(orch: Ctx) -> Methods {
         CREATE_TOKEN => create_token,
         LIST_TOKENS => list_tokens,
         REVOKE_TOKEN => revoke_token,
+        CREATE_TENANT => create_tenant,
+        LIST_TENANTS => list_tenants,
     );
     t.add(
         names::LIST_SCENARIOS,

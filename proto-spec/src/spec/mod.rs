@@ -170,6 +170,24 @@ pub const METHODS: &[MethodSpec] = &[
         notification: None,
     },
     MethodSpec {
+        name: names::CREATE_TENANT,
+        summary: "Make a tenant (operators).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::InvalidParams],
+        params: s::<CreateTenantParams>,
+        result: s::<TenantSummary>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::LIST_TENANTS,
+        summary: "Every tenant, with how many tokens it has (operators).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden],
+        params: s::<ListTenantsParams>,
+        result: s::<ListTenantsResult>,
+        notification: None,
+    },
+    MethodSpec {
         name: names::TAIL,
         summary: "Events with seq greater than sinceSeq, in order.",
         needs_auth: true,
@@ -406,6 +424,10 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("ListTokensResult", root::<ListTokensResult>());
     m.insert("RevokeTokenParams", root::<RevokeTokenParams>());
     m.insert("RevokeTokenResult", root::<RevokeTokenResult>());
+    m.insert("CreateTenantParams", root::<CreateTenantParams>());
+    m.insert("TenantSummary", root::<TenantSummary>());
+    m.insert("ListTenantsParams", root::<ListTenantsParams>());
+    m.insert("ListTenantsResult", root::<ListTenantsResult>());
     m.insert("TailParams", root::<TailParams>());
     m.insert("TailResult", root::<TailResult>());
     m.insert("WaitForChangeParams", root::<WaitForChangeParams>());

@@ -27,6 +27,8 @@ import type {
   GetUpdatesResult,
   ListConversationsResult,
   ListScenariosResult,
+  ListTenantsResult,
+  ListTokensParams,
   ListTokensResult,
   MessagePayload,
   RequestTurnNotification,
@@ -34,6 +36,7 @@ import type {
   RevokeTokenResult,
   Snapshot,
   TailResult,
+  TenantSummary,
   WaitForChangeResult,
 } from "./wire.js";
 
@@ -202,9 +205,19 @@ export class Client {
     return this.call("createToken", some({ ...params }));
   }
 
-  /** `listTokens` (the tenant's admins): `{tokens}`, never the tokens themselves. */
-  listTokens(): Promise<ListTokensResult> {
-    return this.call("listTokens", {});
+  /** `listTokens` (the tenant's admins; an operator names any `tenant`): `{tokens}`, never the tokens themselves. */
+  listTokens(params: ListTokensParams = {}): Promise<ListTokensResult> {
+    return this.call("listTokens", some({ ...params }));
+  }
+
+  /** `createTenant` (operators). */
+  createTenant(name: string): Promise<TenantSummary> {
+    return this.call("createTenant", { name });
+  }
+
+  /** `listTenants` (operators): `{tenants}`. */
+  listTenants(): Promise<ListTenantsResult> {
+    return this.call("listTenants", {});
   }
 
   /** `revokeToken` (the tenant's admins): by the token's `id`, or every token of an `agentId`. */

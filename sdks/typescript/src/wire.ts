@@ -117,6 +117,12 @@ export interface CreateConversationResult {
   conversationId: string;
 }
 
+/** `createTenant` params (operators). */
+export interface CreateTenantParams {
+  /** Its name: 1–64 lowercase letters, digits and `-`, not starting with `-`. */
+  name: string;
+}
+
 /** `createToken` params. */
 export interface CreateTokenParams {
   /** Whether it administers the tenant. */
@@ -128,6 +134,8 @@ export interface CreateTokenParams {
   agentId: string;
   /** How long it is accepted, in milliseconds from now; until revoked when absent. */
   expiresInMs?: number | null;
+  /** The tenant (operators only; the caller's own by default). */
+  tenant?: string | null;
 }
 
 /** `createToken` result: the token, shown this once (only its hash is stored). */
@@ -351,8 +359,20 @@ export interface ListScenariosResult {
   scenarios: Array<ScenarioInfo>;
 }
 
-/** `listTokens` params (none). */
-export type ListTokensParams = Record<string, unknown>;
+/** `listTenants` params (none). */
+export type ListTenantsParams = Record<string, unknown>;
+
+/** `listTenants` result: every tenant, by name (operators). */
+export interface ListTenantsResult {
+  /** Each tenant. */
+  tenants: Array<TenantSummary>;
+}
+
+/** `listTokens` params. */
+export interface ListTokensParams {
+  /** The tenant (operators only; the caller's own by default). */
+  tenant?: string | null;
+}
 
 /** `listTokens` result: the caller's tenant's tokens, oldest first. */
 export interface ListTokensResult {
@@ -485,6 +505,8 @@ export interface RevokeTokenParams {
   agentId?: string | null;
   /** A token's id (at least 8 hex digits of it). */
   id?: string | null;
+  /** The tenant (operators only; the caller's own by default). */
+  tenant?: string | null;
 }
 
 /**
@@ -754,6 +776,16 @@ export interface TailResult {
   events: Array<Event>;
   /** The latest seq of the conversation when read. */
   latestSeq: number;
+}
+
+/** A tenant as `listTenants` shows it. */
+export interface TenantSummary {
+  /** When it was made (ms since the epoch). */
+  createdMs: number;
+  /** Its name. */
+  name: string;
+  /** How many tokens it has. */
+  tokens: number;
 }
 
 /** A token as `listTokens` shows it: never the token, nor its whole hash. */

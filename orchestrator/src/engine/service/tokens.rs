@@ -1,12 +1,16 @@
 //! `createToken`, `listTokens` and `revokeToken`: a tenant's admins manage the tenant's tokens
-//! over the protocol, as the operator does with `orchestrator token` on the database.
+//! over the protocol, as the operator does with `orchestrator token` on the database; an
+//! operator manages any tenant's (`tenant`), and makes and lists tenants (`createTenant`,
+//! `listTenants`).
 
 use proto_spec::*;
 
 use super::Orchestrator;
 use crate::engine::auth::{hash_token, mint_token, valid_id, Identity};
 use crate::engine::error::{refuse, Result};
-use crate::engine::store::{now_ms, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN};
+use crate::engine::store::{
+    now_ms, valid_tenant, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN,
+};
 
 /// The longest life `createToken` gives a token: ten years, in milliseconds.
 const MAX_EXPIRES_IN_MS: u64 = 10 * 366 * 24 * 3_600_000;
@@ -24,15 +28,81 @@ fn summary(t: TokenInfo) -> TokenSummary {
 }
 
 impl Orchestrator {
-    /// Refuses anyone but an admin of a tenant (an agent a scenario declares never is one).
-    fn check_tenant_admin(who: &Identity) -> Result<()> {
-        if who.admin && who.scope.is_none() {
+    /// The tenant whose tokens `who` manages: `asked` for an operator, else its own, for an
+    /// admin of it (an agent a scenario declares never is one); refused otherwise.
+    fn token_tenant(who: &Identity, asked: Option<String>) -> Result<String> {
+        if who.operator && who.scope.is_none() {
+            return Ok(asked.unwrap_or_else(|| who.tenant.to_string()));
+        }
+        if !who.admin || who.scope.is_some() {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                "only an admin of the tenant manages its tokens",
+            ));
+        }
+        match asked {
+            Some(t) if *t != *who.tenant => Err(refuse(
+                ErrorCode::Forbidden,
+                "only an operator manages another tenant's tokens",
+            )),
+            _ => Ok(who.tenant.to_string()),
+        }
+    }
+
+    /// Refuses anyone but an operator.
+    fn check_operator(who: &Identity) -> Result<()> {
+        if who.operator && who.scope.is_none() {
             return Ok(());
         }
         Err(refuse(
             ErrorCode::Forbidden,
-            "only an admin of the tenant manages its tokens",
+            "only an operator manages tenants",
         ))
+    }
+
+    /// `createTenant` (operators).
+    pub async fn create_tenant(
+        &self,
+        who: &Identity,
+        p: CreateTenantParams,
+    ) -> Result<TenantSummary> {
+        Self::check_operator(who)?;
+        if !valid_tenant(&p.name) {
+            return Err(refuse(
+                ErrorCode::InvalidParams,
+                "name: 1-64 lowercase letters, digits and -, not starting with -",
+            ));
+        }
+        let store = self.store.clone();
+        let name = p.name.clone();
+        tokio::task::spawn_blocking(move || store.create_tenant(&name)).await??;
+        tracing::info!(tenant = %p.name, by = %who.agent_id, "tenant created");
+        Ok(TenantSummary {
+            name: p.name,
+            created_ms: now_ms(),
+            tokens: 0,
+        })
+    }
+
+    /// `listTenants` (operators).
+    pub async fn list_tenants(
+        &self,
+        who: &Identity,
+        _p: ListTenantsParams,
+    ) -> Result<ListTenantsResult> {
+        Self::check_operator(who)?;
+        let store = self.store.clone();
+        let tenants = tokio::task::spawn_blocking(move || store.list_tenants()).await??;
+        Ok(ListTenantsResult {
+            tenants: tenants
+                .into_iter()
+                .map(|t| TenantSummary {
+                    name: t.name,
+                    created_ms: t.created_ms,
+                    tokens: t.tokens,
+                })
+                .collect(),
+        })
     }
 
     /// `createToken`: a token of the caller's tenant, shown this once.
@@ -41,7 +111,7 @@ impl Orchestrator {
         who: &Identity,
         p: CreateTokenParams,
     ) -> Result<CreateTokenResult> {
-        Self::check_tenant_admin(who)?;
+        let tenant = Self::token_tenant(who, p.tenant)?;
         if !valid_id(&p.agent_id) || p.agent_id == ORCHESTRATOR_AUTHOR {
             return Err(refuse(
                 ErrorCode::InvalidParams,
@@ -65,7 +135,7 @@ impl Orchestrator {
             None => None,
         };
         let record = TokenRecord {
-            tenant: who.tenant.to_string(),
+            tenant,
             agent_id: p.agent_id,
             admin: p.admin,
             operator: false,
@@ -100,15 +170,15 @@ impl Orchestrator {
     pub async fn list_tokens(
         &self,
         who: &Identity,
-        _p: ListTokensParams,
+        p: ListTokensParams,
     ) -> Result<ListTokensResult> {
-        Self::check_tenant_admin(who)?;
+        let tenant = Self::token_tenant(who, p.tenant)?;
         let store = self.store.clone();
         let all = tokio::task::spawn_blocking(move || store.list_tokens()).await??;
         Ok(ListTokensResult {
             tokens: all
                 .into_iter()
-                .filter(|t| *t.tenant == *who.tenant)
+                .filter(|t| t.tenant == tenant)
                 .map(summary)
                 .collect(),
         })
@@ -122,7 +192,7 @@ impl Orchestrator {
         who: &Identity,
         p: RevokeTokenParams,
     ) -> Result<RevokeTokenResult> {
-        Self::check_tenant_admin(who)?;
+        let tenant = Self::token_tenant(who, p.tenant)?;
         let which = match (p.id, p.agent_id) {
             (Some(id), None) => TokenSelector::id(&id)
                 .map_err(|m| refuse(ErrorCode::InvalidParams, format!("id: {m}")))?,
@@ -136,7 +206,6 @@ impl Orchestrator {
         };
         let store = self.store.clone();
         let tokens = self.tokens.clone();
-        let tenant = who.tenant.to_string();
         let revoked = tokio::task::spawn_blocking(move || -> Result<usize> {
             let n = store.revoke_tokens(&which, Some(&tenant))?;
             if n > 0 {

@@ -62,6 +62,10 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
         .route("/conversations/{id}/resume", post(resume))
         .route("/tokens", get(tokens::list).post(tokens::create))
         .route("/tokens/{id}", axum::routing::delete(tokens::revoke))
+        .route(
+            "/tenants",
+            get(tokens::list_tenants).post(tokens::create_tenant),
+        )
         .fallback(no_route)
         .with_state(state)
 }

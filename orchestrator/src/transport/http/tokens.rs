@@ -1,11 +1,12 @@
 //! `POST /tokens`, `GET /tokens`, `DELETE /tokens/{id}`: a tenant's admins manage its tokens
-//! (the bodies and answers of `createToken`, `listTokens` and `revokeToken`).
+//! (the bodies and answers of `createToken`, `listTokens` and `revokeToken`); `POST /tenants`
+//! and `GET /tenants`: an operator manages tenants.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use proto_spec::{ListTokensParams, RevokeTokenParams};
+use proto_spec::{ListTenantsParams, ListTokensParams, RevokeTokenParams};
 
 use super::{body, ok, ApiResult, Caller, Shared};
 
@@ -22,7 +23,10 @@ pub(super) async fn create(
 
 /// `GET /tokens`.
 pub(super) async fn list(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Response> {
-    let r = s.orch.list_tokens(&who, ListTokensParams {}).await?;
+    let r = s
+        .orch
+        .list_tokens(&who, ListTokensParams::default())
+        .await?;
     Ok(ok(StatusCode::OK, r))
 }
 
@@ -34,7 +38,30 @@ pub(super) async fn revoke(
 ) -> ApiResult<Response> {
     let p = RevokeTokenParams {
         id: Some(id),
-        agent_id: None,
+        ..RevokeTokenParams::default()
     };
     Ok(ok(StatusCode::OK, s.orch.revoke_token(&who, p).await?))
+}
+
+/// `POST /tenants` (operators): 201.
+pub(super) async fn create_tenant(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    headers: HeaderMap,
+    raw: Body,
+) -> ApiResult<Response> {
+    let p = body(&s, &headers, raw).await?;
+    Ok(ok(
+        StatusCode::CREATED,
+        s.orch.create_tenant(&who, p).await?,
+    ))
+}
+
+/// `GET /tenants` (operators).
+pub(super) async fn list_tenants(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+) -> ApiResult<Response> {
+    let r = s.orch.list_tenants(&who, ListTenantsParams {}).await?;
+    Ok(ok(StatusCode::OK, r))
 }

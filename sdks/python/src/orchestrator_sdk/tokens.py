@@ -1,11 +1,18 @@
-"""A tenant admin's token methods (`createToken`, `listTokens`, `revokeToken`), which
+"""A tenant admin's token methods (`createToken`, `listTokens`, `revokeToken`; an operator
+names any `tenant`) and an operator's tenant methods (`createTenant`, `listTenants`), which
 `Client` has."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from .wire import CreateTokenResult, ListTokensResult, RevokeTokenResult
+from .wire import (
+    CreateTokenResult,
+    ListTenantsResult,
+    ListTokensResult,
+    RevokeTokenResult,
+    TenantSummary,
+)
 
 
 class TokenMethods:
@@ -15,22 +22,30 @@ class TokenMethods:
         raise NotImplementedError
 
     async def create_token(
-        self, agent_id: str, *, admin: bool = False, expires_in_ms: int | None = None
+        self,
+        agent_id: str,
+        *,
+        admin: bool = False,
+        expires_in_ms: int | None = None,
+        tenant: str | None = None,
     ) -> CreateTokenResult:
         """`createToken` (the tenant's admins): `{token, info}`, the token shown this once."""
         params: dict[str, Any] = {"agentId": agent_id}
+        if tenant is not None:
+            params["tenant"] = tenant
         if admin:
             params["admin"] = True
         if expires_in_ms is not None:
             params["expiresInMs"] = expires_in_ms
         return cast(CreateTokenResult, await self.call("createToken", params))
 
-    async def list_tokens(self) -> ListTokensResult:
+    async def list_tokens(self, tenant: str | None = None) -> ListTokensResult:
         """`listTokens` (the tenant's admins): `{tokens}`, never the tokens themselves."""
-        return cast(ListTokensResult, await self.call("listTokens", {}))
+        params: dict[str, Any] = {} if tenant is None else {"tenant": tenant}
+        return cast(ListTokensResult, await self.call("listTokens", params))
 
     async def revoke_token(
-        self, token_id: str | None = None, *, agent_id: str | None = None
+        self, token_id: str | None = None, *, agent_id: str | None = None, tenant: str | None = None
     ) -> RevokeTokenResult:
         """`revokeToken` (the tenant's admins): by the token's id, or every token of
         `agent_id`; `{revoked}`."""
@@ -39,4 +54,14 @@ class TokenMethods:
             params["id"] = token_id
         if agent_id is not None:
             params["agentId"] = agent_id
+        if tenant is not None:
+            params["tenant"] = tenant
         return cast(RevokeTokenResult, await self.call("revokeToken", params))
+
+    async def create_tenant(self, name: str) -> TenantSummary:
+        """`createTenant` (operators)."""
+        return cast(TenantSummary, await self.call("createTenant", {"name": name}))
+
+    async def list_tenants(self) -> ListTenantsResult:
+        """`listTenants` (operators): `{tenants}`."""
+        return cast(ListTenantsResult, await self.call("listTenants", {}))

@@ -123,6 +123,12 @@ class CreateConversationResult(TypedDict):
     """The new conversation's id."""
 
 
+class CreateTenantParams(TypedDict):
+    """`createTenant` params (operators)."""
+    name: str
+    """Its name: 1–64 lowercase letters, digits and `-`, not starting with `-`."""
+
+
 class _CreateTokenParamsRequired(TypedDict):
     agentId: str
     """The agent id it speaks as, in the caller's tenant (1–128 characters of letters, digits
@@ -136,6 +142,8 @@ class CreateTokenParams(_CreateTokenParamsRequired, total=False):
     """Whether it administers the tenant."""
     expiresInMs: int | None
     """How long it is accepted, in milliseconds from now; until revoked when absent."""
+    tenant: str | None
+    """The tenant (operators only; the caller's own by default)."""
 
 
 class CreateTokenResult(TypedDict):
@@ -420,9 +428,21 @@ class ListScenariosResult(TypedDict):
     """Each scenario of the server's library, by name."""
 
 
-class ListTokensParams(TypedDict):
-    """`listTokens` params (none)."""
+class ListTenantsParams(TypedDict):
+    """`listTenants` params (none)."""
     pass
+
+
+class ListTenantsResult(TypedDict):
+    """`listTenants` result: every tenant, by name (operators)."""
+    tenants: list[TenantSummary]
+    """Each tenant."""
+
+
+class ListTokensParams(TypedDict, total=False):
+    """`listTokens` params."""
+    tenant: str | None
+    """The tenant (operators only; the caller's own by default)."""
 
 
 class ListTokensResult(TypedDict):
@@ -546,6 +566,8 @@ class RevokeTokenParams(TypedDict, total=False):
     """Every token of this agent instead."""
     id: str | None
     """A token's id (at least 8 hex digits of it)."""
+    tenant: str | None
+    """The tenant (operators only; the caller's own by default)."""
 
 
 class RevokeTokenResult(TypedDict):
@@ -842,6 +864,16 @@ class TailResult(TypedDict):
     """Events after the cursor, in seq order."""
     latestSeq: int
     """The latest seq of the conversation when read."""
+
+
+class TenantSummary(TypedDict):
+    """A tenant as `listTenants` shows it."""
+    createdMs: int
+    """When it was made (ms since the epoch)."""
+    name: str
+    """Its name."""
+    tokens: int
+    """How many tokens it has."""
 
 
 class _TokenSummaryRequired(TypedDict):
