@@ -27,7 +27,11 @@
 //   stdin  "SIGNOUT"        -> signs out; stdout "SIGNEDOUT <json>" with the token field's value and
 //                              whether the sign-in card shows;
 //   stdin  "SIGNIN <token>" -> types the token (as a person pastes it) and signs in; stdout
-//                              "SIGNEDIN <json>" with who is signed in, or the error shown.
+//                              "SIGNEDIN <json>" with who is signed in, or the error shown;
+//   stdin  "TOKENS"         -> opens the tokens panel; stdout "TOKENS <json>" with each row's agent;
+//   stdin  "MINT <agent>"   -> mints a token for the agent there; stdout "MINTED <the token shown>";
+//   stdin  "REVOKE <agent>" -> revokes that agent's token there; stdout "REVOKED <json>" with the
+//                              agents left.
 // Without VIEWER_CONVERSATION it opens none and says "SIGNEDIN <json>" (whether the app was hidden
 // before signing in, and the controls still disabled).
 // Environment: VIEWER_URL, VIEWER_TOKEN, VIEWER_CONVERSATION, CHROMIUM (default /usr/bin/chromium).
@@ -216,6 +220,24 @@ try {
     } else if (cmd === "APPROVAL") {
       await page.locator("#approval:not([hidden])").waitFor({ timeout }).catch(() => fail("no approval bar"));
       console.log("APPROVAL " + (await page.textContent("#approval-what")));
+    } else if (cmd === "TOKENS") {
+      await page.click("#tokens-button", { timeout });
+      await page.locator("#token-rows .tokenrow").first().waitFor({ timeout }).catch(() => fail("no tokens listed"));
+      const agents = await page.$$eval("#token-rows .tokenrow", (rs) => rs.map((r) => r.dataset.agent));
+      console.log("TOKENS " + JSON.stringify(agents));
+    } else if (cmd === "MINT") {
+      await page.fill("#token-agent", arg);
+      await page.click("#token-form button[type=submit]");
+      await page.locator("#token-once").waitFor({ state: "visible", timeout }).catch(() => fail("no token shown"));
+      await page.locator(`#token-rows .tokenrow[data-agent="${arg}"]`).waitFor({ timeout })
+        .catch(() => fail(`${arg} not listed`));
+      console.log("MINTED " + (await page.textContent("#token-shown")));
+    } else if (cmd === "REVOKE") {
+      await page.click(`#token-rows .tokenrow[data-agent="${arg}"] button`, { timeout });
+      await page.locator(`#token-rows .tokenrow[data-agent="${arg}"]`).waitFor({ state: "detached", timeout })
+        .catch(() => fail(`${arg} still listed`));
+      const agents = await page.$$eval("#token-rows .tokenrow", (rs) => rs.map((r) => r.dataset.agent));
+      console.log("REVOKED " + JSON.stringify(agents));
     } else if (cmd === "SIGNOUT") {
       await page.click("#signout", { timeout });
       await page.locator("#signin:not([hidden])").waitFor({ timeout }).catch(() => fail("no sign-in card"));

@@ -373,3 +373,26 @@ def test_an_approval_shows_what_is_approved_and_is_answered_by_a_button(server, 
         assert page.do("FAILURES", "FAILURES") == []
     finally:
         page.close()
+
+
+def test_an_admin_mints_and_revokes_a_token_in_the_console(server, viewer_prereqs):
+    """The tokens panel lists the tenant's tokens (never a token itself), mints one, shown this
+    once, that signs in, and revokes it, after which it signs in no more."""
+    import httpx
+
+    page = Page(server)
+    try:
+        page.answer("SIGNEDIN")
+        listed = page.do("TOKENS", "TOKENS")
+        assert "admin" in listed and "alice" in listed, listed
+        token = page.do("MINT console-made", "MINTED")
+        assert token.startswith("oct_"), token
+        bearer = {"Authorization": f"Bearer {token}"}
+        me = httpx.get(server.http + "/me", headers=bearer, timeout=10)
+        assert me.status_code == 200 and me.json()["agentId"] == "console-made", me.text
+        left = page.do("REVOKE console-made", "REVOKED")
+        assert "console-made" not in left and "admin" in left, left
+        assert httpx.get(server.http + "/me", headers=bearer, timeout=10).status_code == 401
+        assert page.do("FAILURES", "FAILURES") == []
+    finally:
+        page.close()

@@ -65,6 +65,11 @@ function render() {
   $("resume").hidden = !(signedIn && state.me.admin);
   $("search").disabled = !signedIn;
   $("create").hidden = !(signedIn && state.me.admin);
+  $("tokens-button").hidden = !(signedIn && state.me.admin);
+  if (!signedIn) {
+    $("tokens").hidden = true;
+    $("token-shown").textContent = "";
+  }
   setComposer();
 }
 

@@ -35,6 +35,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../assets/console/events.js"),
     ),
     (
+        "tokens.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/console/tokens.js"),
+    ),
+    (
         "panels.js",
         "text/javascript; charset=utf-8",
         include_str!("../../assets/console/panels.js"),
