@@ -252,6 +252,19 @@ async fn no_log_level_writes_a_token() {
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // A token minted over the protocol: in the answer only.
+    use agent_sdk::AgentClient;
+    let minted = client
+        .create_token(agent_sdk::proto::CreateTokenParams {
+            agent_id: "minted".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("createToken")
+        .token;
+    served
+        .line("token created", |l| l.contains("token created"))
+        .await;
     drop(client);
     // Both HTTP requests' connections closed, the WebSocket's too.
     let until = tokio::time::Instant::now() + WAIT;
@@ -269,9 +282,11 @@ async fn no_log_level_writes_a_token() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     assert!(lines.iter().any(|l| l.contains("TRACE")), "{lines:?}");
-    let secret = admin.trim_start_matches("oct_");
-    for l in &lines {
-        assert!(!l.contains(secret), "a log line holds the token: {l}");
+    for secret in [&admin, &minted] {
+        let secret = secret.trim_start_matches("oct_");
+        for l in &lines {
+            assert!(!l.contains(secret), "a log line holds a token: {l}");
+        }
     }
 }
 
