@@ -5,6 +5,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// `createToken` params.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -16,22 +17,35 @@ pub struct CreateTokenParams {
     /// Whether it administers the tenant.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin: bool,
-    /// How long it is accepted, in milliseconds from now; until revoked when absent.
+    /// How long it is accepted from now, as a scenario's durations are written: milliseconds,
+    /// or text such as `"30d"`, `"12h"`, `"90m"` (at most ten years); until revoked when
+    /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_in_ms: Option<u64>,
+    #[schemars(with = "Option<Value>")]
+    pub expires_in: Option<Value>,
     /// The tenant (operators only; the caller's own by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
 }
 
-/// `createToken` result: the token, shown this once (only its hash is stored).
+/// `createToken` result: the token, shown this once (only its hash is stored), and what
+/// `listTokens` shows of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateTokenResult {
     /// The token.
     pub token: String,
-    /// What `listTokens` shows of it.
-    pub info: TokenSummary,
+    /// Its id (`revokeToken` takes it).
+    pub id: String,
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// The agent it speaks as.
+    pub agent_id: String,
+    /// Whether it administers its tenant.
+    pub admin: bool,
+    /// When it stops being accepted (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<i64>,
 }
 
 /// A token as `listTokens` shows it: never the token, nor its whole hash.

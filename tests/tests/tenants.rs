@@ -212,15 +212,15 @@ async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
         .create_token(CreateTokenParams {
             agent_id: "zoe".into(),
             admin: false,
-            expires_in_ms: Some(3_600_000),
+            expires_in: Some(json!("1h")),
             tenant: None,
         })
         .await
         .expect("createToken");
     assert!(made.token.starts_with("oct_"), "{made:?}");
-    assert_eq!(made.info.id, auth::hash_token(&made.token)[..12]);
+    assert_eq!(made.id, auth::hash_token(&made.token)[..12]);
     assert_eq!(
-        (made.info.tenant.as_str(), made.info.agent_id.as_str()),
+        (made.tenant.as_str(), made.agent_id.as_str()),
         ("default", "zoe")
     );
     let r = server
@@ -248,7 +248,7 @@ async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
         .tokens;
     assert!(listed
         .iter()
-        .any(|t| t.id == made.info.id && t.expires_ms.is_some()));
+        .any(|t| t.id == made.id && t.expires_ms.is_some()));
     assert!(
         listed.iter().all(|t| t.tenant == DEFAULT_TENANT),
         "{listed:?}"
@@ -286,8 +286,8 @@ async fn a_tenant_admin_mints_lists_and_revokes_its_tokens() {
     .await;
     assert!(posted.starts_with("HTTP/1.1 201"), "{posted}");
     let body: Value = serde_json::from_str(posted.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-    let id = body["info"]["id"].as_str().unwrap().to_string();
-    assert_eq!(body["info"]["admin"], true, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    assert_eq!(body["admin"], true, "{body}");
     let listed = tests::http_raw(&addr, "GET /tokens", &bearer, "").await;
     assert!(
         listed.starts_with("HTTP/1.1 200") && listed.contains(&id),
@@ -313,11 +313,17 @@ async fn refusals(server: &TestServer, admin: &agent_sdk::WsJsonRpcClient) {
         .await
         .expect_err("alice is no admin");
     assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{e}");
-    for (agent, expires) in [("a b", None), ("orchestrator", None), ("dave", Some(0))] {
+    for (agent, expires) in [
+        ("a b", None),
+        ("orchestrator", None),
+        ("dave", Some(json!(0))),
+        ("dave", Some(json!("3661d"))),
+        ("dave", Some(json!("soon"))),
+    ] {
         let p = CreateTokenParams {
             agent_id: agent.into(),
             admin: false,
-            expires_in_ms: expires,
+            expires_in: expires,
             tenant: None,
         };
         let e = admin.create_token(p).await.expect_err("refused");
@@ -387,7 +393,7 @@ async fn an_operator_makes_tenants_and_manages_any_tenants_tokens() {
         ..CreateTokenParams::default()
     };
     let minted = ops.create_token(in_acme.clone()).await.expect("in acme");
-    assert_eq!(minted.info.tenant, "acme");
+    assert_eq!(minted.tenant, "acme");
     let acme = ListTokensParams {
         tenant: Some("acme".into()),
     };
@@ -421,7 +427,7 @@ async fn an_operator_makes_tenants_and_manages_any_tenants_tokens() {
         assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{e}");
     }
     let revoke = RevokeTokenParams {
-        id: Some(minted.info.id.clone()),
+        id: Some(minted.id.clone()),
         tenant: Some("acme".into()),
         ..RevokeTokenParams::default()
     };

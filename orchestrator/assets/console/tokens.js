@@ -35,7 +35,7 @@ async function mintToken() {
   if (!agentId) return;
   const body = { agentId, admin: $("token-admin").checked };
   const days = Number($("token-expiry").value);
-  if (days > 0) body.expiresInMs = days * 86400000;
+  if (days > 0) body.expiresIn = days + "d";
   try {
     const made = await api("POST", "/tokens", body);
     // Shown this once: the server keeps only its hash.

@@ -200,7 +200,7 @@ export class Client {
     return this.call("listScenarios", {});
   }
 
-  /** `createToken` (the tenant's admins): `{token, info}`, the token shown this once. */
+  /** `createToken` (the tenant's admins): `{token, id, tenant, agentId, admin, expiresMs?}`, the token shown this once. */
   createToken(params: CreateTokenParams): Promise<CreateTokenResult> {
     return this.call("createToken", some({ ...params }));
   }

@@ -132,16 +132,31 @@ export interface CreateTokenParams {
    * and `. _ : @ -`).
    */
   agentId: string;
-  /** How long it is accepted, in milliseconds from now; until revoked when absent. */
-  expiresInMs?: number | null;
+  /**
+   * How long it is accepted from now, as a scenario's durations are written: milliseconds,
+   * or text such as `"30d"`, `"12h"`, `"90m"` (at most ten years); until revoked when
+   * absent.
+   */
+  expiresIn?: unknown;
   /** The tenant (operators only; the caller's own by default). */
   tenant?: string | null;
 }
 
-/** `createToken` result: the token, shown this once (only its hash is stored). */
+/**
+ * `createToken` result: the token, shown this once (only its hash is stored), and what
+ * `listTokens` shows of it.
+ */
 export interface CreateTokenResult {
-  /** What `listTokens` shows of it. */
-  info: TokenSummary;
+  /** Whether it administers its tenant. */
+  admin: boolean;
+  /** The agent it speaks as. */
+  agentId: string;
+  /** When it stops being accepted (ms since the epoch). */
+  expiresMs?: number | null;
+  /** Its id (`revokeToken` takes it). */
+  id: string;
+  /** The tenant it belongs to. */
+  tenant: string;
   /** The token. */
   token: string;
 }

@@ -94,12 +94,12 @@ test("every method, and typed errors", async () => {
   assert.equal((await refusal(bob.listScenarios())).code, ErrorCode.Forbidden);
 
   // A tenant's admin mints, lists and revokes its tokens (the token shown once).
-  const minted = await admin.createToken({ agentId: "ts-token-agent", expiresInMs: 60_000 });
-  assert.ok(minted.token.startsWith("oct_") && minted.info.tenant === "default");
+  const minted = await admin.createToken({ agentId: "ts-token-agent", expiresIn: "1m" });
+  assert.ok(minted.token.startsWith("oct_") && minted.tenant === "default" && minted.expiresMs);
   const tokens = (await admin.listTokens()).tokens;
-  assert.ok(tokens.some((t) => t.id === minted.info.id));
+  assert.ok(tokens.some((t) => t.id === minted.id));
   assert.ok(!JSON.stringify(tokens).includes(minted.token.slice(4)));
-  assert.equal((await admin.revokeToken({ id: minted.info.id })).revoked, 1);
+  assert.equal((await admin.revokeToken({ id: minted.id })).revoked, 1);
   assert.equal((await admin.revokeToken({ agentId: "ts-token-agent" })).revoked, 0);
   assert.equal((await refusal(bob.listTokens())).code, ErrorCode.Forbidden);
 

@@ -118,21 +118,19 @@ impl Orchestrator {
                 "agentId: 1-128 characters of letters, digits and . _ : @ - (not `orchestrator`)",
             ));
         }
-        let expires_ms = match p.expires_in_ms {
-            Some(0) => {
-                return Err(refuse(
-                    ErrorCode::InvalidParams,
-                    "expiresInMs: a token must live a while",
-                ))
-            }
-            Some(ms) if ms > MAX_EXPIRES_IN_MS => {
-                return Err(refuse(
-                    ErrorCode::InvalidParams,
-                    format!("expiresInMs: at most {MAX_EXPIRES_IN_MS} (ten years)"),
-                ))
-            }
-            Some(ms) => Some(now_ms().saturating_add(ms as i64)),
+        let expires_ms = match &p.expires_in {
             None => None,
+            Some(v) => {
+                let life = crate::engine::scenario::parse_duration(v)
+                    .map_err(|m| refuse(ErrorCode::InvalidParams, format!("expiresIn: {m}")))?;
+                if life.is_zero() || life.as_millis() > u128::from(MAX_EXPIRES_IN_MS) {
+                    return Err(refuse(
+                        ErrorCode::InvalidParams,
+                        "expiresIn: more than nothing and at most ten years (\"3660d\")",
+                    ));
+                }
+                Some(now_ms().saturating_add(life.as_millis() as i64))
+            }
         };
         let record = TokenRecord {
             tenant,
@@ -153,15 +151,11 @@ impl Orchestrator {
             "token created"
         );
         Ok(CreateTokenResult {
-            info: TokenSummary {
-                id: hash_token(&token)[..TOKEN_ID_LEN].to_string(),
-                tenant: record.tenant,
-                agent_id: record.agent_id,
-                admin: record.admin,
-                created_ms: now_ms(),
-                last_used_ms: None,
-                expires_ms,
-            },
+            id: hash_token(&token)[..TOKEN_ID_LEN].to_string(),
+            tenant: record.tenant,
+            agent_id: record.agent_id,
+            admin: record.admin,
+            expires_ms,
             token,
         })
     }

@@ -26,17 +26,18 @@ class TokenMethods:
         agent_id: str,
         *,
         admin: bool = False,
-        expires_in_ms: int | None = None,
+        expires_in: int | str | None = None,
         tenant: str | None = None,
     ) -> CreateTokenResult:
-        """`createToken` (the tenant's admins): `{token, info}`, the token shown this once."""
+        """`createToken` (the tenant's admins): `{token, id, tenant, agentId, admin, expiresMs?}`,
+        the token shown this once. `expires_in`: milliseconds, or text such as `"30d"`."""
         params: dict[str, Any] = {"agentId": agent_id}
         if tenant is not None:
             params["tenant"] = tenant
         if admin:
             params["admin"] = True
-        if expires_in_ms is not None:
-            params["expiresInMs"] = expires_in_ms
+        if expires_in is not None:
+            params["expiresIn"] = expires_in
         return cast(CreateTokenResult, await self.call("createToken", params))
 
     async def list_tokens(self, tenant: str | None = None) -> ListTokensResult:

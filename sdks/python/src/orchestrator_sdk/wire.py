@@ -140,18 +140,34 @@ class CreateTokenParams(_CreateTokenParamsRequired, total=False):
     """`createToken` params."""
     admin: bool
     """Whether it administers the tenant."""
-    expiresInMs: int | None
-    """How long it is accepted, in milliseconds from now; until revoked when absent."""
+    expiresIn: Any
+    """How long it is accepted from now, as a scenario's durations are written: milliseconds,
+    or text such as `"30d"`, `"12h"`, `"90m"` (at most ten years); until revoked when
+    absent.
+    """
     tenant: str | None
     """The tenant (operators only; the caller's own by default)."""
 
 
-class CreateTokenResult(TypedDict):
-    """`createToken` result: the token, shown this once (only its hash is stored)."""
-    info: TokenSummary
-    """What `listTokens` shows of it."""
+class _CreateTokenResultRequired(TypedDict):
+    admin: bool
+    """Whether it administers its tenant."""
+    agentId: str
+    """The agent it speaks as."""
+    id: str
+    """Its id (`revokeToken` takes it)."""
+    tenant: str
+    """The tenant it belongs to."""
     token: str
     """The token."""
+
+
+class CreateTokenResult(_CreateTokenResultRequired, total=False):
+    """`createToken` result: the token, shown this once (only its hash is stored), and what
+    `listTokens` shows of it.
+    """
+    expiresMs: int | None
+    """When it stops being accepted (ms since the epoch)."""
 
 
 class _CreatedRequired(TypedDict):
