@@ -96,7 +96,7 @@ pub fn token(command: TokenCommand) -> anyhow::Result<u8> {
             &db,
         ),
         TokenCommand::List { json, db } => {
-            let tokens = db.open()?.list_tokens()?;
+            let tokens = db.open()?.list_tokens(None)?;
             let mut out = std::io::stdout().lock();
             use std::io::Write;
             if json {

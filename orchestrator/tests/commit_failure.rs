@@ -12,7 +12,7 @@ use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::store::sqlite::{SqliteStore, Synchronous};
 use orchestrator::engine::store::{
     ConvListing, ConversationRecord, Durability, LogWriter, NewConversation, NewRow, Principals,
-    RecoveredEvent, Store, TenantInfo, TokenInfo, TokenRecord, TokenSelector,
+    RecoveredEvent, Store, TokenRecord, TokenSelector,
 };
 use proto_spec::{
     CreateConversationParams, ErrorCode, Event, Finality, MessagePayload, SendMessageParams,
@@ -106,7 +106,7 @@ impl Principals for Flaky {
     fn create_tenant(&self, name: &str) -> Result<()> {
         self.inner.create_tenant(name)
     }
-    fn list_tenants(&self) -> Result<Vec<TenantInfo>> {
+    fn list_tenants(&self) -> Result<Vec<proto_spec::TenantSummary>> {
         self.inner.list_tenants()
     }
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
@@ -118,8 +118,8 @@ impl Principals for Flaky {
     fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
         self.inner.agent_has_token(agent_id)
     }
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
-        self.inner.list_tokens()
+    fn list_tokens(&self, tenant: Option<&str>) -> Result<Vec<proto_spec::TokenSummary>> {
+        self.inner.list_tokens(tenant)
     }
     fn revoke_tokens(&self, which: &TokenSelector, tenant: Option<&str>) -> Result<usize> {
         self.inner.revoke_tokens(which, tenant)

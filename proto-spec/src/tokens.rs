@@ -60,6 +60,9 @@ pub struct TokenSummary {
     pub agent_id: String,
     /// Whether it administers its tenant.
     pub admin: bool,
+    /// Whether it is an operator's (it administers every tenant).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub operator: bool,
     /// When it was made (ms since the epoch).
     pub created_ms: i64,
     /// When it last authenticated (ms since the epoch; recorded at most once a minute).

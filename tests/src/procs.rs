@@ -53,6 +53,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Runs the orchestrator binary with `args` in `dir`, ignoring an `ORCHESTRATOR_DB` the
+/// environment names; what it printed and how it ended.
+pub fn run_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("ORCHESTRATOR_DB")
+        .output()
+        .expect("the orchestrator binary")
+}
+
 /// Mints a token with the binary (`token create`).
 pub fn token(db: &str, agent: &str, admin: bool) -> String {
     let mut cmd = std::process::Command::new(binary());

@@ -3,22 +3,12 @@
 //! into `default` (a SQLite one: `orchestrator/tests/tenants.rs`); `authenticate` and `GET /me`
 //! answering the tenant.
 
-use std::process::Output;
-
 use orchestrator::engine::auth;
 use orchestrator::engine::store::{TokenRecord, DEFAULT_TENANT};
 use serde_json::{json, Value};
-use tests::procs::binary;
 use tests::{open_store, TestServer};
 
-fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
-    std::process::Command::new(binary())
-        .args(args)
-        .current_dir(dir)
-        .env_remove("ORCHESTRATOR_DB")
-        .output()
-        .expect("the orchestrator binary")
-}
+use tests::procs::run_in as cli;
 
 fn text(o: &[u8]) -> String {
     String::from_utf8_lossy(o).into_owned()
@@ -345,18 +335,16 @@ async fn an_operator_makes_tenants_and_manages_any_tenants_tokens() {
         CreateTenantParams, CreateTokenParams, ErrorCode, ListTokensParams, RevokeTokenParams,
     };
     let server = TestServer::start().await;
-    let o = std::process::Command::new(binary())
-        .args([
-            "token",
-            "create",
-            "--agent",
-            "ops",
-            "--operator",
-            "--db",
-            &server.db,
-        ])
-        .output()
-        .unwrap();
+    let args = [
+        "token",
+        "create",
+        "--agent",
+        "ops",
+        "--operator",
+        "--db",
+        &server.db,
+    ];
+    let o = cli(std::path::Path::new("."), &args);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let ops_token = text(&o.stdout).trim().to_string();
     let ops =

@@ -15,13 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
 fn token_cmd(dir: &std::path::Path, args: &[&str]) -> Output {
-    std::process::Command::new(binary())
-        .arg("token")
-        .args(args)
-        .current_dir(dir)
-        .env_remove("ORCHESTRATOR_DB")
-        .output()
-        .expect("the orchestrator binary")
+    tests::procs::run_in(dir, &[&["token"], args].concat())
 }
 
 fn text(o: &[u8]) -> String {
@@ -123,7 +117,7 @@ fn token_commands_work_on_a_database_file_and_never_show_a_token_again() {
     let o = token_cmd(dir.path(), &["revoke", "--agent", "admin", "--db", db]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let store = open_store(db);
-    assert!(store.list_tokens().unwrap().is_empty());
+    assert!(store.list_tokens(None).unwrap().is_empty());
     for t in [&alice, &admin] {
         assert!(store.find_token(&auth::hash_token(t)).unwrap().is_none());
     }
@@ -300,7 +294,7 @@ async fn an_expired_token_is_refused_and_a_use_is_recorded() {
     let id = &hash[..orchestrator::engine::store::TOKEN_ID_LEN];
     tests::eventually("alice's last use recorded", || {
         store
-            .list_tokens()
+            .list_tokens(None)
             .unwrap()
             .iter()
             .any(|t| t.id == id && t.last_used_ms.is_some_and(|at| at >= past))

@@ -817,6 +817,8 @@ export interface TokenSummary {
   id: string;
   /** When it last authenticated (ms since the epoch; recorded at most once a minute). */
   lastUsedMs?: number | null;
+  /** Whether it is an operator's (it administers every tenant). */
+  operator?: boolean;
   /** The tenant it belongs to. */
   tenant: string;
 }

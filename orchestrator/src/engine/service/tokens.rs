@@ -8,24 +8,10 @@ use proto_spec::*;
 use super::Orchestrator;
 use crate::engine::auth::{hash_token, mint_token, valid_id, Identity};
 use crate::engine::error::{refuse, Result};
-use crate::engine::store::{
-    now_ms, valid_tenant, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN,
-};
+use crate::engine::store::{now_ms, valid_tenant, TokenRecord, TokenSelector, TOKEN_ID_LEN};
 
 /// The longest life `createToken` gives a token: ten years, in milliseconds.
-const MAX_EXPIRES_IN_MS: u64 = 10 * 366 * 24 * 3_600_000;
-
-fn summary(t: TokenInfo) -> TokenSummary {
-    TokenSummary {
-        id: t.id,
-        tenant: t.tenant,
-        agent_id: t.agent_id,
-        admin: t.admin,
-        created_ms: t.created_ms,
-        last_used_ms: t.last_used_ms,
-        expires_ms: t.expires_ms,
-    }
-}
+const LONGEST_LIFE_MS: u64 = 10 * 366 * 24 * 3_600_000;
 
 impl Orchestrator {
     /// The tenant whose tokens `who` manages: `asked` for an operator, else its own, for an
@@ -93,16 +79,7 @@ impl Orchestrator {
         Self::check_operator(who)?;
         let store = self.store.clone();
         let tenants = tokio::task::spawn_blocking(move || store.list_tenants()).await??;
-        Ok(ListTenantsResult {
-            tenants: tenants
-                .into_iter()
-                .map(|t| TenantSummary {
-                    name: t.name,
-                    created_ms: t.created_ms,
-                    tokens: t.tokens,
-                })
-                .collect(),
-        })
+        Ok(ListTenantsResult { tenants })
     }
 
     /// `createToken`: a token of the caller's tenant, shown this once.
@@ -123,7 +100,7 @@ impl Orchestrator {
             Some(v) => {
                 let life = crate::engine::scenario::parse_duration(v)
                     .map_err(|m| refuse(ErrorCode::InvalidParams, format!("expiresIn: {m}")))?;
-                if life.is_zero() || life.as_millis() > u128::from(MAX_EXPIRES_IN_MS) {
+                if life.is_zero() || life.as_millis() > u128::from(LONGEST_LIFE_MS) {
                     return Err(refuse(
                         ErrorCode::InvalidParams,
                         "expiresIn: more than nothing and at most ten years (\"3660d\")",
@@ -168,14 +145,9 @@ impl Orchestrator {
     ) -> Result<ListTokensResult> {
         let tenant = Self::token_tenant(who, p.tenant)?;
         let store = self.store.clone();
-        let all = tokio::task::spawn_blocking(move || store.list_tokens()).await??;
-        Ok(ListTokensResult {
-            tokens: all
-                .into_iter()
-                .filter(|t| t.tenant == tenant)
-                .map(summary)
-                .collect(),
-        })
+        let tokens =
+            tokio::task::spawn_blocking(move || store.list_tokens(Some(&tenant))).await??;
+        Ok(ListTokensResult { tokens })
     }
 
     /// `revokeToken`: tokens of the caller's tenant, by id or by agent; the connections and

@@ -17,8 +17,7 @@ pub use crate::engine::state::Fence;
 use crate::engine::state::{BodyHash, Draft};
 pub(crate) use principals::{declared_refusal, no_tenant, tenant_taken};
 pub use principals::{
-    valid_tenant, Principals, TenantInfo, TokenInfo, TokenRecord, TokenSelector, DEFAULT_TENANT,
-    TOKEN_ID_LEN,
+    valid_tenant, Principals, TokenRecord, TokenSelector, DEFAULT_TENANT, TOKEN_ID_LEN,
 };
 
 /// A conversation as stored.

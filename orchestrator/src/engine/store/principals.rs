@@ -1,6 +1,8 @@
 //! The principals a store knows: tenants, and the tokens that speak for an agent of one
 //! (stored only as a hash). Every backend implements [`Principals`]; [`super::Store`] extends it.
 
+use proto_spec::{TenantSummary, TokenSummary};
+
 use crate::engine::error::Result;
 
 /// The tenant every database has: where every principal and conversation lives unless told
@@ -15,18 +17,6 @@ pub fn valid_tenant(name: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
-}
-
-/// A tenant as stored.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TenantInfo {
-    /// Its name.
-    pub name: String,
-    /// When it was made (ms since the epoch).
-    pub created_ms: i64,
-    /// How many tokens it has.
-    pub tokens: u64,
 }
 
 /// A token as stored (only its hash).
@@ -47,28 +37,6 @@ pub struct TokenRecord {
 /// How many hex digits of a token's hash name it in `token list` and `token revoke` (its id:
 /// a prefix of the hash, which cannot be turned back into the token).
 pub const TOKEN_ID_LEN: usize = 12;
-
-/// A token as `token list` shows it: never the token, nor its whole hash.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenInfo {
-    /// The first [`TOKEN_ID_LEN`] hex digits of its hash.
-    pub id: String,
-    /// The tenant it belongs to.
-    pub tenant: String,
-    /// The agent it speaks as.
-    pub agent_id: String,
-    /// Whether it administers its tenant.
-    pub admin: bool,
-    /// Whether it operates the server.
-    pub operator: bool,
-    /// When it was made (ms since the epoch).
-    pub created_ms: i64,
-    /// When it last authenticated (ms since the epoch; recorded at most once a minute), if ever.
-    pub last_used_ms: Option<i64>,
-    /// When it stops being accepted, if ever.
-    pub expires_ms: Option<i64>,
-}
 
 /// Which tokens `token revoke` takes away.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +74,7 @@ pub trait Principals {
     /// Makes a tenant; refused (`InvalidParams`) when the name is taken or not usable.
     fn create_tenant(&self, name: &str) -> Result<()>;
     /// Every tenant, by name.
-    fn list_tenants(&self) -> Result<Vec<TenantInfo>>;
+    fn list_tenants(&self) -> Result<Vec<TenantSummary>>;
     /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario
     /// declared as a participant the server runs, and (`InvalidParams`) when its tenant does
     /// not exist.
@@ -115,8 +83,9 @@ pub trait Principals {
     fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
     /// Finds a token by its hash.
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
-    /// Every token, oldest first.
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>>;
+    /// Every token (of `tenant` only, when given), oldest first; never a token nor its whole
+    /// hash (its id is the first [`TOKEN_ID_LEN`] hex digits of the hash).
+    fn list_tokens(&self, tenant: Option<&str>) -> Result<Vec<TokenSummary>>;
     /// Deletes the tokens `which` names (of `tenant` only, when given); how many.
     fn revoke_tokens(&self, which: &TokenSelector, tenant: Option<&str>) -> Result<usize>;
     /// Records when tokens (by hash) last authenticated.

@@ -911,6 +911,8 @@ class TokenSummary(_TokenSummaryRequired, total=False):
     """When it stops being accepted (ms since the epoch)."""
     lastUsedMs: int | None
     """When it last authenticated (ms since the epoch; recorded at most once a minute)."""
+    operator: bool
+    """Whether it is an operator's (it administers every tenant)."""
 
 
 TurnEndOutcome = Literal["posted", "yield", "no_action", "complete", "incomplete"]

@@ -1,10 +1,10 @@
 //! Tenants and tokens in the shared database ([`Principals`]).
 
+use proto_spec::{TenantSummary, TokenSummary};
+
 use super::PgStore;
 use crate::engine::error::Result;
-use crate::engine::store::{
-    Principals, TenantInfo, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN,
-};
+use crate::engine::store::{Principals, TokenRecord, TokenSelector, TOKEN_ID_LEN};
 
 impl Principals for PgStore {
     fn create_tenant(&self, name: &str) -> Result<()> {
@@ -23,7 +23,7 @@ impl Principals for PgStore {
         })
     }
 
-    fn list_tenants(&self) -> Result<Vec<TenantInfo>> {
+    fn list_tenants(&self) -> Result<Vec<TenantSummary>> {
         self.with_client(move |c| async move {
             let rows = c
                 .query(
@@ -34,7 +34,7 @@ impl Principals for PgStore {
                 .await?;
             Ok(rows
                 .iter()
-                .map(|r| TenantInfo {
+                .map(|r| TenantSummary {
                     name: r.get(0),
                     created_ms: r.get(1),
                     tokens: r.get::<_, i64>(2) as u64,
@@ -122,18 +122,20 @@ impl Principals for PgStore {
         })
     }
 
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
+    fn list_tokens(&self, tenant: Option<&str>) -> Result<Vec<TokenSummary>> {
+        let tenant = tenant.map(str::to_string);
         self.with_client(move |c| async move {
             let rows = c
                 .query(
                     "SELECT substr(hash, 1, $1), tenant, agent_id, admin, operator, created_ms, \
-                     last_used_ms, expires_ms FROM tokens ORDER BY created_ms, hash",
-                    &[&(TOKEN_ID_LEN as i32)],
+                     last_used_ms, expires_ms FROM tokens WHERE $2::text IS NULL OR tenant = $2 \
+                     ORDER BY created_ms, hash",
+                    &[&(TOKEN_ID_LEN as i32), &tenant],
                 )
                 .await?;
             Ok(rows
                 .iter()
-                .map(|r| TokenInfo {
+                .map(|r| TokenSummary {
                     id: r.get(0),
                     tenant: r.get(1),
                     agent_id: r.get(2),

@@ -1,12 +1,11 @@
 //! Tenants and tokens in the SQLite file ([`Principals`]).
 
+use proto_spec::{TenantSummary, TokenSummary};
 use rusqlite::{params, OptionalExtension};
 
 use super::SqliteStore;
 use crate::engine::error::Result;
-use crate::engine::store::{
-    Principals, TenantInfo, TokenInfo, TokenRecord, TokenSelector, TOKEN_ID_LEN,
-};
+use crate::engine::store::{Principals, TokenRecord, TokenSelector, TOKEN_ID_LEN};
 
 impl Principals for SqliteStore {
     fn create_tenant(&self, name: &str) -> Result<()> {
@@ -21,14 +20,14 @@ impl Principals for SqliteStore {
         Ok(())
     }
 
-    fn list_tenants(&self) -> Result<Vec<TenantInfo>> {
+    fn list_tenants(&self) -> Result<Vec<TenantSummary>> {
         self.with_reader(|conn| {
             let mut st = conn.prepare_cached(
                 "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name) \
                  FROM tenants t ORDER BY t.name",
             )?;
             let rows = st.query_map([], |r| {
-                Ok(TenantInfo {
+                Ok(TenantSummary {
                     name: r.get(0)?,
                     created_ms: r.get(1)?,
                     tokens: r.get::<_, i64>(2)? as u64,
@@ -103,14 +102,15 @@ impl Principals for SqliteStore {
         })
     }
 
-    fn list_tokens(&self) -> Result<Vec<TokenInfo>> {
+    fn list_tokens(&self, tenant: Option<&str>) -> Result<Vec<TokenSummary>> {
         self.with_reader(|conn| {
             let mut st = conn.prepare_cached(
                 "SELECT substr(hash, 1, ?1), tenant, agent_id, admin, operator, created_ms, \
-                 last_used_ms, expires_ms FROM tokens ORDER BY created_ms, hash",
+                 last_used_ms, expires_ms FROM tokens WHERE ?2 IS NULL OR tenant = ?2 \
+                 ORDER BY created_ms, hash",
             )?;
-            let rows = st.query_map([TOKEN_ID_LEN as i64], |r| {
-                Ok(TokenInfo {
+            let rows = st.query_map(params![TOKEN_ID_LEN as i64, tenant], |r| {
+                Ok(TokenSummary {
                     id: r.get(0)?,
                     tenant: r.get(1)?,
                     agent_id: r.get(2)?,
