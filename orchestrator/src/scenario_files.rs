@@ -97,10 +97,38 @@ pub(crate) fn scenario_value(
     Ok(v)
 }
 
-/// Every scenario file of a folder, by name (its `name:`, else the file's stem). A file that
-/// cannot be read or is not a valid scenario is reported (a warning with every such file and
-/// its problem) and left out: one broken example does not keep the rest from being served.
+/// Every scenario file of a folder, by name (its `name:`, else the file's stem): the default
+/// tenant's library; each folder `tenants/NAME/` beside them holds tenant NAME's, keyed
+/// `NAME/SCENARIO`. A file that cannot be read or is not a valid scenario is reported (a
+/// warning with every such file and its problem) and left out: one broken example does not
+/// keep the rest from being served.
 pub(crate) fn load_scenarios(
+    dir: &std::path::Path,
+    sandbox: &agent_kinds::Sandbox,
+) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let mut out = load_folder(dir, sandbox)?;
+    let tenants = dir.join("tenants");
+    if tenants.is_dir() {
+        let entries = std::fs::read_dir(&tenants)
+            .with_context(|| format!("reading {}", tenants.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !path.is_dir() || !proto_spec::tenant::valid_tenant(name) {
+                tracing::warn!(folder = %path.display(), "not a tenant's scenario folder (tenants/NAME/, NAME a tenant name); left out");
+                continue;
+            }
+            for (scenario, v) in load_folder(&path, sandbox)? {
+                out.push((proto_spec::tenant::key(name, &scenario), v));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// The scenario files of one folder, by name.
+fn load_folder(
     dir: &std::path::Path,
     sandbox: &agent_kinds::Sandbox,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
@@ -127,8 +155,12 @@ pub(crate) fn load_scenarios(
             .and_then(|s| s.to_str())
             .unwrap_or("scenario");
         let name = v["name"].as_str().unwrap_or(stem).to_string();
+        if name.contains('/') {
+            // A '/' would name another tenant's library.
+            tracing::warn!(file = %path.display(), name, "a scenario's name has no '/'; left out of the library");
+            continue;
+        }
         out.push((name, v));
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }

@@ -115,8 +115,8 @@ impl Principals for Flaky {
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.inner.find_token(hash)
     }
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
-        self.inner.agent_has_token(agent_id)
+    fn agent_has_token(&self, tenant: &str, agent_id: &str) -> Result<bool> {
+        self.inner.agent_has_token(tenant, agent_id)
     }
     fn list_tokens(&self, tenant: Option<&str>) -> Result<Vec<proto_spec::TokenSummary>> {
         self.inner.list_tokens(tenant)

@@ -78,6 +78,7 @@ impl Finality {
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     /// The conversation this event belongs to.
+    #[serde(serialize_with = "crate::tenant::local")]
     pub conversation_id: String,
     /// Position in the log: starts at 1, dense, strictly increasing. The cursor on every transport.
     pub seq: u64,

@@ -55,6 +55,7 @@ pub struct Guidance {
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
     /// The conversation.
+    #[serde(serialize_with = "crate::tenant::local")]
     pub conversation_id: String,
     /// `active`, `paused` or `closed`.
     pub status: ConversationStatus,
@@ -70,7 +71,11 @@ pub struct Snapshot {
     /// Guidance for the agent that asked.
     pub guidance: Guidance,
     /// For a sub-conversation: the conversation that opened it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::tenant::local_opt"
+    )]
     pub parent_conversation_id: Option<String>,
     /// When its last event was committed, RFC 3339 (what a list sorts by last activity).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -14,6 +14,7 @@
 //! - [`http`]: the HTTP routes' bodies, queries and results.
 //! - [`system`]: the payloads of `system` events, the orchestrator's stop message and the
 //!   executors' traces.
+//! - [`tenant`]: tenant names and the keys that keep their conversations apart.
 //! - [`tokens`]: minting, listing and revoking a tenant's tokens over the protocol.
 //! - [`spec`]: the OpenRPC document and JSON Schemas generated from the types.
 //!
@@ -46,6 +47,7 @@ pub mod method;
 pub mod scenario;
 pub mod spec;
 pub mod system;
+pub mod tenant;
 pub mod tokens;
 
 pub use document::{DocFormat, DocumentData, Mode, OutputSpec, DELIVERABLE_SCHEMA, PLAN_SCHEMA};

@@ -116,6 +116,7 @@ pub struct CreateConversationParams {
 #[serde(rename_all = "camelCase")]
 pub struct CreateConversationResult {
     /// The new conversation's id.
+    #[serde(serialize_with = "crate::tenant::local")]
     pub conversation_id: String,
 }
 
@@ -378,6 +379,7 @@ pub struct ScenarioParticipant {
 #[serde(rename_all = "camelCase")]
 pub struct EventNotification {
     /// The conversation.
+    #[serde(serialize_with = "crate::tenant::local")]
     pub conversation_id: String,
     /// The committed event.
     pub event: Event,
@@ -404,6 +406,7 @@ pub struct RegisterExecutorParams {
 #[serde(rename_all = "camelCase")]
 pub struct RequestTurnNotification {
     /// The conversation.
+    #[serde(serialize_with = "crate::tenant::local")]
     pub conversation_id: String,
     /// The agent whose turn it is.
     pub agent_id: String,
@@ -435,6 +438,7 @@ pub struct ClaimTurnResult {
     /// True when this executor holds the turn.
     pub granted: bool,
     /// The conversation.
+    #[serde(serialize_with = "crate::tenant::local")]
     pub conversation_id: String,
     /// The turn claimed; use it as `turnHint`.
     pub turn: u64,

@@ -361,6 +361,41 @@ impl TestServer {
         &self.tokens[agent]
     }
 
+    /// A new token for `agent` of `tenant` (made first if it does not exist), a tenant's
+    /// `admin` or an `operator`.
+    pub fn tenant_token(&self, tenant: &str, agent: &str, admin: bool, operator: bool) -> String {
+        let store = open_store(&self.db);
+        if !store
+            .list_tenants()
+            .expect("tenants")
+            .iter()
+            .any(|t| t.name == tenant)
+        {
+            store.create_tenant(tenant).expect("a tenant");
+        }
+        let record = orchestrator::engine::store::TokenRecord {
+            tenant: tenant.to_string(),
+            agent_id: agent.to_string(),
+            admin,
+            operator,
+            expires_ms: None,
+        };
+        orchestrator::engine::auth::mint_token(store.as_ref(), &record).expect("a token")
+    }
+
+    /// A jsonrpsee client authenticated with `token`.
+    pub async fn client_with(&self, token: &str) -> WsClient {
+        let c = WsClientBuilder::default()
+            .build(self.url())
+            .await
+            .expect("connect");
+        let _: Value = c
+            .request("authenticate", P(json!({"token": token})))
+            .await
+            .expect("authenticate");
+        c
+    }
+
     /// A jsonrpsee client authenticated as `agent`.
     pub async fn client(&self, agent: &str) -> WsClient {
         self.client_at(&self.url(), agent).await
@@ -384,6 +419,14 @@ impl TestServer {
     /// An SDK client authenticated as `agent` (at `url`, or the server's own URL).
     pub async fn sdk(&self, agent: &str, url: Option<String>) -> WsJsonRpcClient {
         let mut config = WsConfig::new(url.unwrap_or_else(|| self.url()), self.token(agent));
+        config.backoff_min = Duration::from_millis(10);
+        config.backoff_max = Duration::from_millis(200);
+        WsJsonRpcClient::connect(config).await.expect("sdk connect")
+    }
+
+    /// An SDK client authenticated with `token`.
+    pub async fn sdk_with(&self, token: &str) -> WsJsonRpcClient {
+        let mut config = WsConfig::new(self.url(), token);
         config.backoff_min = Duration::from_millis(10);
         config.backoff_max = Duration::from_millis(200);
         WsJsonRpcClient::connect(config).await.expect("sdk connect")

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use proto_spec::tenant;
+
 use crate::engine::error::Result;
 use crate::engine::state::Authority;
 use crate::engine::store::{Store, TokenRecord, DEFAULT_TENANT};
@@ -50,11 +52,7 @@ impl Identity {
     /// The identity a stored token speaks as.
     pub fn of_token(t: TokenRecord) -> Self {
         Identity {
-            tenant: if t.tenant == DEFAULT_TENANT {
-                default_tenant()
-            } else {
-                t.tenant.into()
-            },
+            tenant: tenant_arc(&t.tenant),
             agent_id: t.agent_id,
             // An operator administers every tenant.
             admin: t.admin || t.operator,
@@ -63,21 +61,53 @@ impl Identity {
         }
     }
 
-    /// The identity of `agent_id` as the scenario of conversation `home` declares it.
+    /// The identity of `agent_id` as the scenario of conversation `home` (its key) declares
+    /// it: an agent of that conversation's tenant.
     pub fn declared(
         agent_id: impl Into<String>,
         home: impl Into<String>,
         authority: Authority,
     ) -> Self {
+        let home = home.into();
         Identity {
-            tenant: default_tenant(),
+            tenant: tenant_arc(tenant::tenant_of(&home)),
             agent_id: agent_id.into(),
             admin: false,
             operator: false,
-            scope: Some(Arc::new(Scope {
-                home: home.into(),
-                authority,
-            })),
+            scope: Some(Arc::new(Scope { home, authority })),
+        }
+    }
+
+    /// The key of the conversation this identity names `asked`: an id of its own tenant, or
+    /// `TENANT/ID`, which names a conversation of that tenant (another tenant's for an
+    /// operator only). Any other name is a conversation that does not exist for it.
+    pub fn key(&self, asked: &str) -> Result<String> {
+        let Some((t, id)) = asked.split_once('/') else {
+            return Ok(tenant::key(&self.tenant, asked));
+        };
+        if (self.operator || t == &*self.tenant) && tenant::valid_tenant(t) && !id.contains('/') {
+            Ok(tenant::key(t, id))
+        } else {
+            Err(crate::engine::error::refuse(
+                proto_spec::ErrorCode::ConversationNotFound,
+                format!("no conversation {asked}"),
+            ))
+        }
+    }
+
+    /// Whether the conversation of this key is one this identity may see at all: of its own
+    /// tenant, or any for an operator.
+    pub fn in_tenant(&self, key: &str) -> bool {
+        self.operator || tenant::tenant_of(key) == &*self.tenant
+    }
+
+    /// This principal's key (its agent id within its tenant): what its rates, shares, open
+    /// conversations and executors are counted and found by.
+    pub fn principal(&self) -> std::borrow::Cow<'_, str> {
+        if &*self.tenant == DEFAULT_TENANT {
+            std::borrow::Cow::Borrowed(&self.agent_id)
+        } else {
+            std::borrow::Cow::Owned(tenant::key(&self.tenant, &self.agent_id))
         }
     }
 
@@ -102,6 +132,15 @@ impl Identity {
 fn default_tenant() -> Arc<str> {
     static DEFAULT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
     DEFAULT.get_or_init(|| DEFAULT_TENANT.into()).clone()
+}
+
+/// A tenant's name as an identity holds it.
+fn tenant_arc(name: &str) -> Arc<str> {
+    if name == DEFAULT_TENANT {
+        default_tenant()
+    } else {
+        name.into()
+    }
 }
 
 /// The prefix of every token, so that one is recognisable in a leak scan.

@@ -9,7 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use proto_spec::Event;
+use proto_spec::{tenant, Event};
 use tokio::sync::{broadcast, watch};
 
 use crate::engine::error::Result;
@@ -56,6 +56,8 @@ enum Mode {
         head: watch::Receiver<u64>,
     },
     All {
+        /// The tenant and the agent whose conversations these are.
+        tenant: String,
         agent: String,
         /// Cursor per conversation the agent takes part in; `None` for one it does not.
         cursors: HashMap<String, Option<u64>>,
@@ -92,21 +94,22 @@ impl Feed {
         }
     }
 
-    /// Events of every conversation `agent` takes part in, new ones included. With `since`,
+    /// Events of every conversation of a tenant that an agent of it takes part in (`member`:
+    /// the tenant and the agent), new ones included. With `since`,
     /// each existing conversation replays its events after that seq; without, only what is
     /// committed from now on. A conversation created later is followed from its first event.
     /// A conversation named in `from` replays after its own seq instead.
     pub fn all(
         store: Arc<dyn Store>,
         hub: Arc<Hub>,
-        agent: &str,
+        (tenant, agent): (&str, &str),
         since: Option<u64>,
         from: std::collections::BTreeMap<String, u64>,
     ) -> Feed {
         let rx = hub.global();
         let mut cursors = HashMap::new();
         let mut stale = VecDeque::new();
-        for conv in hub.conversations_of(agent) {
+        for conv in hub.conversations_of(tenant, agent) {
             let cursor = from
                 .get(&conv.id)
                 .copied()
@@ -118,6 +121,7 @@ impl Feed {
             }
         }
         let mode = Mode::All {
+            tenant: tenant.to_string(),
             agent: agent.to_string(),
             cursors,
             stale,
@@ -165,6 +169,7 @@ impl Feed {
                     }
                 }
                 Mode::All {
+                    tenant,
                     agent,
                     cursors,
                     stale,
@@ -198,7 +203,10 @@ impl Feed {
                                     let mine = self
                                         .hub
                                         .get(id)
-                                        .filter(|c| c.is_participant(agent))
+                                        .filter(|c| {
+                                            tenant::tenant_of(&c.id) == tenant
+                                                && c.is_participant(agent)
+                                        })
                                         .map(|_| 0);
                                     cursors.entry(id.clone()).or_insert(mine)
                                 }
@@ -222,7 +230,7 @@ impl Feed {
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             self.resumed += 1;
                             crate::engine::telemetry::resumed();
-                            for conv in self.hub.conversations_of(agent) {
+                            for conv in self.hub.conversations_of(tenant, agent) {
                                 let cursor = *cursors.entry(conv.id.clone()).or_insert(Some(0));
                                 if cursor.unwrap_or(0) < conv.head() {
                                     stale.push_back(conv);

@@ -2,7 +2,8 @@
 //!
 //! It calls the same method core ([`Orchestrator`]) that serves `/rpc`, with a fixed identity,
 //! so an internal agent is held to exactly the rules an external one is. No rule is
-//! implemented here.
+//! implemented here. What it answers names conversations as the wire does (by their ids within
+//! their tenant, [`Local`]), so that an agent sees inside the server what it would see outside.
 
 use std::sync::{Arc, Weak};
 
@@ -31,6 +32,77 @@ pub struct InProcessClient {
 
 fn rpc(e: Error) -> ClientError {
     ClientError::Rpc(e.to_rpc())
+}
+
+/// An answer whose conversation keys become ids within their tenant, as serializing it for
+/// the wire makes them (in the default tenant a key is the id: nothing changes).
+trait Local {
+    fn local(self) -> Self;
+}
+
+fn local_id(key: &mut String) {
+    if let Some((_, id)) = key.split_once('/') {
+        *key = id.to_string();
+    }
+}
+
+impl Local for Event {
+    fn local(mut self) -> Self {
+        local_id(&mut self.conversation_id);
+        self
+    }
+}
+
+impl Local for Snapshot {
+    fn local(mut self) -> Self {
+        local_id(&mut self.conversation_id);
+        if let Some(p) = &mut self.parent_conversation_id {
+            local_id(p);
+        }
+        self
+    }
+}
+
+impl Local for CreateConversationResult {
+    fn local(mut self) -> Self {
+        local_id(&mut self.conversation_id);
+        self
+    }
+}
+
+impl Local for ClaimTurnResult {
+    fn local(mut self) -> Self {
+        local_id(&mut self.conversation_id);
+        self
+    }
+}
+
+impl Local for RequestTurnNotification {
+    fn local(mut self) -> Self {
+        local_id(&mut self.conversation_id);
+        self
+    }
+}
+
+impl Local for ListConversationsResult {
+    fn local(mut self) -> Self {
+        self.conversations = self.conversations.into_iter().map(Local::local).collect();
+        self
+    }
+}
+
+impl Local for TailResult {
+    fn local(mut self) -> Self {
+        self.events = self.events.into_iter().map(Local::local).collect();
+        self
+    }
+}
+
+impl Local for GetUpdatesResult {
+    fn local(mut self) -> Self {
+        self.messages = self.messages.into_iter().map(Local::local).collect();
+        self
+    }
 }
 
 impl InProcessClient {
@@ -122,6 +194,7 @@ impl AgentClient for InProcessClient {
         self.o()?
             .create_conversation(&self.who, p)
             .await
+            .map(Local::local)
             .map_err(rpc)
     }
 
@@ -134,11 +207,12 @@ impl AgentClient for InProcessClient {
                 },
             )
             .await
+            .map(Local::local)
             .map_err(rpc)
     }
 
     async fn list_conversations(&self) -> ClientResult<ListConversationsResult> {
-        Ok(self.o()?.list_conversations(&self.who).await)
+        Ok(self.o()?.list_conversations(&self.who).await.local())
     }
 
     async fn list_scenarios(&self) -> ClientResult<ListScenariosResult> {
@@ -170,7 +244,7 @@ impl AgentClient for InProcessClient {
 
     async fn tail(&self, p: TailParams) -> ClientResult<TailResult> {
         let o = self.o()?;
-        o.tail(&self.who, p).await.map_err(rpc)
+        o.tail(&self.who, p).await.map(Local::local).map_err(rpc)
     }
 
     async fn wait_for_change(&self, p: WaitForChangeParams) -> ClientResult<WaitForChangeResult> {
@@ -180,7 +254,10 @@ impl AgentClient for InProcessClient {
 
     async fn get_updates(&self, p: GetUpdatesParams) -> ClientResult<GetUpdatesResult> {
         let o = self.o()?;
-        o.get_updates(&self.who, p).await.map_err(rpc)
+        o.get_updates(&self.who, p)
+            .await
+            .map(Local::local)
+            .map_err(rpc)
     }
 
     async fn send_message(&self, mut p: SendMessageParams) -> ClientResult<AppendResult> {
@@ -212,9 +289,10 @@ impl AgentClient for InProcessClient {
                 };
                 match next {
                     Ok(Some(e)) => {
+                        let event = (*e).clone().local();
                         let n = EventNotification {
-                            conversation_id: e.conversation_id.clone(),
-                            event: (*e).clone(),
+                            conversation_id: event.conversation_id.clone(),
+                            event,
                         };
                         if tx.send(n).is_err() {
                             return;
@@ -234,8 +312,16 @@ impl AgentClient for InProcessClient {
     async fn register_executor(&self, _p: RegisterExecutorParams) -> ClientResult<TurnRequests> {
         let o = self.o()?;
         let turns = o.turns().clone();
-        let (id, rx) = turns.register(&self.who.agent_id);
-        let agent = self.who.agent_id.clone();
+        let agent = self.who.principal().into_owned();
+        let (id, mut offers) = turns.register(&agent);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(offer) = offers.recv().await {
+                if tx.send(offer.local()).is_err() {
+                    return;
+                }
+            }
+        });
         Ok(TurnRequests::new(
             rx,
             Some(Cancel::new(move || turns.unregister(&agent, id))),
@@ -243,7 +329,11 @@ impl AgentClient for InProcessClient {
     }
 
     async fn claim_turn(&self, p: ClaimTurnParams) -> ClientResult<ClaimTurnResult> {
-        self.o()?.claim_turn(&self.who, p).await.map_err(rpc)
+        self.o()?
+            .claim_turn(&self.who, p)
+            .await
+            .map(Local::local)
+            .map_err(rpc)
     }
 
     async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
@@ -271,6 +361,9 @@ impl AgentClient for InProcessClient {
         p: ForkConversationParams,
     ) -> ClientResult<CreateConversationResult> {
         let o = self.o()?;
-        o.fork_conversation(&self.who, p).await.map_err(rpc)
+        o.fork_conversation(&self.who, p)
+            .await
+            .map(Local::local)
+            .map_err(rpc)
     }
 }

@@ -68,41 +68,82 @@ impl Options {
 
 /// Runs agents inside the server: each turn the policy gives one of `agents`, or a participant
 /// a scenario describes by `kind`, is run by an [`executors::InternalExecutor`] through an
-/// [`client::InProcessClient`].
+/// [`client::InProcessClient`]. Each tenant's turns run on an executor of their own, which
+/// names conversations by their ids within the tenant, as agents outside the server do (the
+/// operator's `agents` are of the default tenant).
 fn start_agents(
     orch: &Arc<Orchestrator>,
     agents: HashMap<String, Arc<dyn Agent>>,
     policy: executors::ExecPolicy,
 ) {
     let ids: std::collections::HashSet<String> = agents.keys().cloned().collect();
-    let factory = client_factory(orch, ids.clone());
-    let core = Arc::new(executors::ExecutorCore::new(policy));
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    executors::InternalExecutor::new(core, agents, factory)
-        .with_resolver(scenario_agents(orch))
-        .spawn(rx);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<executors::Assignment>();
+    let mut operators = Some((agents, ids.clone()));
+    let mut tenants: HashMap<String, tokio::sync::mpsc::UnboundedSender<executors::Assignment>> =
+        HashMap::new();
+    let weak = Arc::downgrade(orch);
+    tokio::spawn(async move {
+        while let Some(mut a) = rx.recv().await {
+            let tenant = proto_spec::tenant::tenant_of(&a.conversation_id).to_string();
+            a.conversation_id = proto_spec::tenant::local_id(&a.conversation_id).to_string();
+            let to = match tenants.get(&tenant) {
+                Some(to) => to,
+                None => {
+                    let Some(orch) = weak.upgrade() else { return };
+                    let (agents, ids) = match tenant.as_str() {
+                        proto_spec::tenant::DEFAULT_TENANT => operators.take().unwrap_or_default(),
+                        _ => Default::default(),
+                    };
+                    let to = tenant_executor(&orch, &tenant, agents, ids, policy.clone());
+                    tenants.entry(tenant).or_insert(to)
+                }
+            };
+            let _ = to.send(a);
+        }
+    });
     orch.turns().set_internal(ids, tx);
 }
 
-/// The client each assignment runs with. An agent the operator gave the server speaks as
-/// itself; one a scenario declares speaks as itself only within that scenario's conversation,
-/// on the authority recorded when it was created (docs/security.md).
+/// The executor of one tenant's turns (`agents`, the operator's, for the default tenant), fed
+/// on the sender it answers.
+fn tenant_executor(
+    orch: &Arc<Orchestrator>,
+    tenant: &str,
+    agents: HashMap<String, Arc<dyn Agent>>,
+    ids: std::collections::HashSet<String>,
+    policy: executors::ExecPolicy,
+) -> tokio::sync::mpsc::UnboundedSender<executors::Assignment> {
+    let factory = client_factory(orch, tenant, ids);
+    let core = Arc::new(executors::ExecutorCore::new(policy));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    executors::InternalExecutor::new(core, agents, factory)
+        .with_resolver(scenario_agents(orch, tenant))
+        .spawn(rx);
+    tx
+}
+
+/// The client each assignment of `tenant` runs with. An agent the operator gave the server
+/// speaks as itself; one a scenario declares speaks as itself only within that scenario's
+/// conversation, on the authority recorded when it was created (docs/security.md).
 fn client_factory(
     orch: &Arc<Orchestrator>,
+    tenant: &str,
     operators: std::collections::HashSet<String>,
 ) -> executors::ClientFactory {
     let weak = Arc::downgrade(orch);
     let hub = orch.hub().clone();
+    let tenant = tenant.to_string();
     Arc::new(move |a: &executors::Assignment| {
+        let key = proto_spec::tenant::key(&tenant, &a.conversation_id);
         let who = if operators.contains(&a.agent_id) {
             Identity::new(a.agent_id.clone(), false)
         } else {
             // None recorded (an older log): no reach beyond its own conversation.
             let authority = hub
-                .get(&a.conversation_id)
+                .get(&key)
                 .and_then(|c| c.policy().and_then(|p| p.authority.clone()))
                 .unwrap_or_default();
-            Identity::declared(a.agent_id.clone(), a.conversation_id.clone(), authority)
+            Identity::declared(a.agent_id.clone(), key, authority)
         };
         let fence = a.claim.map(|fence| crate::engine::store::Fence {
             turn: a.turn,
@@ -116,9 +157,10 @@ fn client_factory(
 
 /// Builds the participants a scenario describes (`kind: scripted`, …) from the conversation's
 /// logged policy: one value per (conversation, participant), kept while the conversation is
-/// open.
-fn scenario_agents(orch: &Arc<Orchestrator>) -> executors::internal::AgentResolver {
+/// open. The assignments are of `tenant`'s conversations.
+fn scenario_agents(orch: &Arc<Orchestrator>, tenant: &str) -> executors::internal::AgentResolver {
     let hub = orch.hub().clone();
+    let tenant = tenant.to_string();
     // Agents are built only with the operator's own sandbox, never a default one in its place:
     // kinds of another implementation run no agent here.
     let sandbox = kinds::sandbox_of(orch.limits()).cloned();
@@ -129,8 +171,9 @@ fn scenario_agents(orch: &Arc<Orchestrator>) -> executors::internal::AgentResolv
     }
     let made: dashmap::DashMap<(String, String), Arc<dyn Agent>> = dashmap::DashMap::new();
     Arc::new(move |a| {
-        let conv = hub.get(&a.conversation_id)?;
-        let key = (a.conversation_id.clone(), a.agent_id.clone());
+        let id = proto_spec::tenant::key(&tenant, &a.conversation_id);
+        let conv = hub.get(&id)?;
+        let key = (id, a.agent_id.clone());
         if let Some(agent) = made.get(&key) {
             return Some(agent.clone());
         }

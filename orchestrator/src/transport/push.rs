@@ -63,8 +63,8 @@ fn tail(conversation_id: &str, e: &Event) -> Vec<u8> {
     let json = e.to_json().get();
     let mut t = Vec::with_capacity(json.len() + conversation_id.len() + 48);
     t.extend_from_slice(br#","result":{"conversationId":"#);
-    // A string always serializes.
-    let _ = serde_json::to_writer(&mut t, conversation_id);
+    // A string always serializes. The id within its tenant, as the event's own.
+    let _ = serde_json::to_writer(&mut t, proto_spec::tenant::local_id(conversation_id));
     t.extend_from_slice(br#","event":"#);
     t.extend_from_slice(json.as_bytes());
     t.extend_from_slice(b"}}}");
@@ -187,10 +187,11 @@ pub async fn register_executor(
         return Ok(());
     }
     let turns = orch.turns().clone();
-    let (id, offers) = turns.register(&who.agent_id);
+    let principal = who.principal().into_owned();
+    let (id, offers) = turns.register(&principal);
     let registered = Registered {
         turns,
-        agent: who.agent_id,
+        agent: principal,
         id,
     };
     let closing = orch.hub().closing();
@@ -222,6 +223,7 @@ pub async fn register_executor(
 /// A replica's registration, ended however its task ends.
 struct Registered {
     turns: Arc<crate::engine::turns::Turns>,
+    /// The principal's key (its agent id within its tenant).
     agent: String,
     id: u64,
 }

@@ -186,7 +186,7 @@ pub fn methods(orch: Ctx) -> Methods {
                 tenant: who.tenant.to_string(),
             };
             session.take_share(
-                &who.agent_id,
+                &who.principal(),
                 ctx.limits().max_connections_per_agent as usize,
             )?;
             tracing::info!(

@@ -325,10 +325,11 @@ impl Connection<'_> {
         if self
             .turnstile
             .as_ref()
-            .is_none_or(|(a, _)| *a != who.agent_id)
+            .is_none_or(|(a, _)| *a != who.principal())
         {
-            let t = self.turnstiles.of(&who.agent_id);
-            self.turnstile = Some((who.agent_id.clone(), t));
+            let principal = who.principal().into_owned();
+            let t = self.turnstiles.of(&principal);
+            self.turnstile = Some((principal, t));
         }
         let (_, t) = self.turnstile.as_ref()?;
         t.clone().acquire_owned().await.ok()

@@ -205,11 +205,11 @@ impl Hub {
         self.convs.get(id).map(|c| c.clone())
     }
 
-    /// Every conversation `agent` takes part in.
-    pub fn conversations_of(&self, agent: &str) -> Vec<Arc<ConvView>> {
+    /// Every conversation of `tenant` its agent `agent` takes part in.
+    pub fn conversations_of(&self, tenant: &str, agent: &str) -> Vec<Arc<ConvView>> {
         self.convs
             .iter()
-            .filter(|c| c.is_participant(agent))
+            .filter(|c| proto_spec::tenant::tenant_of(&c.id) == tenant && c.is_participant(agent))
             .map(|c| c.clone())
             .collect()
     }

@@ -18,9 +18,12 @@ impl Orchestrator {
         let not_found = || {
             refuse(
                 ErrorCode::ConversationNotFound,
-                format!("no conversation {id}"),
+                format!("no conversation {}", proto_spec::tenant::local_id(id)),
             )
         };
+        if !who.in_tenant(id) {
+            return Err(not_found());
+        }
         let conv = self.hub.get(id).ok_or_else(not_found)?;
         let may = match &who.scope {
             None => who.admin || self.takes_part_above(&who.agent_id, &conv),
@@ -59,16 +62,25 @@ impl Orchestrator {
         false
     }
 
-    /// Refuses a write by an agent a scenario declares outside its own conversation and those
-    /// below it: it speaks under its id nowhere else.
-    pub(super) fn check_writable(&self, who: &Identity, conversation: &str) -> Result<()> {
-        let Some(s) = &who.scope else { return Ok(()) };
-        let inside = self
-            .hub
-            .get(conversation)
-            .is_some_and(|c| self.within(&c, &s.home));
+    /// The key of the conversation `who` names `asked` to write to: one of its own tenant (an
+    /// operator reads other tenants' conversations but speaks only in its own; for anyone else
+    /// another tenant's conversation does not exist). An agent a scenario declares is refused
+    /// outside its own conversation and those below it: it speaks under its id nowhere else.
+    pub(super) fn writable_key(&self, who: &Identity, asked: &str) -> Result<String> {
+        let key = who.key(asked)?;
+        if proto_spec::tenant::tenant_of(&key) != &*who.tenant {
+            return Err(refuse(
+                ErrorCode::Forbidden,
+                format!(
+                    "conversation {asked} is of another tenant: an operator reads and pauses it but writes only in its own tenant ({})",
+                    who.tenant
+                ),
+            ));
+        }
+        let Some(s) = &who.scope else { return Ok(key) };
+        let inside = self.hub.get(&key).is_some_and(|c| self.within(&c, &s.home));
         if inside {
-            Ok(())
+            Ok(key)
         } else {
             Err(refuse(
                 ErrorCode::Forbidden,
@@ -146,16 +158,17 @@ impl Orchestrator {
 
     /// No participant the server runs may have the id of an agent that has a token (which
     /// kinds an authority may declare is `check_kinds`, decided before the scenario is read).
-    pub(super) async fn check_declared(&self, s: &Scenario) -> Result<()> {
+    /// `tenant`: the tenant of the conversation that declares them.
+    pub(super) async fn check_declared(&self, s: &Scenario, tenant: &str) -> Result<()> {
         let ids: Vec<(usize, String)> =
             s.internal().map(|(i, id, _)| (i, id.to_string())).collect();
         if ids.is_empty() {
             return Ok(());
         }
-        let store = self.store.clone();
+        let (store, tenant) = (self.store.clone(), tenant.to_string());
         let holder = tokio::task::spawn_blocking(move || -> Result<Option<(usize, String)>> {
             for (i, id) in ids {
-                if store.agent_has_token(&id)? {
+                if store.agent_has_token(&tenant, &id)? {
                     return Ok(Some((i, id)));
                 }
             }

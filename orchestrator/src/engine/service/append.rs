@@ -98,7 +98,7 @@ impl Orchestrator {
         p: SendMessageParams,
     ) -> Result<(String, AppendRequest)> {
         Self::check_key(&p.client_request_id, "clientRequestId")?;
-        self.check_writable(who, &p.conversation_id)?;
+        let key = self.writable_key(who, &p.conversation_id)?;
         let payload = serde_json::value::to_raw_value(&p.payload)?;
         let req = AppendRequest::from_raw(
             who.agent_id.clone(),
@@ -110,7 +110,7 @@ impl Orchestrator {
         .with_client_request_id(p.client_request_id);
         self.check_payload(req.payload.get())?;
         self.spend(who, req.payload.get().len())?;
-        Ok((p.conversation_id, req))
+        Ok((key, req))
     }
 
     /// `sendTrace`: acknowledged once durable.
@@ -133,7 +133,7 @@ impl Orchestrator {
         }
         Self::check_key(&p.client_request_id, "clientRequestId")?;
         let after = Self::held_to(p.after_key, made.after)?;
-        self.check_writable(who, &p.conversation_id)?;
+        let key = self.writable_key(who, &p.conversation_id)?;
         let mut req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id)
@@ -142,6 +142,6 @@ impl Orchestrator {
         req.trailing = made.trailing;
         self.check_payload(req.payload.get())?;
         self.spend(who, req.payload.get().len())?;
-        self.writer.append(p.conversation_id, req).await
+        self.writer.append(key, req).await
     }
 }

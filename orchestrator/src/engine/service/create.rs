@@ -3,7 +3,7 @@
 //! the writer, which decides the rest (an id in use, the depth and fan-out limits) in the
 //! transaction that creates it.
 
-use proto_spec::*;
+use proto_spec::{tenant, *};
 
 use super::Orchestrator;
 use crate::engine::auth::{valid_id, Identity};
@@ -20,8 +20,13 @@ impl Orchestrator {
     pub async fn create_conversation(
         &self,
         who: &Identity,
-        p: CreateConversationParams,
+        mut p: CreateConversationParams,
     ) -> Result<CreateConversationResult> {
+        // From here on the parent is named by its key.
+        p.parent_conversation_id = match p.parent_conversation_id.take() {
+            Some(parent) => Some(who.key(&parent)?),
+            None => None,
+        };
         if let Some(parent) = &p.parent_conversation_id {
             // On a shared store the parent may be one this node does not know yet (created
             // through another node, or not taken in yet since this node started): its view is
@@ -29,13 +34,17 @@ impl Orchestrator {
             self.ensure_known(parent).await;
         }
         self.check_creator(who, &p)?;
-        let scenario = self.scenario_of(who, &p).await?;
+        let id = new_key(
+            who,
+            p.conversation_id.take(),
+            p.parent_conversation_id.as_deref(),
+        )?;
+        let scenario = self.scenario_of(who, &p, tenant::tenant_of(&id)).await?;
         let top_level = p.parent_conversation_id.is_none();
         let has_caller = scenario.as_ref().is_some_and(|s| s.spec.caller().is_some());
         if top_level && !who.admin && !has_caller {
             return Err(refuse(ErrorCode::Forbidden, ONLY_ADMINS));
         }
-        let id = conversation_id(p.conversation_id)?;
         let internal: Vec<String> = scenario
             .as_ref()
             .map(|s| s.internal().map(|(_, id, _)| id.to_string()).collect())
@@ -80,7 +89,7 @@ impl Orchestrator {
     fn check_creator(&self, who: &Identity, p: &CreateConversationParams) -> Result<()> {
         match &p.parent_conversation_id {
             Some(parent) => {
-                self.check_writable(who, parent)?;
+                self.writable_key(who, parent)?;
                 let conv = self.may_read(who, parent)?;
                 if !who.admin && !conv.is_participant(&who.agent_id) {
                     return Err(refuse(
@@ -143,8 +152,12 @@ impl Orchestrator {
         }
     }
 
-    /// The scenario by name from the library, if one is named.
-    fn named_scenario(&self, p: &CreateConversationParams) -> Result<Option<serde_json::Value>> {
+    /// The scenario by name from `tenant`'s library, if one is named.
+    fn named_scenario(
+        &self,
+        p: &CreateConversationParams,
+        tenant: &str,
+    ) -> Result<Option<serde_json::Value>> {
         let Some(name) = &p.scenario_name else {
             return Ok(None);
         };
@@ -154,11 +167,13 @@ impl Orchestrator {
                 "scenarioName: give a scenario by name or inline, not both",
             ));
         }
+        // A name within the tenant's library: a '/' would reach into another's.
         let found = self
             .scenarios
             .read()
             .ok()
-            .and_then(|s| s.get(name).cloned());
+            .filter(|_| !name.contains('/'))
+            .and_then(|s| s.get(&tenant::key(tenant, name)).cloned());
         match found {
             Some(v) => Ok(Some(v)),
             None => Err(Error::Rpc(
@@ -166,7 +181,7 @@ impl Orchestrator {
                     ErrorCode::InvalidParams,
                     format!("scenarioName: no scenario named {name:?} on this server"),
                 )
-                .with_data(serde_json::json!({"known": self.scenario_names()})),
+                .with_data(serde_json::json!({"known": self.scenario_names_of(tenant)})),
             )),
         }
     }
@@ -178,8 +193,9 @@ impl Orchestrator {
         &self,
         who: &Identity,
         p: &CreateConversationParams,
+        tenant: &str,
     ) -> Result<Option<Scenario>> {
-        let named = self.named_scenario(p)?;
+        let named = self.named_scenario(p, tenant)?;
         let Some(v) = named.as_ref().or(p.scenario.as_ref()) else {
             return Ok(None);
         };
@@ -207,7 +223,7 @@ impl Orchestrator {
             Self::check_kinds(v)?;
         }
         let mut s = self.check_scenario(v.clone(), &who.agent_id).await?;
-        self.check_declared(&s).await?;
+        self.check_declared(&s, tenant).await?;
         if let Some(policy) = &mut s.policy {
             policy.authority = Some(authority);
         }
@@ -267,14 +283,32 @@ impl Orchestrator {
 /// Why a top-level conversation is refused to an agent that is not an admin.
 const ONLY_ADMINS: &str = "only admins create conversations; an agent may start a library scenario that names a caller participant (scenarioName), or open a sub-conversation (parentConversationId) of one it takes part in";
 
-/// The id asked for (checked), or a new one.
-fn conversation_id(asked: Option<String>) -> Result<String> {
-    match asked {
-        Some(id) if valid_id(&id) => Ok(id),
-        Some(id) => Err(refuse(
-            ErrorCode::InvalidParams,
-            format!("conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"),
-        )),
-        None => Ok(uuid::Uuid::new_v4().simple().to_string()),
-    }
+/// The key of the new conversation: the id asked for (checked) or a new one, in the tenant of
+/// its parent (a sub-conversation) or of its creator, or in the tenant an operator names
+/// (`TENANT/ID`).
+fn new_key(who: &Identity, asked: Option<String>, parent: Option<&str>) -> Result<String> {
+    let (tenant, id) = match asked {
+        Some(a) if a.contains('/') && parent.is_none() => {
+            let key = who.key(&a).map_err(|_| bad_id(&a))?;
+            let (t, id) = (tenant::tenant_of(&key), tenant::local_id(&key));
+            (t.to_string(), Some(id.to_string()))
+        }
+        asked => {
+            let t = parent.map_or(&*who.tenant, tenant::tenant_of);
+            (t.to_string(), asked)
+        }
+    };
+    let id = match id {
+        Some(id) if valid_id(&id) => id,
+        Some(id) => return Err(bad_id(&id)),
+        None => uuid::Uuid::new_v4().simple().to_string(),
+    };
+    Ok(tenant::key(&tenant, &id))
+}
+
+fn bad_id(id: &str) -> Error {
+    refuse(
+        ErrorCode::InvalidParams,
+        format!("conversationId {id:?}: 1-128 characters of letters, digits and . _ : @ -"),
+    )
 }

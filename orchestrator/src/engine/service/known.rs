@@ -23,9 +23,11 @@ impl Orchestrator {
     /// The conversation, once known here and brought up to what other nodes committed to it,
     /// if `who` may read it (else `ConversationNotFound`: [`Orchestrator::may_read`]); followed
     /// for a while after, so that later reads find it current.
-    pub(super) async fn readable(&self, who: &Identity, id: &str) -> Result<Arc<ConvView>> {
-        self.ensure_known(id).await;
-        let conv = self.may_read(who, id)?;
+    /// `asked` is the id as the caller names it (see [`Identity::key`]).
+    pub(super) async fn readable(&self, who: &Identity, asked: &str) -> Result<Arc<ConvView>> {
+        let id = who.key(asked)?;
+        self.ensure_known(&id).await;
+        let conv = self.may_read(who, &id)?;
         if self.store.shared() {
             conv.mark_read();
             self.catch_up(std::slice::from_ref(&conv)).await;
@@ -83,7 +85,9 @@ impl Orchestrator {
                 }
                 Err(_) => return,
             };
-        let missing = ids.into_iter().filter(|id| self.hub.get(id).is_none());
+        let missing = ids
+            .into_iter()
+            .filter(|id| who.in_tenant(id) && self.hub.get(id).is_none());
         // Queued together, so that the writer loads them in few batches.
         futures::future::join_all(missing.map(|id| async move { self.ensure_known(&id).await }))
             .await;

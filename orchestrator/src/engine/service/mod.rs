@@ -115,7 +115,8 @@ impl Orchestrator {
         Ok(())
     }
 
-    /// The names of the scenarios available by name.
+    /// The scenarios of the library, each by its name within its tenant's library and, for a
+    /// tenant other than the default, `TENANT/NAME`.
     pub fn scenario_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .scenarios
@@ -126,8 +127,17 @@ impl Orchestrator {
         names
     }
 
-    /// `listScenarios` (admins): each scenario of the library with its participants and the
-    /// kind of those the server runs (never their settings).
+    /// The names of `tenant`'s scenarios.
+    fn scenario_names_of(&self, tenant: &str) -> Vec<String> {
+        self.scenario_names()
+            .into_iter()
+            .filter(|k| proto_spec::tenant::tenant_of(k) == tenant)
+            .map(|k| proto_spec::tenant::local_id(&k).to_string())
+            .collect()
+    }
+
+    /// `listScenarios` (admins): each scenario of the caller's tenant's library with its
+    /// participants and the kind of those the server runs (never their settings).
     pub fn list_scenarios(&self, who: &Identity) -> Result<ListScenariosResult> {
         if !who.admin || who.scope.is_some() {
             return Err(refuse(
@@ -141,7 +151,9 @@ impl Orchestrator {
             .map_err(|_| Error::Poisoned("the scenario library"))?;
         let mut scenarios: Vec<ScenarioInfo> = library
             .iter()
-            .map(|(name, v)| {
+            .filter(|(key, _)| proto_spec::tenant::tenant_of(key) == &*who.tenant)
+            .map(|(key, v)| {
+                let name = proto_spec::tenant::local_id(key);
                 let parsed = Scenario::parse(v, &*self.limits.kinds).ok();
                 let caller = parsed
                     .as_ref()
@@ -153,7 +165,7 @@ impl Orchestrator {
                     .map(|p| p.agents.clone())
                     .unwrap_or_default();
                 ScenarioInfo {
-                    name: name.clone(),
+                    name: name.to_string(),
                     description: v["description"].as_str().map(str::to_string),
                     participants: parsed
                         .map(|s| s.participants)
@@ -193,7 +205,7 @@ impl Orchestrator {
         transport: &'static str,
     ) -> std::result::Result<crate::engine::streams::StreamSlot, proto_spec::RpcError> {
         self.streams.take(
-            &who.agent_id,
+            &who.principal(),
             transport,
             self.limits.max_streams,
             self.limits.max_streams_per_agent,
@@ -203,7 +215,7 @@ impl Orchestrator {
     /// Admits one request of `who`, or refuses it with `RateLimited` when the identity is over
     /// its rate, after holding the refusal (see [`crate::engine::rate`]).
     pub async fn admit(&self, who: &Identity) -> std::result::Result<(), proto_spec::RpcError> {
-        let Err(refused) = self.rate.take(&who.agent_id) else {
+        let Err(refused) = self.rate.take(&who.principal()) else {
             return Ok(());
         };
         tokio::time::sleep(refused.hold).await;
@@ -217,7 +229,7 @@ impl Orchestrator {
             return Ok(());
         }
         self.appended
-            .take_n(&who.agent_id, bytes as f64)
+            .take_n(&who.principal(), bytes as f64)
             .map_err(|r| Error::Rpc(r.error))
     }
 
@@ -271,15 +283,6 @@ impl Orchestrator {
                 ErrorCode::Unauthenticated,
                 "this token has expired; ask the operator for a new one (`orchestrator token create`)",
             )),
-            // Conversations are not yet kept apart by tenant in this build: a token of another
-            // tenant is refused rather than let into the default tenant's conversations.
-            Some(t) if t.tenant != crate::engine::store::DEFAULT_TENANT => Err(refuse(
-                ErrorCode::Unauthenticated,
-                format!(
-                    "this token belongs to tenant {:?}; this server serves only the default tenant's conversations so far",
-                    t.tenant
-                ),
-            )),
             Some(t) => {
                 self.tokens.used(&hash, now);
                 Ok(Identity::of_token(t))
@@ -318,11 +321,12 @@ impl Orchestrator {
         self.writer.forget_idle(idle).await
     }
 
-    /// `listConversations`: the conversations the caller may read: those it takes part in and
-    /// the sub-conversations below them (every one, for an admin).
+    /// `listConversations`: the conversations of the caller's tenant it may read: those it
+    /// takes part in and the sub-conversations below them (every one, for an admin).
     pub async fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
         self.load_closed_of(who).await;
         let mut convs = self.hub.all();
+        convs.retain(|c| proto_spec::tenant::tenant_of(&c.id) == &*who.tenant);
         if !who.admin {
             convs.retain(|c| self.takes_part_above(&who.agent_id, c));
         }
@@ -339,7 +343,7 @@ impl Orchestrator {
     /// `claimTurn`.
     pub async fn claim_turn(&self, who: &Identity, p: ClaimTurnParams) -> Result<ClaimTurnResult> {
         self.turns
-            .claim(&who.agent_id, &p)
+            .claim(&who.principal(), &p)
             .await
             .map_err(Error::Rpc)
     }
@@ -393,9 +397,11 @@ impl Orchestrator {
             );
         }
         let fork = crate::engine::writer::ForkFrom {
-            from: p.conversation_id.clone(),
+            from: conv.id.clone(),
             events,
         };
+        // The fork is of the original's tenant.
+        let id = proto_spec::tenant::sibling(&conv.id, &id).into_owned();
         self.writer
             .fork(
                 id.clone(),
@@ -459,7 +465,7 @@ impl Orchestrator {
             SystemEvent::Resumed(by)
         };
         let req = AppendRequest::system(&event);
-        let r = self.writer.append(p.conversation_id, req).await?;
+        let r = self.writer.append(conv.id.clone(), req).await?;
         Ok(SeqResult { seq: r.seq })
     }
 
@@ -481,12 +487,19 @@ impl Orchestrator {
                 "an agent a scenario declares subscribes to one conversation at a time",
             )),
             None => {
+                // The cursors name conversations as the caller does.
+                let cursors = p
+                    .cursors
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|(id, seq)| Some((who.key(&id).ok()?, seq)))
+                    .collect();
                 let feed = Feed::all(
                     self.store.clone(),
                     self.hub.clone(),
-                    &who.agent_id,
+                    (&who.tenant, &who.agent_id),
                     p.since_seq,
-                    p.cursors.unwrap_or_default(),
+                    cursors,
                 );
                 // With the feed listening, this node takes in every commit as it comes; what
                 // it left behind before (views no one here followed) is read now, and reaches

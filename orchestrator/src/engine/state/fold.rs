@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use proto_spec::system::SystemEvent;
-use proto_spec::{EventKind, Finality, Mode};
+use proto_spec::{tenant, EventKind, Finality, Mode};
 
 use super::docs::document_version;
-use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members, Seeded};
+use super::{ConvMachine, Draft, IdemRecord, LastSaid, Members, ParentLink, Seeded};
 
 impl ConvMachine {
     /// Moves the state past one committed event. Recovery calls this for every event in the log.
@@ -30,7 +30,12 @@ impl ConvMachine {
                     self.participants = created.participants;
                     self.members = Members::new(&self.participants);
                     self.policy = created.policy.and_then(|p| serde_json::from_value(p).ok());
-                    self.parent = created.parent;
+                    // The payload names the parent within the tenant; the state, by its key.
+                    self.parent = created.parent.map(|p| ParentLink {
+                        conversation_id: tenant::sibling(&self.id, &p.conversation_id).into_owned(),
+                        root: p.root.map(|r| tenant::sibling(&self.id, &r).into_owned()),
+                        ..p
+                    });
                 }
                 Some(SystemEvent::NextSpeaker(next)) => {
                     c.turn_timeout_ms = next.timeout_ms;

@@ -215,7 +215,7 @@ impl ConvMachine {
             }
         });
         SystemEvent::SubconversationFinished(SubconversationFinished {
-            child: self.id.clone(),
+            child: proto_spec::tenant::local_id(&self.id).to_string(),
             status,
             reason,
             closed_seq: closing.seq,
@@ -440,7 +440,7 @@ impl ConvMachine {
             // those who do not.
             return Err(RpcError::new(
                 ErrorCode::ConversationNotFound,
-                format!("no conversation {}", self.id),
+                format!("no conversation {}", proto_spec::tenant::local_id(&self.id)),
             ));
         }
         Ok(())

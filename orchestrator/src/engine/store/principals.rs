@@ -5,19 +5,7 @@ use proto_spec::{TenantSummary, TokenSummary};
 
 use crate::engine::error::Result;
 
-/// The tenant every database has: where every principal and conversation lives unless told
-/// otherwise (a database from before tenants has only it).
-pub const DEFAULT_TENANT: &str = "default";
-
-/// Checks that a tenant name is usable: 1–64 characters of lowercase letters, digits and `-`,
-/// starting with a letter or a digit (it appears in URLs and in conversation keys).
-pub fn valid_tenant(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-}
+pub use proto_spec::tenant::{valid_tenant, DEFAULT_TENANT};
 
 /// A token as stored (only its hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +67,8 @@ pub trait Principals {
     /// declared as a participant the server runs, and (`InvalidParams`) when its tenant does
     /// not exist.
     fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()>;
-    /// Whether some token speaks as `agent_id`.
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool>;
+    /// Whether some token speaks as `agent_id` of `tenant`.
+    fn agent_has_token(&self, tenant: &str, agent_id: &str) -> Result<bool>;
     /// Finds a token by its hash.
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>>;
     /// Every token (of `tenant` only, when given), oldest first; never a token nor its whole

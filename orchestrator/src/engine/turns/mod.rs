@@ -56,6 +56,7 @@ enum ClaimState {
 #[derive(Debug)]
 struct Claim {
     conv: Arc<ConvView>,
+    /// The principal offered it (its agent id within its tenant).
     agent: String,
     turn: u64,
     replica: u64,
@@ -134,14 +135,17 @@ impl Turns {
             .set_pre_claim(Box::new(PreClaims(Arc::downgrade(self))));
     }
 
-    /// The internal executor that runs `agent`'s turns in `conv` here, if one does.
+    /// The internal executor that runs `agent`'s turns in `conv` here, if one does: an agent
+    /// the conversation's scenario declares, or one of the operator's agents (of the default
+    /// tenant).
     fn internal_for(
         &self,
         conv: &ConvView,
         agent: &str,
     ) -> Option<mpsc::UnboundedSender<Assignment>> {
         self.internal.lock().ok().and_then(|i| {
-            let ours = i.0.contains(agent) || conv.agent_spec(agent).is_some();
+            let ours = conv.agent_spec(agent).is_some()
+                || i.0.contains(&*proto_spec::tenant::sibling(&conv.id, agent));
             ours.then(|| i.1.clone()).flatten()
         })
     }
@@ -255,7 +259,8 @@ impl Turns {
             .spawn(async move { me.offer(conv, agent, core.turn).await });
     }
 
-    /// Registers a push replica of `agent`; its offers arrive on the receiver.
+    /// Registers a push replica of `agent` (a principal's key: its agent id within its
+    /// tenant); its offers arrive on the receiver.
     pub fn register(&self, agent: &str) -> (u64, mpsc::UnboundedReceiver<RequestTurnNotification>) {
         let id = self.next_replica.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -320,8 +325,10 @@ impl Turns {
         }
     }
 
-    /// Offers one turn until it is answered, closed, or taken from the agent.
+    /// Offers one turn until it is answered, closed, or taken from the agent (to the replicas
+    /// of the agent of the conversation's tenant).
     async fn offer(self: Arc<Self>, conv: Arc<ConvView>, agent: String, turn: u64) {
+        let principal = proto_spec::tenant::sibling(&conv.id, &agent).into_owned();
         let mut head = conv.watch();
         let mut closing = self.hub.closing();
         let mut tried = HashSet::new();
@@ -330,7 +337,7 @@ impl Turns {
             if *closing.borrow() || !conv.core().holds_turn(&agent, turn) {
                 return;
             }
-            let Some((replica, tx)) = self.pick(&agent, &tried) else {
+            let Some((replica, tx)) = self.pick(&principal, &tried) else {
                 if !tried.is_empty() {
                     tried.clear();
                     continue;
@@ -349,7 +356,7 @@ impl Turns {
                 self.stats.reoffers.fetch_add(1, Ordering::Relaxed);
             }
             first = false;
-            let (offer, mut state_rx) = self.open_claim(&conv, &agent, turn, replica);
+            let (offer, mut state_rx) = self.open_claim(&conv, &principal, turn, replica);
             let claim_id = offer.claim_id.clone();
             tracing::debug!(conversation = %conv.id, %agent, turn, replica, claim = %claim_id, "turn offered");
             if tx.send(offer).is_err() {
@@ -450,7 +457,7 @@ impl Turns {
         self.stats.offers.fetch_add(1, Ordering::Relaxed);
         let offer = RequestTurnNotification {
             conversation_id: conv.id.clone(),
-            agent_id: agent.to_string(),
+            agent_id: proto_spec::tenant::local_id(agent).to_string(),
             claim_id,
             turn,
             deadline_ms: self.lease(conv).as_millis() as u64,
@@ -474,7 +481,7 @@ impl Turns {
     /// to its own replicas, and the grant is taken in the database: one replica cluster-wide.
     pub async fn claim(
         &self,
-        agent: &str,
+        principal: &str,
         p: &ClaimTurnParams,
     ) -> Result<ClaimTurnResult, RpcError> {
         let not_found = || {
@@ -486,7 +493,8 @@ impl Turns {
         let (conv, turn, offered) = {
             let claims = self.claims.lock().map_err(|_| not_found())?;
             let c = claims.get(&p.claim_id).ok_or_else(not_found)?;
-            if c.agent != agent || !c.conv.core().holds_turn(agent, c.turn) {
+            let agent = proto_spec::tenant::local_id(principal);
+            if c.agent != principal || !c.conv.core().holds_turn(agent, c.turn) {
                 return Err(not_found());
             }
             let offered = *c.state.borrow() == ClaimState::Offered;

@@ -13,20 +13,25 @@ pub(super) struct Slot {
     /// On a shared store: until when (ms since the epoch) batches read this conversation's head
     /// from the log before deciding, because another node wrote it lately (see `cluster`).
     pub(super) read_until_ms: i64,
-    /// Who created it (what it counts against while open).
+    /// Who created it, as a principal's key (what it counts against while open).
     pub(super) creator: String,
     /// Whether it is counted among the open conversations ([`Convs::settle`]).
     pub(super) counted: bool,
 }
 
 impl Slot {
-    /// A slot for `state`, not yet counted.
+    /// A slot for `state`, not yet counted; `creator`, the agent that created it (of the
+    /// conversation's tenant).
     pub(super) fn new(
         num: i64,
         state: ConvMachine,
         shared: Arc<ConvView>,
         creator: String,
     ) -> Slot {
+        let creator = match proto_spec::tenant::sibling(&state.id, &creator) {
+            std::borrow::Cow::Borrowed(_) => creator,
+            std::borrow::Cow::Owned(key) => key,
+        };
         Slot {
             num,
             state,

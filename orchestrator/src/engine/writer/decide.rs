@@ -3,6 +3,8 @@
 //! sub-conversation's start in its parent), a fork's copied prefix. Each conversation a batch
 //! touches keeps its state from before the batch, to roll back to if the commit fails.
 
+use proto_spec::tenant;
+
 use super::*;
 
 /// What one batch does, as the writer goes through its jobs: the conversations it touches (in
@@ -53,7 +55,7 @@ pub(super) fn append_one(
     let Some(at) = convs.find(conversation) else {
         return Err(RpcError::new(
             ErrorCode::ConversationNotFound,
-            format!("no conversation {conversation}"),
+            format!("no conversation {}", tenant::local_id(conversation)),
         ));
     };
     let i = touch(&mut convs.slots, at, touched);
@@ -96,7 +98,7 @@ fn fork_drafts(state: &mut ConvMachine, f: ForkFrom) -> Vec<Draft> {
         drafts.push(d);
     }
     let marker = AppendRequest::system(&SystemEvent::ForkedFrom(ForkedFrom {
-        from: f.from,
+        from: tenant::local_id(&f.from).to_string(),
         at_seq,
     }));
     if let Ok(Applied::Append(d, _)) = state.apply(marker) {
@@ -118,7 +120,7 @@ impl Writer {
         let Some(parent) = self.convs.get(c.parent.as_str()) else {
             return Err(RpcError::new(
                 ErrorCode::ConversationNotFound,
-                format!("no conversation {}", c.parent),
+                format!("no conversation {}", tenant::local_id(&c.parent)),
             ));
         };
         let depth = parent
@@ -126,7 +128,7 @@ impl Writer {
             .admit_child(&c.parent, c.max_depth, c.max_children)?;
         let started = AppendRequest::system(&SystemEvent::SubconversationStarted(
             SubconversationStarted {
-                child: child.to_string(),
+                child: tenant::local_id(child).to_string(),
                 by: by.to_string(),
                 depth,
             },
@@ -154,7 +156,7 @@ impl Writer {
         if self.convs.find(&id).is_some() {
             return Err(RpcError::new(
                 ErrorCode::ConversationExists,
-                format!("conversation {id} exists already"),
+                format!("conversation {} exists already", tenant::local_id(&id)),
             ));
         }
         // The tree a sub-conversation joins: its parent's, or the parent's own when that is a
@@ -163,16 +165,18 @@ impl Writer {
             let parent = self.convs.get(&c.parent)?;
             Some(parent.tree().unwrap_or(&c.parent).to_string())
         });
+        let creator = proto_spec::tenant::sibling(&id, &created_by);
         self.convs
             .open
-            .admit(self.caps, &created_by, root.as_deref())?;
+            .admit(self.caps, &creator, root.as_deref())?;
         // A sub-conversation: checked against its parent, which logs its start in this
         // transaction (or the creation is refused and nothing is written).
+        // Written as the ids within the tenant (as clients read them); read back as keys.
         let link = match &child_of {
             Some(c) => Some(ParentLink {
-                conversation_id: c.parent.clone(),
+                conversation_id: tenant::local_id(&c.parent).to_string(),
                 depth: self.start_child(&id, &created_by, c, &mut work.touched)?,
-                root,
+                root: root.map(|r| tenant::local_id(&r).to_string()),
             }),
             None => None,
         };
@@ -200,7 +204,12 @@ impl Writer {
         };
         let declared = state
             .policy()
-            .map(|p| p.agents.keys().cloned().collect())
+            .map(|p| {
+                p.agents
+                    .keys()
+                    .map(|a| proto_spec::tenant::sibling(&id, a).into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         work.new_convs.push(NewConversation {
             id: id.clone(),

@@ -63,10 +63,11 @@ impl Principals for PgStore {
             if !tenant {
                 return Err(super::super::no_tenant(&record.tenant));
             }
+            let principal = proto_spec::tenant::key(&record.tenant, &record.agent_id);
             let declared: bool = tx
                 .query_one(
                     "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = $1)",
-                    &[&record.agent_id],
+                    &[&principal],
                 )
                 .await?
                 .get(0);
@@ -92,12 +93,12 @@ impl Principals for PgStore {
         })
     }
 
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
-        let id = agent_id.to_string();
+    fn agent_has_token(&self, tenant: &str, agent_id: &str) -> Result<bool> {
+        let (tenant, id) = (tenant.to_string(), agent_id.to_string());
         self.with_client(move |c| async move {
             Ok(c.query_one(
-                "SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = $1)",
-                &[&id],
+                "SELECT EXISTS (SELECT 1 FROM tokens WHERE tenant = $1 AND agent_id = $2)",
+                &[&tenant, &id],
             )
             .await?
             .get(0))

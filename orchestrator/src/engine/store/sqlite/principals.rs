@@ -52,7 +52,7 @@ impl Principals for SqliteStore {
         }
         let declared: bool = tx.query_row(
             "SELECT EXISTS (SELECT 1 FROM declared_agents WHERE agent_id = ?1)",
-            [&record.agent_id],
+            [proto_spec::tenant::key(&record.tenant, &record.agent_id)],
             |r| r.get(0),
         )?;
         if declared {
@@ -75,11 +75,13 @@ impl Principals for SqliteStore {
         Ok(())
     }
 
-    fn agent_has_token(&self, agent_id: &str) -> Result<bool> {
+    fn agent_has_token(&self, tenant: &str, agent_id: &str) -> Result<bool> {
         self.with_reader(|conn| {
             Ok(conn
-                .prepare_cached("SELECT EXISTS (SELECT 1 FROM tokens WHERE agent_id = ?1)")?
-                .query_row([agent_id], |r| r.get(0))?)
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM tokens WHERE tenant = ?1 AND agent_id = ?2)",
+                )?
+                .query_row([tenant, agent_id], |r| r.get(0))?)
         })
     }
 

@@ -114,7 +114,8 @@ impl Writer {
                     plan.new_ids.push(conv.id.clone());
                     // The caps count the creator's open conversations: those another node may
                     // have closed past this node's view are read first.
-                    plan.read.extend(self.behind_of(&conv.created_by));
+                    let creator = proto_spec::tenant::sibling(&conv.id, &conv.created_by);
+                    plan.read.extend(self.behind_of(&creator));
                     match &conv.child_of {
                         Some(c) => c.parent.as_str(),
                         None => continue,
