@@ -146,6 +146,8 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     async fn create_tenant(&self, p: CreateTenantParams) -> ClientResult<TenantSummary>;
     /// `listTenants` (operators).
     async fn list_tenants(&self) -> ClientResult<ListTenantsResult>;
+    /// `setTenantQuotas` (operators).
+    async fn set_tenant_quotas(&self, p: SetTenantQuotasParams) -> ClientResult<TenantSummary>;
     /// `revokeToken` (a tenant's admins).
     async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult>;
     /// `tail`.

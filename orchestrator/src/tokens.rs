@@ -214,6 +214,29 @@ pub enum TenantCommand {
         #[command(flatten)]
         db: ExistingDb,
     },
+    /// Set a tenant's quotas (replacing those set before; each one not given is the server's
+    /// default, `serve --tenant-…`); a running server holds to them within a second.
+    Quota {
+        /// The tenant.
+        name: String,
+        /// Conversations open at once (0: none).
+        #[arg(long)]
+        open_conversations: Option<u64>,
+        /// Events appended a second, across the cluster (0: none).
+        #[arg(long)]
+        appends_per_second: Option<u64>,
+        /// WebSocket connections open at once, across the cluster (0: none).
+        #[arg(long)]
+        connections: Option<u64>,
+        /// Model tokens its `llm` participants spend a day, UTC (0: none).
+        #[arg(long)]
+        llm_tokens_per_day: Option<u64>,
+        /// Tokens it may hold (0: none).
+        #[arg(long)]
+        tokens: Option<u64>,
+        #[command(flatten)]
+        db: ExistingDb,
+    },
     /// Show one tenant.
     Show {
         /// Its name.
@@ -226,7 +249,7 @@ pub enum TenantCommand {
     },
 }
 
-/// `tenant create|list|show`.
+/// `tenant create|list|quota|show`.
 pub fn tenant(command: TenantCommand) -> anyhow::Result<u8> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -254,6 +277,30 @@ pub fn tenant(command: TenantCommand) -> anyhow::Result<u8> {
             writeln!(out, "{table}")?;
             Ok(0)
         }
+        TenantCommand::Quota {
+            name,
+            open_conversations,
+            appends_per_second,
+            connections,
+            llm_tokens_per_day,
+            tokens,
+            db,
+        } => {
+            let quotas = proto_spec::TenantQuotas {
+                open_conversations,
+                appends_per_second,
+                connections,
+                llm_tokens_per_day,
+                tokens,
+            };
+            db.open()?.set_tenant_quotas(&name, &quotas)?;
+            writeln!(
+                out,
+                "tenant {name}: quotas {}",
+                serde_json::to_string(&quotas)?
+            )?;
+            Ok(0)
+        }
         TenantCommand::Show { name, json, db } => {
             let tenants = db.open()?.list_tenants()?;
             let Some(t) = tenants.into_iter().find(|t| t.name == name) else {
@@ -266,6 +313,7 @@ pub fn tenant(command: TenantCommand) -> anyhow::Result<u8> {
                 writeln!(out, "name     {}", t.name)?;
                 writeln!(out, "created  {}", when(t.created_ms))?;
                 writeln!(out, "tokens   {}", t.tokens)?;
+                writeln!(out, "quotas   {}", serde_json::to_string(&t.quotas)?)?;
             }
             Ok(0)
         }

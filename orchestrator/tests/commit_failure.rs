@@ -109,8 +109,11 @@ impl Principals for Flaky {
     fn list_tenants(&self) -> Result<Vec<proto_spec::TenantSummary>> {
         self.inner.list_tenants()
     }
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
-        self.inner.insert_token(hash, record)
+    fn set_tenant_quotas(&self, name: &str, quotas: &proto_spec::TenantQuotas) -> Result<()> {
+        self.inner.set_tenant_quotas(name, quotas)
+    }
+    fn insert_token(&self, hash: &str, record: &TokenRecord, cap: Option<u64>) -> Result<()> {
+        self.inner.insert_token(hash, record, cap)
     }
     fn find_token(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.inner.find_token(hash)
@@ -129,6 +132,14 @@ impl Principals for Flaky {
     }
     fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
         self.inner.live_tokens(hashes, now_ms)
+    }
+    fn exchange_usage(
+        &self,
+        node: &str,
+        mine: &[orchestrator::engine::store::TenantUsage],
+        now_ms: i64,
+    ) -> Result<Vec<orchestrator::engine::store::TenantUsage>> {
+        self.inner.exchange_usage(node, mine, now_ms)
     }
 }
 

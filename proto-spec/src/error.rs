@@ -58,6 +58,8 @@ pub mod codes {
     pub const SUBCONVERSATION_LIMIT: i32 = -32031;
     /// The agent's budget of bytes appended (a minute) is spent.
     pub const QUOTA_EXCEEDED: i32 = -32032;
+    /// One of the tenant's quotas is reached (`data: {quota, limit, used}`).
+    pub const TENANT_QUOTA_EXCEEDED: i32 = -32033;
 }
 
 /// Every error the protocol returns.
@@ -115,11 +117,13 @@ pub enum ErrorCode {
     SubconversationLimit,
     /// -32032: the agent's budget of bytes appended is spent for now (`data.retryAfterMs`).
     QuotaExceeded,
+    /// -32033: one of the tenant's quotas is reached (`data: {quota, limit, used}`).
+    TenantQuotaExceeded,
 }
 
 impl ErrorCode {
     /// Every code, in table order.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -146,6 +150,7 @@ impl ErrorCode {
         ErrorCode::PayloadTooLarge,
         ErrorCode::SubconversationLimit,
         ErrorCode::QuotaExceeded,
+        ErrorCode::TenantQuotaExceeded,
     ];
 
     /// The numeric JSON-RPC code.
@@ -178,6 +183,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => PAYLOAD_TOO_LARGE,
             ErrorCode::SubconversationLimit => SUBCONVERSATION_LIMIT,
             ErrorCode::QuotaExceeded => QUOTA_EXCEEDED,
+            ErrorCode::TenantQuotaExceeded => TENANT_QUOTA_EXCEEDED,
         }
     }
 
@@ -215,6 +221,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
             ErrorCode::SubconversationLimit => "SubconversationLimit",
             ErrorCode::QuotaExceeded => "QuotaExceeded",
+            ErrorCode::TenantQuotaExceeded => "TenantQuotaExceeded",
         }
     }
 
@@ -242,7 +249,7 @@ impl ErrorCode {
             | ErrorCode::ConversationPaused => 409,
             ErrorCode::RateLimited => 429,
             ErrorCode::SubconversationLimit => 409,
-            ErrorCode::QuotaExceeded => 429,
+            ErrorCode::QuotaExceeded | ErrorCode::TenantQuotaExceeded => 429,
             ErrorCode::ModeNotSupported => 422,
             ErrorCode::PayloadTooLarge | ErrorCode::FrameTooLarge => 413,
         }

@@ -59,8 +59,8 @@ pub use method::*;
 pub use system::{ExecutorTrace, StopReason, SystemEvent};
 pub use tokens::{
     CreateTenantParams, CreateTokenParams, CreateTokenResult, ListTenantsParams, ListTenantsResult,
-    ListTokensParams, ListTokensResult, RevokeTokenParams, RevokeTokenResult, TenantSummary,
-    TokenSummary,
+    ListTokensParams, ListTokensResult, RevokeTokenParams, RevokeTokenResult,
+    SetTenantQuotasParams, TenantQuotas, TenantSummary, TokenSummary,
 };
 
 /// The author of events the orchestrator writes itself.

@@ -55,6 +55,8 @@ pub mod names {
     pub const CREATE_TENANT: &str = "createTenant";
     /// List the tenants (operators).
     pub const LIST_TENANTS: &str = "listTenants";
+    /// Set a tenant's quotas (operators).
+    pub const SET_TENANT_QUOTAS: &str = "setTenantQuotas";
     /// Notification: a committed event on a subscription.
     pub const EVENT: &str = "event";
     /// Notification: a turn offered to a push-claim executor.

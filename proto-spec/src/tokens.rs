@@ -132,6 +132,73 @@ pub struct TenantSummary {
     pub created_ms: i64,
     /// How many tokens it has.
     pub tokens: u64,
+    /// The quotas set for it (those not set are the server's defaults).
+    #[serde(default, skip_serializing_if = "TenantQuotas::is_empty")]
+    pub quotas: TenantQuotas,
+}
+
+/// A tenant's quotas: each one given holds it to that limit (0: none), each one absent leaves
+/// the server's default (`serve --tenant-…`). Refusals are `TenantQuotaExceeded` (-32033) with
+/// `data: {quota, limit, used}`, the quota by its name here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantQuotas {
+    /// Conversations open at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_conversations: Option<u64>,
+    /// Events appended a second (messages and traces, across the cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appends_per_second: Option<u64>,
+    /// WebSocket connections open at once (across the cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u64>,
+    /// Model tokens the tenant's `llm` participants spend a day (UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_tokens_per_day: Option<u64>,
+    /// Tokens (credentials) it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+}
+
+impl TenantQuotas {
+    /// Whether none is set.
+    pub fn is_empty(&self) -> bool {
+        self == &TenantQuotas::default()
+    }
+
+    /// `self` with every 0 (no limit) left out.
+    pub fn without_zeros(self) -> TenantQuotas {
+        let keep = |v: Option<u64>| v.filter(|&n| n > 0);
+        TenantQuotas {
+            open_conversations: keep(self.open_conversations),
+            appends_per_second: keep(self.appends_per_second),
+            connections: keep(self.connections),
+            llm_tokens_per_day: keep(self.llm_tokens_per_day),
+            tokens: keep(self.tokens),
+        }
+    }
+
+    /// `self`, with what `over` sets in its place.
+    pub fn overridden_by(&self, over: &TenantQuotas) -> TenantQuotas {
+        TenantQuotas {
+            open_conversations: over.open_conversations.or(self.open_conversations),
+            appends_per_second: over.appends_per_second.or(self.appends_per_second),
+            connections: over.connections.or(self.connections),
+            llm_tokens_per_day: over.llm_tokens_per_day.or(self.llm_tokens_per_day),
+            tokens: over.tokens.or(self.tokens),
+        }
+    }
+}
+
+/// `setTenantQuotas` params (operators): the tenant's quotas, replacing those set before
+/// (an absent one goes back to the server's default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetTenantQuotasParams {
+    /// The tenant.
+    pub tenant: String,
+    /// Its quotas.
+    pub quotas: TenantQuotas,
 }
 
 /// `listTenants` params (none).

@@ -67,6 +67,8 @@ fn every_wire_type_round_trips_its_fixtures() {
         TenantSummary,
         ListTenantsParams,
         ListTenantsResult,
+        TenantQuotas,
+        SetTenantQuotasParams,
         TailParams,
         TailResult,
         WaitForChangeParams,

@@ -77,6 +77,10 @@ def test_every_method_and_typed_errors(server):
         with pytest.raises(RpcError) as not_admin:
             await bob.list_tokens()
         assert not_admin.value.code == ErrorCode.FORBIDDEN
+        # A tenant's quotas are an operator's to set.
+        with pytest.raises(RpcError) as not_operator:
+            await admin.set_tenant_quotas("default", {"connections": 1})
+        assert not_operator.value.code == ErrorCode.FORBIDDEN
 
         await admin.pause_conversation("c1")
         with pytest.raises(RpcError) as paused:

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use agent_sdk::proto::*;
+use agent_sdk::AgentClient;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -116,21 +117,31 @@ fn assistant_messages(log: &[Event]) -> Vec<&Event> {
 
 async fn run(server: &TestServer, id: &str, assistant: Value, timeout: &str) -> Vec<Event> {
     let admin = server.sdk("admin", None).await;
+    run_as(&admin, id, assistant, timeout).await
+}
+
+/// [`run`] as the admin `admin` (of any tenant).
+async fn run_as(
+    admin: &dyn agent_sdk::AgentClient,
+    id: &str,
+    assistant: Value,
+    timeout: &str,
+) -> Vec<Event> {
     let participants = vec![
         json!({"id": "user", "kind": "scripted", "replies": ["hello world"]}),
         assistant,
     ];
     create_scenario(
-        &admin,
+        admin,
         id,
         json!({"participants": participants, "policy": {"order": "sequence", "sequence": ["user", "assistant"]}, "turn": {"timeout": timeout, "onTimeout": "end"}}),
     )
     .await;
-    wait_for(&admin, id, "the end", |s| {
+    wait_for(admin, id, "the end", |s| {
         s.status == ConversationStatus::Closed
     })
     .await;
-    full_log(&admin, id).await
+    full_log(admin, id).await
 }
 
 /// A key missing from the environment, and a key the endpoint refuses (401, not retried):
@@ -279,4 +290,46 @@ async fn llm_structured_output_is_repaired_and_tool_requests_are_addressed() {
     assert_eq!(said[1]["to"], json!(["calc"]));
     assert_eq!(said[1]["data"]["tool"], "add");
     assert_eq!(said[1]["data"]["args"], json!({"a": 2, "b": 3}));
+}
+
+/// A tenant's model tokens a day: the turn that spends the last of them runs; after it, the
+/// tenant's model turns fail before any call is made, saying why; another tenant's still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_model_tokens_a_day_are_held_to_its_quota() {
+    std::env::set_var("LLM_KIND_TEST_KEY", "test-key");
+    let (base, calls) = fake_openai().await;
+    let server = TestServer::start().await;
+    let operator = server
+        .sdk_with(&server.tenant_token("default", "ops", false, true))
+        .await;
+    let acme = server
+        .sdk_with(&server.tenant_token("acme", "admin", true, false))
+        .await;
+    let globex = server
+        .sdk_with(&server.tenant_token("globex", "admin", true, false))
+        .await;
+    // One answer of the fake model spends 12 + 5 tokens.
+    operator
+        .set_tenant_quotas(SetTenantQuotasParams {
+            tenant: "acme".into(),
+            quotas: TenantQuotas {
+                llm_tokens_per_day: Some(17),
+                ..Default::default()
+            },
+        })
+        .await
+        .expect("setTenantQuotas");
+    let log = run_as(&acme, "first", llm(&base, "echo", json!({})), "20s").await;
+    assert_eq!(traces(&log, "llm_call").len(), 1);
+    let before = calls.load(Ordering::SeqCst);
+    let log = run_as(&acme, "second", llm(&base, "echo", json!({})), "3s").await;
+    assert!(traces(&log, "llm_call").is_empty(), "a model call was made");
+    assert_eq!(calls.load(Ordering::SeqCst), before);
+    let errors = turn_errors(&log);
+    assert!(
+        errors.iter().any(|e| e.contains("model tokens today")),
+        "{errors:?}"
+    );
+    let log = run_as(&globex, "second", llm(&base, "echo", json!({})), "20s").await;
+    assert_eq!(traces(&log, "llm_call").len(), 1, "globex's turn ran");
 }

@@ -308,6 +308,10 @@ impl AgentClient for WsJsonRpcClient {
         self.call(names::LIST_TENANTS, &ListTenantsParams {}).await
     }
 
+    async fn set_tenant_quotas(&self, p: SetTenantQuotasParams) -> ClientResult<TenantSummary> {
+        self.call(names::SET_TENANT_QUOTAS, &p).await
+    }
+
     async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult> {
         self.call(names::REVOKE_TOKEN, &p).await
     }

@@ -186,8 +186,17 @@ pub fn create_token_until(
 /// Mints a token for what `record` says (its tenant must exist), stores its hash, and returns
 /// the token (shown once).
 pub fn mint_token(store: &dyn Store, record: &TokenRecord) -> Result<String> {
+    mint_token_within(store, record, None)
+}
+
+/// [`mint_token`], refused when the tenant holds `cap` tokens already.
+pub fn mint_token_within(
+    store: &dyn Store,
+    record: &TokenRecord,
+    cap: Option<u64>,
+) -> Result<String> {
     let token = generate_token();
-    store.insert_token(&hash_token(&token), record)?;
+    store.insert_token(&hash_token(&token), record, cap)?;
     Ok(token)
 }
 

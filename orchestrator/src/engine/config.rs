@@ -73,6 +73,8 @@ pub struct Limits {
     /// database: a revoked or expired token loses its connections within this long (on every
     /// node), and last uses are written.
     pub token_recheck: Duration,
+    /// The quotas of every tenant that has none of its own set (none by default).
+    pub tenant_quotas: proto_spec::TenantQuotas,
 }
 
 impl Limits {
@@ -81,6 +83,7 @@ impl Limits {
         crate::engine::writer::OpenCaps {
             per_agent: self.max_open_per_agent,
             per_tree: self.max_tree,
+            tenants: None,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fanout;
 pub mod hub;
 pub mod kinds;
+pub mod quotas;
 pub mod rate;
 pub mod scenario;
 pub mod service;

@@ -238,6 +238,10 @@ impl AgentClient for InProcessClient {
             .map_err(rpc)
     }
 
+    async fn set_tenant_quotas(&self, p: SetTenantQuotasParams) -> ClientResult<TenantSummary> {
+        self.o()?.set_tenant_quotas(&self.who, p).await.map_err(rpc)
+    }
+
     async fn revoke_token(&self, p: RevokeTokenParams) -> ClientResult<RevokeTokenResult> {
         self.o()?.revoke_token(&self.who, p).await.map_err(rpc)
     }

@@ -59,6 +59,7 @@ impl Default for Limits {
             max_open_per_agent: 100_000,
             kinds: Arc::new(agent_kinds::Sandbox::default()),
             token_recheck: Duration::from_secs(5),
+            tenant_quotas: proto_spec::TenantQuotas::default(),
         }
     }
 }

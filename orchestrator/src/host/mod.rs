@@ -170,6 +170,7 @@ fn scenario_agents(orch: &Arc<Orchestrator>, tenant: &str) -> executors::interna
         );
     }
     let made: dashmap::DashMap<(String, String), Arc<dyn Agent>> = dashmap::DashMap::new();
+    let quotas = orch.quotas().clone();
     Arc::new(move |a| {
         let id = proto_spec::tenant::key(&tenant, &a.conversation_id);
         let conv = hub.get(&id)?;
@@ -177,11 +178,38 @@ fn scenario_agents(orch: &Arc<Orchestrator>, tenant: &str) -> executors::interna
         if let Some(agent) = made.get(&key) {
             return Some(agent.clone());
         }
-        let agent = agent_kinds::from_spec(conv.agent_spec(&a.agent_id)?, sandbox.as_ref()?)?;
+        let spec = conv.agent_spec(&a.agent_id)?;
+        let mut agent = agent_kinds::from_spec(spec, sandbox.as_ref()?)?;
+        if spec["kind"] == "llm" {
+            agent = Arc::new(ModelQuota {
+                agent,
+                quotas: quotas.clone(),
+                tenant: tenant.clone(),
+            });
+        }
         if made.len() > 10_000 {
             made.retain(|(c, _), _| hub.get(c).is_some_and(|c| !c.core().closed));
         }
         made.insert(key, agent.clone());
         Some(agent)
     })
+}
+
+/// A participant that calls a model, held to its tenant's model tokens a day: once they are
+/// spent, its turns fail before any call (the executor traces why) until the day is over.
+struct ModelQuota {
+    agent: Arc<dyn Agent>,
+    quotas: Arc<crate::engine::quotas::QuotaBook>,
+    tenant: String,
+}
+
+#[agent_sdk::async_trait]
+impl Agent for ModelQuota {
+    async fn handle_turn(
+        &self,
+        ctx: &agent_sdk::AgentContext,
+    ) -> std::result::Result<agent_sdk::TurnOutcome, agent_sdk::AgentError> {
+        self.quotas.check_llm(&self.tenant).map_err(|e| e.message)?;
+        self.agent.handle_turn(ctx).await
+    }
 }

@@ -189,6 +189,7 @@ pub fn methods(orch: Ctx) -> Methods {
                 &who.principal(),
                 ctx.limits().max_connections_per_agent as usize,
             )?;
+            session.take_tenant_share(&who.tenant, ctx.quotas())?;
             tracing::info!(
                 tenant = %who.tenant,
                 agent = %who.agent_id,
@@ -223,6 +224,7 @@ pub fn methods(orch: Ctx) -> Methods {
         REVOKE_TOKEN => revoke_token,
         CREATE_TENANT => create_tenant,
         LIST_TENANTS => list_tenants,
+        SET_TENANT_QUOTAS => set_tenant_quotas,
     );
     t.add(
         names::LIST_SCENARIOS,

@@ -39,6 +39,8 @@ pub struct Session {
     /// share it holds once authenticated.
     agent_shares: Option<Arc<Shares<String>>>,
     agent_share: Mutex<Option<Share<String>>>,
+    /// Its place in its tenant's quota of connections, once authenticated.
+    tenant_share: Mutex<Option<Share<String>>>,
 }
 
 /// Milliseconds since the process started (for when a connection last called).
@@ -101,6 +103,24 @@ impl Session {
             .with_data(serde_json::json!({"limit": cap, "per": "agent"}))
         })?;
         *held = Some(share);
+        Ok(())
+    }
+
+    /// Takes the connection's place in `tenant`'s quota of connections (WebSocket connections
+    /// only), giving back the one it held.
+    pub fn take_tenant_share(
+        &self,
+        tenant: &str,
+        quotas: &crate::engine::quotas::QuotaBook,
+    ) -> Result<(), RpcError> {
+        if self.agent_shares.is_none() {
+            return Ok(());
+        }
+        let mut held = self.tenant_share.lock().unwrap_or_else(|p| p.into_inner());
+        if held.as_ref().is_some_and(|s| s.key() == tenant) {
+            return Ok(());
+        }
+        *held = quotas.connection(tenant)?;
         Ok(())
     }
 

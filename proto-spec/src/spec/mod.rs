@@ -180,11 +180,20 @@ pub const METHODS: &[MethodSpec] = &[
     },
     MethodSpec {
         name: names::LIST_TENANTS,
-        summary: "Every tenant, with how many tokens it has (operators).",
+        summary: "Every tenant, with how many tokens it has and its quotas (operators).",
         needs_auth: true,
         errors: &[E::Unauthenticated, E::Forbidden],
         params: s::<ListTenantsParams>,
         result: s::<ListTenantsResult>,
+        notification: None,
+    },
+    MethodSpec {
+        name: names::SET_TENANT_QUOTAS,
+        summary: "Set a tenant's quotas, in force across the cluster within a second (operators).",
+        needs_auth: true,
+        errors: &[E::Unauthenticated, E::Forbidden, E::InvalidParams],
+        params: s::<SetTenantQuotasParams>,
+        result: s::<TenantSummary>,
         notification: None,
     },
     MethodSpec {
@@ -428,6 +437,8 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("TenantSummary", root::<TenantSummary>());
     m.insert("ListTenantsParams", root::<ListTenantsParams>());
     m.insert("ListTenantsResult", root::<ListTenantsResult>());
+    m.insert("TenantQuotas", root::<TenantQuotas>());
+    m.insert("SetTenantQuotasParams", root::<SetTenantQuotasParams>());
     m.insert("TailParams", root::<TailParams>());
     m.insert("TailResult", root::<TailResult>());
     m.insert("WaitForChangeParams", root::<WaitForChangeParams>());

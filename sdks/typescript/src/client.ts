@@ -36,6 +36,7 @@ import type {
   RevokeTokenResult,
   Snapshot,
   TailResult,
+  TenantQuotas,
   TenantSummary,
   WaitForChangeResult,
 } from "./wire.js";
@@ -215,9 +216,14 @@ export class Client {
     return this.call("createTenant", { name });
   }
 
-  /** `listTenants` (operators): `{tenants}`. */
+  /** `listTenants` (operators): `{tenants}`, each with its quotas. */
   listTenants(): Promise<ListTenantsResult> {
     return this.call("listTenants", {});
+  }
+
+  /** `setTenantQuotas` (operators): replaces the tenant's quotas (an absent one is the server's default). */
+  setTenantQuotas(tenant: string, quotas: TenantQuotas): Promise<TenantSummary> {
+    return this.call("setTenantQuotas", { tenant, quotas });
   }
 
   /** `revokeToken` (the tenant's admins): by the token's `id`, or every token of an `agentId`. */

@@ -32,6 +32,7 @@ export const ErrorCode = {
   PayloadTooLarge: -32030,
   SubconversationLimit: -32031,
   QuotaExceeded: -32032,
+  TenantQuotaExceeded: -32033,
 } as const;
 
 /** One of the protocol's error codes. */

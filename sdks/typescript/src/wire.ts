@@ -616,6 +616,17 @@ export interface SeqResult {
   seq: number;
 }
 
+/**
+ * `setTenantQuotas` params (operators): the tenant's quotas, replacing those set before
+ * (an absent one goes back to the server's default).
+ */
+export interface SetTenantQuotasParams {
+  /** Its quotas. */
+  quotas: TenantQuotas;
+  /** The tenant. */
+  tenant: string;
+}
+
 /** The state of a conversation at one point of its log. */
 export interface Snapshot {
   /** The conversation. */
@@ -793,12 +804,32 @@ export interface TailResult {
   latestSeq: number;
 }
 
+/**
+ * A tenant's quotas: each one given holds it to that limit (0: none), each one absent leaves
+ * the server's default (`serve --tenant-…`). Refusals are `TenantQuotaExceeded` (-32033) with
+ * `data: {quota, limit, used}`, the quota by its name here.
+ */
+export interface TenantQuotas {
+  /** Events appended a second (messages and traces, across the cluster). */
+  appendsPerSecond?: number | null;
+  /** WebSocket connections open at once (across the cluster). */
+  connections?: number | null;
+  /** Model tokens the tenant's `llm` participants spend a day (UTC). */
+  llmTokensPerDay?: number | null;
+  /** Conversations open at once. */
+  openConversations?: number | null;
+  /** Tokens (credentials) it holds. */
+  tokens?: number | null;
+}
+
 /** A tenant as `listTenants` shows it. */
 export interface TenantSummary {
   /** When it was made (ms since the epoch). */
   createdMs: number;
   /** Its name. */
   name: string;
+  /** The quotas set for it (those not set are the server's defaults). */
+  quotas?: TenantQuotas;
   /** How many tokens it has. */
   tokens: number;
 }

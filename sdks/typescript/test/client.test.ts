@@ -102,6 +102,11 @@ test("every method, and typed errors", async () => {
   assert.equal((await admin.revokeToken({ id: minted.id })).revoked, 1);
   assert.equal((await admin.revokeToken({ agentId: "ts-token-agent" })).revoked, 0);
   assert.equal((await refusal(bob.listTokens())).code, ErrorCode.Forbidden);
+  // A tenant's quotas are an operator's to set.
+  assert.equal(
+    (await refusal(admin.setTenantQuotas("default", { connections: 1 }))).code,
+    ErrorCode.Forbidden,
+  );
 
   await admin.pauseConversation("c1");
   assert.equal((await refusal(bob.sendMessage("c1", "while paused"))).code, ErrorCode.ConversationPaused);

@@ -134,6 +134,15 @@ impl Orchestrator {
         Self::check_key(&p.client_request_id, "clientRequestId")?;
         let after = Self::held_to(p.after_key, made.after)?;
         let key = self.writable_key(who, &p.conversation_id)?;
+        if who.scope.is_some() && p.payload.get("type").and_then(|t| t.as_str()) == Some("llm_call")
+        {
+            // What the tenant's model participants spend, against its tokens a day.
+            let tokens = ["promptTokens", "completionTokens"]
+                .iter()
+                .filter_map(|k| p.payload.get(*k).and_then(serde_json::Value::as_u64))
+                .sum();
+            self.quotas.spent_llm_tokens(&who.tenant, tokens);
+        }
         let mut req = AppendRequest::new(who.agent_id.clone(), EventKind::Trace, None, p.payload)
             .with_turn(p.turn)
             .with_client_request_id(p.client_request_id)

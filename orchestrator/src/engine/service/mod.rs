@@ -50,6 +50,8 @@ pub struct Orchestrator {
     appended: crate::engine::rate::RateLimiter,
     /// Open streams, waits and subscriptions, in all and per agent.
     streams: Arc<crate::engine::streams::Streams>,
+    /// Each tenant's quotas and what it used of them.
+    quotas: Arc<crate::engine::quotas::QuotaBook>,
 }
 
 impl Orchestrator {
@@ -75,7 +77,18 @@ impl Orchestrator {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         crate::engine::telemetry::install();
         let hub = Arc::new(Hub::default());
-        let writer = WriterHandle::start(store.as_ref(), hub.clone(), limits.open_caps())?;
+        let quotas = Arc::new(crate::engine::quotas::QuotaBook::new(
+            limits.tenant_quotas.clone(),
+        ));
+        // In force from the first request: read once before serving, then kept current.
+        if let Err(e) = quotas.exchange(store.as_ref()) {
+            tracing::warn!(error = %e, "could not read the tenants' quotas");
+        }
+        let caps = crate::engine::writer::OpenCaps {
+            tenants: Some(quotas.clone()),
+            ..limits.open_caps()
+        };
+        let writer = WriterHandle::start(store.as_ref(), hub.clone(), caps)?;
         let turns = Turns::new(hub.clone(), turn_config, runtime);
         if store.shared() {
             turns.join_cluster(store.clone());
@@ -88,6 +101,7 @@ impl Orchestrator {
         crate::engine::timers::spawn(hub.clone(), writer.clone());
         let tokens = Arc::new(crate::engine::auth::Tokens::default());
         crate::engine::auth::spawn_token_recheck(&hub, &store, &tokens, limits.token_recheck);
+        crate::engine::quotas::spawn_exchange(&hub, &store, &quotas);
         Ok(Arc::new(Orchestrator {
             store,
             hub,
@@ -102,6 +116,7 @@ impl Orchestrator {
             scenarios: std::sync::RwLock::new(library),
             tokens,
             streams: Arc::default(),
+            quotas,
         }))
     }
 
@@ -222,9 +237,17 @@ impl Orchestrator {
         Err(refused.error)
     }
 
+    /// The tenants' quotas.
+    pub fn quotas(&self) -> &Arc<crate::engine::quotas::QuotaBook> {
+        &self.quotas
+    }
+
     /// Spends `bytes` of `who`'s budget of bytes appended, or refuses the append
-    /// (`QuotaExceeded`). The agents the server runs for scenarios are not metered.
+    /// (`QuotaExceeded`), and one of its tenant's appends a second (`TenantQuotaExceeded`).
+    /// The agents the server runs for scenarios are not held to their own budget, but to
+    /// their tenant's.
     pub(super) fn spend(&self, who: &Identity, bytes: usize) -> Result<()> {
+        self.quotas.admit_append(&who.tenant).map_err(Error::Rpc)?;
         if who.scope.is_some() {
             return Ok(());
         }

@@ -1,12 +1,12 @@
 //! `createToken`, `listTokens` and `revokeToken`: a tenant's admins manage the tenant's tokens
 //! over the protocol, as the operator does with `orchestrator token` on the database; an
-//! operator manages any tenant's (`tenant`), and makes and lists tenants (`createTenant`,
-//! `listTenants`).
+//! operator manages any tenant's (`tenant`), makes and lists tenants (`createTenant`,
+//! `listTenants`) and sets their quotas (`setTenantQuotas`).
 
 use proto_spec::*;
 
 use super::Orchestrator;
-use crate::engine::auth::{hash_token, mint_token, valid_id, Identity};
+use crate::engine::auth::{hash_token, mint_token_within, valid_id, Identity};
 use crate::engine::error::{refuse, Result};
 use crate::engine::store::{now_ms, valid_tenant, TokenRecord, TokenSelector, TOKEN_ID_LEN};
 
@@ -67,7 +67,37 @@ impl Orchestrator {
             name: p.name,
             created_ms: now_ms(),
             tokens: 0,
+            quotas: TenantQuotas::default(),
         })
+    }
+
+    /// `setTenantQuotas` (operators): the tenant's quotas, in force on this node at once and
+    /// on the others within [`crate::engine::quotas::EXCHANGE_EVERY`].
+    pub async fn set_tenant_quotas(
+        &self,
+        who: &Identity,
+        p: SetTenantQuotasParams,
+    ) -> Result<TenantSummary> {
+        Self::check_operator(who)?;
+        let store = self.store.clone();
+        let (name, quotas) = (p.tenant.clone(), p.quotas.clone());
+        let tenants = tokio::task::spawn_blocking(move || {
+            store.set_tenant_quotas(&name, &quotas)?;
+            store.list_tenants()
+        })
+        .await??;
+        self.quotas.replace(
+            tenants
+                .iter()
+                .filter(|t| !t.quotas.is_empty())
+                .map(|t| (t.name.clone(), t.quotas.clone()))
+                .collect(),
+        );
+        tracing::info!(tenant = %p.tenant, quotas = ?p.quotas, by = %who.agent_id, "tenant quotas set");
+        tenants
+            .into_iter()
+            .find(|t| t.name == p.tenant)
+            .ok_or_else(|| crate::engine::store::no_tenant(&p.tenant))
     }
 
     /// `listTenants` (operators).
@@ -118,8 +148,10 @@ impl Orchestrator {
         };
         let store = self.store.clone();
         let stored = record.clone();
+        let cap = self.quotas.tokens_cap(&record.tenant);
         let token =
-            tokio::task::spawn_blocking(move || mint_token(store.as_ref(), &stored)).await??;
+            tokio::task::spawn_blocking(move || mint_token_within(store.as_ref(), &stored, cap))
+                .await??;
         tracing::info!(
             tenant = %record.tenant,
             agent = %record.agent_id,

@@ -85,6 +85,21 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE tokens ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
     ALTER TABLE tokens ADD COLUMN operator INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 7: each tenant's quotas (JSON, those set), and what each run of the server used of them
+    // (model tokens a day outlive a restart).
+    r#"
+    ALTER TABLE tenants ADD COLUMN quotas TEXT;
+    CREATE TABLE tenant_usage (
+        node        TEXT NOT NULL,
+        tenant      TEXT NOT NULL,
+        appends     INTEGER NOT NULL,
+        connections INTEGER NOT NULL,
+        llm_day     INTEGER NOT NULL,
+        llm_tokens  INTEGER NOT NULL,
+        at_ms       INTEGER NOT NULL,
+        PRIMARY KEY (node, tenant)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

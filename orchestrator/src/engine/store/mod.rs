@@ -15,9 +15,12 @@ use serde_json::Value;
 use crate::engine::error::{Error, Result};
 pub use crate::engine::state::Fence;
 use crate::engine::state::{BodyHash, Draft};
-pub(crate) use principals::{declared_refusal, no_tenant, tenant_taken};
+pub(crate) use principals::{
+    declared_refusal, no_tenant, quotas_of, sum_usage, tenant_taken, tokens_quota,
+};
 pub use principals::{
-    valid_tenant, Principals, TokenRecord, TokenSelector, DEFAULT_TENANT, TOKEN_ID_LEN,
+    valid_tenant, Principals, TenantUsage, TokenRecord, TokenSelector, DEFAULT_TENANT,
+    TOKEN_ID_LEN, USAGE_FRESH_MS, USAGE_KEPT_MS,
 };
 
 /// A conversation as stored.

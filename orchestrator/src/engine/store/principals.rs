@@ -1,11 +1,28 @@
 //! The principals a store knows: tenants, and the tokens that speak for an agent of one
 //! (stored only as a hash). Every backend implements [`Principals`]; [`super::Store`] extends it.
 
-use proto_spec::{TenantSummary, TokenSummary};
+use proto_spec::{TenantQuotas, TenantSummary, TokenSummary};
 
 use crate::engine::error::Result;
 
 pub use proto_spec::tenant::{valid_tenant, DEFAULT_TENANT};
+
+/// What one node reports of one tenant (and what it reads of the others, summed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantUsage {
+    /// The tenant.
+    pub tenant: String,
+    /// Events appended in the last interval, a second.
+    pub appends_per_second: u64,
+    /// WebSocket connections open.
+    pub connections: u64,
+    /// Model tokens spent today (UTC), and which day (days since the epoch).
+    pub llm_tokens: u64,
+    /// The day `llm_tokens` counts.
+    pub llm_day: i64,
+    /// How many nodes the sum is of (1 for one node's report).
+    pub nodes: u64,
+}
 
 /// A token as stored (only its hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,10 +80,13 @@ pub trait Principals {
     fn create_tenant(&self, name: &str) -> Result<()>;
     /// Every tenant, by name.
     fn list_tenants(&self) -> Result<Vec<TenantSummary>>;
+    /// Sets a tenant's quotas (replacing those set before); refused (`InvalidParams`) when it
+    /// does not exist.
+    fn set_tenant_quotas(&self, name: &str, quotas: &TenantQuotas) -> Result<()>;
     /// Stores a token's hash; refused (`Forbidden`) when the agent id is one a scenario
-    /// declared as a participant the server runs, and (`InvalidParams`) when its tenant does
-    /// not exist.
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()>;
+    /// declared as a participant the server runs, (`InvalidParams`) when its tenant does
+    /// not exist, and (`TenantQuotaExceeded`) when the tenant holds `cap` tokens already.
+    fn insert_token(&self, hash: &str, record: &TokenRecord, cap: Option<u64>) -> Result<()>;
     /// Whether some token speaks as `agent_id` of `tenant`.
     fn agent_has_token(&self, tenant: &str, agent_id: &str) -> Result<bool>;
     /// Finds a token by its hash.
@@ -80,6 +100,66 @@ pub trait Principals {
     fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()>;
     /// Of `hashes`, those still stored and not expired at `now_ms`.
     fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>>;
+    /// Records what node `node` used of its tenants' quotas (`mine`), and answers what the
+    /// other nodes used, summed per tenant: their appends and connections from reports of the
+    /// last [`USAGE_FRESH_MS`], their model tokens of the day each report names. Reports older
+    /// than two days are let go.
+    fn exchange_usage(
+        &self,
+        node: &str,
+        mine: &[TenantUsage],
+        now_ms: i64,
+    ) -> Result<Vec<TenantUsage>>;
+}
+
+/// How recent another node's report must be for its appends and connections to count.
+pub const USAGE_FRESH_MS: i64 = 3_000;
+
+/// How long reports are kept (a day's model tokens must outlive the nodes that spent them).
+pub const USAGE_KEPT_MS: i64 = 2 * 86_400_000;
+
+/// A tenant's quotas as the database keeps them (JSON; none set when absent or unreadable).
+pub(crate) fn quotas_of(stored: Option<&str>) -> TenantQuotas {
+    stored
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default()
+}
+
+/// The refusal of a token over the tenant's quota of tokens.
+pub(crate) fn tokens_quota(tenant: &str, cap: u64, held: u64) -> crate::engine::error::Error {
+    crate::engine::error::Error::Rpc(
+        proto_spec::RpcError::new(
+            proto_spec::ErrorCode::TenantQuotaExceeded,
+            format!("tenant {tenant} holds {held} tokens, its quota; revoke one first"),
+        )
+        .with_data(serde_json::json!({"quota": "tokens", "limit": cap, "used": held})),
+    )
+}
+
+/// Folds the rows of other nodes' reports (tenant, appends, connections, day, model tokens,
+/// when) into one sum per tenant.
+pub(crate) fn sum_usage(
+    rows: impl IntoIterator<Item = (String, i64, i64, i64, i64, i64)>,
+    now_ms: i64,
+) -> Vec<TenantUsage> {
+    let today = now_ms.div_euclid(86_400_000);
+    let mut sums: std::collections::BTreeMap<String, TenantUsage> = Default::default();
+    for (tenant, appends, connections, day, llm, at) in rows {
+        let u = sums.entry(tenant.clone()).or_insert_with(|| TenantUsage {
+            tenant,
+            llm_day: today,
+            ..TenantUsage::default()
+        });
+        if now_ms - at <= USAGE_FRESH_MS {
+            u.appends_per_second += appends.max(0) as u64;
+            u.connections += connections.max(0) as u64;
+            u.nodes += 1;
+        }
+        if day == today {
+            u.llm_tokens += llm.max(0) as u64;
+        }
+    }
+    sums.into_values().collect()
 }
 
 /// The refusal of a tenant that does not exist.

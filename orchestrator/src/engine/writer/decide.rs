@@ -168,7 +168,7 @@ impl Writer {
         let creator = proto_spec::tenant::sibling(&id, &created_by);
         self.convs
             .open
-            .admit(self.caps, &creator, root.as_deref())?;
+            .admit(&self.caps, &creator, root.as_deref())?;
         // A sub-conversation: checked against its parent, which logs its start in this
         // transaction (or the creation is refused and nothing is written).
         // Written as the ids within the tenant (as clients read them); read back as keys.

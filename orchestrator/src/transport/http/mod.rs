@@ -66,6 +66,10 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
             "/tenants",
             get(tokens::list_tenants).post(tokens::create_tenant),
         )
+        .route(
+            "/tenants/{name}/quotas",
+            axum::routing::put(tokens::set_quotas),
+        )
         .fallback(no_route)
         .with_state(state)
 }

@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use proto_spec::{ListTenantsParams, ListTokensParams, RevokeTokenParams};
+use proto_spec::{ListTenantsParams, ListTokensParams, RevokeTokenParams, SetTenantQuotasParams};
 
 use super::{body, ok, ApiResult, Caller, Shared};
 
@@ -64,4 +64,20 @@ pub(super) async fn list_tenants(
 ) -> ApiResult<Response> {
     let r = s.orch.list_tenants(&who, ListTenantsParams {}).await?;
     Ok(ok(StatusCode::OK, r))
+}
+
+/// `PUT /tenants/{name}/quotas` (operators): the tenant, its quotas set (the body: the quotas).
+pub(super) async fn set_quotas(
+    State(s): State<Shared>,
+    Caller(who): Caller,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    raw: Body,
+) -> ApiResult<Response> {
+    let quotas = body(&s, &headers, raw).await?;
+    let p = SetTenantQuotasParams {
+        tenant: name,
+        quotas,
+    };
+    Ok(ok(StatusCode::OK, s.orch.set_tenant_quotas(&who, p).await?))
 }

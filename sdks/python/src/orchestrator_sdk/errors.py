@@ -37,6 +37,7 @@ class ErrorCode(enum.IntEnum):
     PAYLOAD_TOO_LARGE = -32030
     SUBCONVERSATION_LIMIT = -32031
     QUOTA_EXCEEDED = -32032
+    TENANT_QUOTA_EXCEEDED = -32033
 
     @property
     def wire_name(self) -> str:

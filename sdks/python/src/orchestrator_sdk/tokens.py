@@ -11,6 +11,7 @@ from .wire import (
     ListTenantsResult,
     ListTokensResult,
     RevokeTokenResult,
+    TenantQuotas,
     TenantSummary,
 )
 
@@ -64,5 +65,11 @@ class TokenMethods:
         return cast(TenantSummary, await self.call("createTenant", {"name": name}))
 
     async def list_tenants(self) -> ListTenantsResult:
-        """`listTenants` (operators): `{tenants}`."""
+        """`listTenants` (operators): `{tenants}`, each with its quotas."""
         return cast(ListTenantsResult, await self.call("listTenants", {}))
+
+    async def set_tenant_quotas(self, tenant: str, quotas: TenantQuotas) -> TenantSummary:
+        """`setTenantQuotas` (operators): replaces the tenant's quotas (an absent one is the
+        server's default); the tenant as it is now."""
+        params = {"tenant": tenant, "quotas": dict(quotas)}
+        return cast(TenantSummary, await self.call("setTenantQuotas", params))

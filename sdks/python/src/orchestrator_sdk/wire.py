@@ -683,6 +683,16 @@ class SeqResult(TypedDict):
     """The seq of the system event that records the change."""
 
 
+class SetTenantQuotasParams(TypedDict):
+    """`setTenantQuotas` params (operators): the tenant's quotas, replacing those set before
+    (an absent one goes back to the server's default).
+    """
+    quotas: TenantQuotas
+    """Its quotas."""
+    tenant: str
+    """The tenant."""
+
+
 class _SnapshotRequired(TypedDict):
     conversationId: str
     """The conversation."""
@@ -882,14 +892,36 @@ class TailResult(TypedDict):
     """The latest seq of the conversation when read."""
 
 
-class TenantSummary(TypedDict):
-    """A tenant as `listTenants` shows it."""
+class TenantQuotas(TypedDict, total=False):
+    """A tenant's quotas: each one given holds it to that limit (0: none), each one absent leaves
+    the server's default (`serve --tenant-…`). Refusals are `TenantQuotaExceeded` (-32033) with
+    `data: {quota, limit, used}`, the quota by its name here.
+    """
+    appendsPerSecond: int | None
+    """Events appended a second (messages and traces, across the cluster)."""
+    connections: int | None
+    """WebSocket connections open at once (across the cluster)."""
+    llmTokensPerDay: int | None
+    """Model tokens the tenant's `llm` participants spend a day (UTC)."""
+    openConversations: int | None
+    """Conversations open at once."""
+    tokens: int | None
+    """Tokens (credentials) it holds."""
+
+
+class _TenantSummaryRequired(TypedDict):
     createdMs: int
     """When it was made (ms since the epoch)."""
     name: str
     """Its name."""
     tokens: int
     """How many tokens it has."""
+
+
+class TenantSummary(_TenantSummaryRequired, total=False):
+    """A tenant as `listTenants` shows it."""
+    quotas: TenantQuotas
+    """The quotas set for it (those not set are the server's defaults)."""
 
 
 class _TokenSummaryRequired(TypedDict):

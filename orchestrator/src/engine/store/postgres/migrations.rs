@@ -127,6 +127,21 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE tokens ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default',
         ADD COLUMN operator BOOLEAN NOT NULL DEFAULT false;
     "#,
+    // 8: each tenant's quotas (JSON, those set), and what each node used of them lately: the
+    // nodes exchange it to hold a quota across the cluster.
+    r#"
+    ALTER TABLE tenants ADD COLUMN quotas TEXT;
+    CREATE TABLE tenant_usage (
+        node        TEXT NOT NULL,
+        tenant      TEXT NOT NULL,
+        appends     BIGINT NOT NULL,
+        connections BIGINT NOT NULL,
+        llm_day     BIGINT NOT NULL,
+        llm_tokens  BIGINT NOT NULL,
+        at_ms       BIGINT NOT NULL,
+        PRIMARY KEY (node, tenant)
+    );
+    "#,
 ];
 
 /// The schema version this build writes.

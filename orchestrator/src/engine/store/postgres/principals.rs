@@ -1,10 +1,12 @@
 //! Tenants and tokens in the shared database ([`Principals`]).
 
-use proto_spec::{TenantSummary, TokenSummary};
+use proto_spec::{TenantQuotas, TenantSummary, TokenSummary};
 
 use super::PgStore;
 use crate::engine::error::Result;
-use crate::engine::store::{Principals, TokenRecord, TokenSelector, TOKEN_ID_LEN};
+use crate::engine::store::{
+    Principals, TenantUsage, TokenRecord, TokenSelector, TOKEN_ID_LEN, USAGE_KEPT_MS,
+};
 
 impl Principals for PgStore {
     fn create_tenant(&self, name: &str) -> Result<()> {
@@ -27,8 +29,8 @@ impl Principals for PgStore {
         self.with_client(move |c| async move {
             let rows = c
                 .query(
-                    "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name) \
-                     FROM tenants t ORDER BY t.name",
+                    "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name), \
+                     t.quotas FROM tenants t ORDER BY t.name",
                     &[],
                 )
                 .await?;
@@ -38,12 +40,30 @@ impl Principals for PgStore {
                     name: r.get(0),
                     created_ms: r.get(1),
                     tokens: r.get::<_, i64>(2) as u64,
+                    quotas: super::super::quotas_of(r.get::<_, Option<String>>(3).as_deref()),
                 })
                 .collect())
         })
     }
 
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+    fn set_tenant_quotas(&self, name: &str, quotas: &TenantQuotas) -> Result<()> {
+        let name = name.to_string();
+        let json = (!quotas.is_empty()).then(|| serde_json::to_string(quotas).unwrap_or_default());
+        self.with_client(move |c| async move {
+            let set = c
+                .execute(
+                    "UPDATE tenants SET quotas = $2 WHERE name = $1",
+                    &[&name, &json],
+                )
+                .await?;
+            if set == 0 {
+                return Err(super::super::no_tenant(&name));
+            }
+            Ok(())
+        })
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord, cap: Option<u64>) -> Result<()> {
         let (hash, record) = (hash.to_string(), record.clone());
         self.with_client(move |mut c| async move {
             let tx = c.transaction().await?;
@@ -73,6 +93,19 @@ impl Principals for PgStore {
                 .get(0);
             if declared {
                 return Err(super::super::declared_refusal(&record.agent_id));
+            }
+            if let Some(cap) = cap {
+                // One count at a time per tenant, across the nodes.
+                let lock = format!("tenant tokens {}", record.tenant);
+                tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock])
+                    .await?;
+                let held: i64 = tx
+                    .query_one("SELECT count(*) FROM tokens WHERE tenant = $1", &[&record.tenant])
+                    .await?
+                    .get(0);
+                if held as u64 >= cap {
+                    return Err(super::super::tokens_quota(&record.tenant, cap, held as u64));
+                }
             }
             tx.execute(
                 "INSERT INTO tokens (hash, tenant, agent_id, admin, operator, created_ms, expires_ms) \
@@ -204,6 +237,54 @@ impl Principals for PgStore {
             .iter()
             .map(|r| r.get(0))
             .collect())
+        })
+    }
+
+    fn exchange_usage(
+        &self,
+        node: &str,
+        mine: &[TenantUsage],
+        now_ms: i64,
+    ) -> Result<Vec<TenantUsage>> {
+        let node = node.to_string();
+        let mine = mine.to_vec();
+        self.with_client(move |mut c| async move {
+            let tx = c.transaction().await?;
+            for u in &mine {
+                tx.execute(
+                    "INSERT INTO tenant_usage (node, tenant, appends, connections, llm_day, llm_tokens, at_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, tenant) DO UPDATE SET \
+                     appends = excluded.appends, connections = excluded.connections, \
+                     llm_day = excluded.llm_day, llm_tokens = excluded.llm_tokens, at_ms = excluded.at_ms",
+                    &[
+                        &node,
+                        &u.tenant,
+                        &(u.appends_per_second as i64),
+                        &(u.connections as i64),
+                        &u.llm_day,
+                        &(u.llm_tokens as i64),
+                        &now_ms,
+                    ],
+                )
+                .await?;
+            }
+            tx.execute(
+                "DELETE FROM tenant_usage WHERE at_ms < $1",
+                &[&(now_ms - USAGE_KEPT_MS)],
+            )
+            .await?;
+            let rows = tx
+                .query(
+                    "SELECT tenant, appends, connections, llm_day, llm_tokens, at_ms FROM tenant_usage WHERE node <> $1",
+                    &[&node],
+                )
+                .await?;
+            tx.commit().await?;
+            Ok(super::super::sum_usage(
+                rows.iter()
+                    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))),
+                now_ms,
+            ))
         })
     }
 }

@@ -1,11 +1,13 @@
 //! Tenants and tokens in the SQLite file ([`Principals`]).
 
-use proto_spec::{TenantSummary, TokenSummary};
+use proto_spec::{TenantQuotas, TenantSummary, TokenSummary};
 use rusqlite::{params, OptionalExtension};
 
 use super::SqliteStore;
 use crate::engine::error::Result;
-use crate::engine::store::{Principals, TokenRecord, TokenSelector, TOKEN_ID_LEN};
+use crate::engine::store::{
+    Principals, TenantUsage, TokenRecord, TokenSelector, TOKEN_ID_LEN, USAGE_KEPT_MS,
+};
 
 impl Principals for SqliteStore {
     fn create_tenant(&self, name: &str) -> Result<()> {
@@ -23,21 +25,35 @@ impl Principals for SqliteStore {
     fn list_tenants(&self) -> Result<Vec<TenantSummary>> {
         self.with_reader(|conn| {
             let mut st = conn.prepare_cached(
-                "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name) \
-                 FROM tenants t ORDER BY t.name",
+                "SELECT t.name, t.created_ms, (SELECT count(*) FROM tokens k WHERE k.tenant = t.name), \
+                 t.quotas FROM tenants t ORDER BY t.name",
             )?;
             let rows = st.query_map([], |r| {
                 Ok(TenantSummary {
                     name: r.get(0)?,
                     created_ms: r.get(1)?,
                     tokens: r.get::<_, i64>(2)? as u64,
+                    quotas: super::super::quotas_of(r.get::<_, Option<String>>(3)?.as_deref()),
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
     }
 
-    fn insert_token(&self, hash: &str, record: &TokenRecord) -> Result<()> {
+    fn set_tenant_quotas(&self, name: &str, quotas: &TenantQuotas) -> Result<()> {
+        let conn = self.files.open(false)?;
+        let json = (!quotas.is_empty()).then(|| serde_json::to_string(quotas).unwrap_or_default());
+        let set = conn.execute(
+            "UPDATE tenants SET quotas = ?2 WHERE name = ?1",
+            params![name, json],
+        )?;
+        if set == 0 {
+            return Err(super::super::no_tenant(name));
+        }
+        Ok(())
+    }
+
+    fn insert_token(&self, hash: &str, record: &TokenRecord, cap: Option<u64>) -> Result<()> {
         let mut conn = self.files.open(false)?;
         // The check and the insert in one write transaction: a conversation declaring the id
         // commits either before (and the token is refused) or after (and it is refused).
@@ -57,6 +73,16 @@ impl Principals for SqliteStore {
         )?;
         if declared {
             return Err(super::super::declared_refusal(&record.agent_id));
+        }
+        if let Some(cap) = cap {
+            let held: i64 = tx.query_row(
+                "SELECT count(*) FROM tokens WHERE tenant = ?1",
+                [&record.tenant],
+                |r| r.get(0),
+            )?;
+            if held as u64 >= cap {
+                return Err(super::super::tokens_quota(&record.tenant, cap, held as u64));
+            }
         }
         tx.execute(
             "INSERT INTO tokens (hash, tenant, agent_id, admin, operator, created_ms, expires_ms) \
@@ -175,5 +201,56 @@ impl Principals for SqliteStore {
             }
             Ok(live)
         })
+    }
+
+    fn exchange_usage(
+        &self,
+        node: &str,
+        mine: &[TenantUsage],
+        now_ms: i64,
+    ) -> Result<Vec<TenantUsage>> {
+        let mut conn = self.files.open(false)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut put = tx.prepare_cached(
+                "INSERT INTO tenant_usage (node, tenant, appends, connections, llm_day, llm_tokens, at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (node, tenant) DO UPDATE SET \
+                 appends = excluded.appends, connections = excluded.connections, \
+                 llm_day = excluded.llm_day, llm_tokens = excluded.llm_tokens, at_ms = excluded.at_ms",
+            )?;
+            for u in mine {
+                put.execute(params![
+                    node,
+                    u.tenant,
+                    u.appends_per_second as i64,
+                    u.connections as i64,
+                    u.llm_day,
+                    u.llm_tokens as i64,
+                    now_ms
+                ])?;
+            }
+        }
+        tx.execute(
+            "DELETE FROM tenant_usage WHERE at_ms < ?1",
+            [now_ms - USAGE_KEPT_MS],
+        )?;
+        let rows = {
+            let mut st = tx.prepare_cached(
+                "SELECT tenant, appends, connections, llm_day, llm_tokens, at_ms FROM tenant_usage WHERE node <> ?1",
+            )?;
+            let rows = st.query_map([node], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?
+        };
+        tx.commit()?;
+        Ok(super::super::sum_usage(rows, now_ms))
     }
 }
