@@ -134,8 +134,11 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     ) -> ClientResult<CreateConversationResult>;
     /// `getConversation`.
     async fn get_conversation(&self, conversation_id: &str) -> ClientResult<Snapshot>;
-    /// `listConversations`.
-    async fn list_conversations(&self) -> ClientResult<ListConversationsResult>;
+    /// `listConversations`: a page (newest activity first; `nextCursor` leads to the next).
+    async fn list_conversations(
+        &self,
+        p: ListConversationsParams,
+    ) -> ClientResult<ListConversationsResult>;
     /// `listScenarios` (admins).
     async fn list_scenarios(&self) -> ClientResult<ListScenariosResult>;
     /// `createToken` (a tenant's admins): a token of the tenant, shown this once.
@@ -193,4 +196,24 @@ pub trait ExecutorClient: AgentClient {
 /// A fresh idempotency key.
 pub fn new_request_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Every conversation `listConversations` answers for `p`, page after page (at most
+/// `max_pages` of them, each of up to 1,000).
+pub async fn all_conversations(
+    client: &dyn AgentClient,
+    mut p: ListConversationsParams,
+    max_pages: usize,
+) -> ClientResult<Vec<Snapshot>> {
+    p.limit = Some(p.limit.unwrap_or(1_000));
+    let mut all = Vec::new();
+    for _ in 0..max_pages {
+        let page = client.list_conversations(p.clone()).await?;
+        all.extend(page.conversations);
+        match page.next_cursor {
+            Some(c) => p.cursor = Some(c),
+            None => break,
+        }
+    }
+    Ok(all)
 }

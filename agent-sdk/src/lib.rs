@@ -42,8 +42,8 @@ pub mod ws;
 pub use agent::{Agent, AgentContext, AgentError, TurnOutcome};
 pub use async_trait::async_trait;
 pub use client::{
-    new_request_id, AgentClient, Cancel, ClientError, ClientResult, EventStream, ExecutorClient,
-    TurnRequests,
+    all_conversations, new_request_id, AgentClient, Cancel, ClientError, ClientResult, EventStream,
+    ExecutorClient, TurnRequests,
 };
 pub use proto_spec as proto;
 pub use ws::{WsConfig, WsJsonRpcClient, WsStats};

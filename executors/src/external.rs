@@ -109,7 +109,13 @@ impl ExternalExecutor {
         let mut events = self.client.subscribe(SubscribeParams::default()).await?;
         // The last turn taken, per conversation.
         let mut handled: HashMap<String, u64> = HashMap::new();
-        for s in self.client.list_conversations().await?.conversations {
+        // Turns open now, in the open conversations the agent takes part in.
+        let open = ListConversationsParams {
+            status: Some(ListStatus::Open),
+            participant: Some(self.client.agent_id().to_string()),
+            ..Default::default()
+        };
+        for s in agent_sdk::all_conversations(self.client.as_ref(), open, 1_000).await? {
             self.consider(&s, &mut handled);
         }
         while let Some(n) = events.next().await {

@@ -189,24 +189,26 @@ impl Source {
                 })
                 .await?
             }
-            Source::Server(client) => Ok(client
-                .list_conversations()
-                .await?
-                .conversations
-                .into_iter()
-                .map(|s| Row {
-                    conversation_id: s.conversation_id,
-                    status: serde_json::to_value(s.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
-                    latest_seq: s.latest_seq,
-                    participants: s.participants,
-                    speaker: s.speaker,
-                    last_activity: s.last_event_at,
-                    parent_conversation_id: s.parent_conversation_id,
-                })
-                .collect()),
+            Source::Server(client) => {
+                Ok(
+                    agent_sdk::all_conversations(client, Default::default(), 1_000)
+                        .await?
+                        .into_iter()
+                        .map(|s| Row {
+                            conversation_id: s.conversation_id,
+                            status: serde_json::to_value(s.status)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default(),
+                            latest_seq: s.latest_seq,
+                            participants: s.participants,
+                            speaker: s.speaker,
+                            last_activity: s.last_event_at,
+                            parent_conversation_id: s.parent_conversation_id,
+                        })
+                        .collect(),
+                )
+            }
         }
     }
 

@@ -220,19 +220,19 @@ pub enum TenantCommand {
         /// The tenant.
         name: String,
         /// Conversations open at once (0: none).
-        #[arg(long)]
+        #[arg(long, env = "ORCHESTRATOR_QUOTA_OPEN_CONVERSATIONS")]
         open_conversations: Option<u64>,
         /// Events appended a second, across the cluster (0: none).
-        #[arg(long)]
+        #[arg(long, env = "ORCHESTRATOR_QUOTA_APPENDS_PER_SECOND")]
         appends_per_second: Option<u64>,
         /// WebSocket connections open at once, across the cluster (0: none).
-        #[arg(long)]
+        #[arg(long, env = "ORCHESTRATOR_QUOTA_CONNECTIONS")]
         connections: Option<u64>,
         /// Model tokens its `llm` participants spend a day, UTC (0: none).
-        #[arg(long)]
+        #[arg(long, env = "ORCHESTRATOR_QUOTA_LLM_TOKENS_PER_DAY")]
         llm_tokens_per_day: Option<u64>,
         /// Tokens it may hold (0: none).
-        #[arg(long)]
+        #[arg(long, env = "ORCHESTRATOR_QUOTA_TOKENS")]
         tokens: Option<u64>,
         #[command(flatten)]
         db: ExistingDb,

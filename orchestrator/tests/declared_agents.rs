@@ -54,7 +54,7 @@ async fn declared_ids_get_no_token_also_after_migrating_from_version_1() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "DROP TABLE declared_agents; DROP INDEX tokens_agent; ALTER TABLE tokens DROP COLUMN expires_ms; ALTER TABLE tokens DROP COLUMN last_used_ms; ALTER TABLE events DROP COLUMN doc; \
-             DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; ALTER TABLE tokens DROP COLUMN operator; PRAGMA user_version = 1;",
+             DROP TABLE tenant_usage; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; ALTER TABLE tokens DROP COLUMN operator; PRAGMA user_version = 1;",
         )
         .unwrap();
     }

@@ -87,7 +87,7 @@ async fn versions_go_on_after_a_restart_and_after_migrating_from_version_3() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "ALTER TABLE events DROP COLUMN doc; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; \
+            "ALTER TABLE events DROP COLUMN doc; DROP TABLE tenant_usage; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; \
              ALTER TABLE tokens DROP COLUMN operator; PRAGMA user_version = 3;",
         )
             .unwrap();

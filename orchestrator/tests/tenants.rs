@@ -19,7 +19,7 @@ fn a_database_from_before_tenants_is_migrated_into_the_default_tenant() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; \
+            "DROP TABLE tenant_usage; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant; \
              ALTER TABLE tokens DROP COLUMN operator; PRAGMA user_version = 5;",
         )
         .unwrap();

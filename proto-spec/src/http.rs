@@ -39,6 +39,70 @@ pub struct EventsQuery {
     pub since_seq: Option<u64>,
 }
 
+/// Query of `GET /conversations`: `listConversations`'s params, a metadata filter written
+/// `metadata=KEY:VALUE` (the value as JSON when it reads as JSON, else as text).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListQuery {
+    /// How many at most (1–1,000; default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The `nextCursor` of the page before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// `active`, `paused`, `closed` or `open`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<crate::method::ListStatus>,
+    /// An agent that takes part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant: Option<String>,
+    /// The scenario's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// `KEY:VALUE`: the metadata's KEY equals VALUE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+    /// Created after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<String>,
+    /// With an event after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_after: Option<String>,
+    /// Text in the id or the metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Operators: another tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+impl ListQuery {
+    /// As `listConversations`'s params; `None` when `metadata` has no `:`.
+    pub fn params(self) -> Option<crate::method::ListConversationsParams> {
+        let metadata = match self.metadata {
+            None => None,
+            Some(m) => {
+                let (k, v) = m.split_once(':')?;
+                let value = serde_json::from_str(v)
+                    .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
+                Some([(k.to_string(), value)].into_iter().collect())
+            }
+        };
+        Some(crate::method::ListConversationsParams {
+            limit: self.limit,
+            cursor: self.cursor,
+            status: self.status,
+            participant: self.participant,
+            scenario: self.scenario,
+            metadata,
+            created_after: self.created_after,
+            updated_after: self.updated_after,
+            query: self.query,
+            tenant: self.tenant,
+        })
+    }
+}
+
 /// Query of `GET /conversations/{id}/wait` (long-poll).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

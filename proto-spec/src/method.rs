@@ -318,18 +318,70 @@ pub struct SubscribeParams {
     pub cursors: Option<std::collections::BTreeMap<String, u64>>,
 }
 
-/// `listConversations` params (none).
+/// `listConversations` params: a page of the conversations the caller may read, newest
+/// activity first, each filter narrowing it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ListConversationsParams {}
+pub struct ListConversationsParams {
+    /// How many at most (1–1,000; default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Where the page starts: the `nextCursor` of the page before (opaque).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Only conversations in this state: `active`, `paused`, `closed`, or `open` (active or
+    /// paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ListStatus>,
+    /// Only conversations this agent takes part in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant: Option<String>,
+    /// Only conversations made from this scenario (its library name, or an inline scenario's
+    /// `name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// Only conversations whose metadata has each of these keys with these values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// Only conversations created after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<String>,
+    /// Only conversations with an event after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_after: Option<String>,
+    /// Only conversations whose id or metadata contains this text (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Operators: another tenant's conversations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+/// The states `listConversations` filters by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ListStatus {
+    /// Open and not paused.
+    Active,
+    /// Paused.
+    Paused,
+    /// Closed.
+    Closed,
+    /// Active or paused.
+    Open,
+}
 
 /// `listConversations` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListConversationsResult {
-    /// A snapshot of each conversation the caller may read: those it takes part in and the
-    /// sub-conversations below them (every one, for an admin).
+    /// A snapshot of each conversation of the page the caller may read (those it takes part in
+    /// and the sub-conversations below them; every one of its tenant, for an admin), newest
+    /// activity first.
     pub conversations: Vec<Snapshot>,
+    /// Where the next page starts, if there may be more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `listScenarios` params (none).

@@ -111,6 +111,9 @@ pub struct Created {
     /// For a sub-conversation: the conversation that opened it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// The scenario it was made from: its library name, or an inline scenario's `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
 }
 
 /// A sub-conversation's place in its tree.

@@ -21,7 +21,10 @@
 //   stdin  "TREE"           -> opens the tree; stdout "TREE <json>" with the conversations it shows;
 //   stdin  "CREATE <name>"  -> an admin creates a conversation from library scenario <name>; stdout
 //                              "CREATED <id>" once it is open;
-//   stdin  "SEARCH <text>"  -> types in the search box; stdout "LISTED <json>" with the ids shown;
+//   stdin  "SEARCH <text>"  -> types in the search box, waits for the server's page for it; stdout
+//                              "LISTED <json>" with the ids shown;
+//   stdin  "SCROLL"         -> scrolls the list to its end, waits for the next page; stdout
+//                              "LISTED <json>" with the ids shown;
 //   stdin  "STREAMING"      -> stdout "STREAMING <n>": bubbles still marked as streaming;
 //   stdin  "APPROVAL"       -> waits for the approval bar; stdout "APPROVAL <its text>";
 //   stdin  "SIGNOUT"        -> signs out; stdout "SIGNEDOUT <json>" with the token field's value and
@@ -193,7 +196,15 @@ try {
       console.log("CREATED " + (await page.evaluate(() => window.viewerState.open)));
     } else if (cmd === "SEARCH") {
       await page.fill("#search", arg);
-      await page.waitForTimeout(100);
+      // The server filters: wait for the list read for this text.
+      await page.waitForFunction((text) => window.viewerState.listedQuery === text, arg);
+      const ids = await page.$$eval("#list .item", (items) => items.map((i) => i.dataset.conversation));
+      console.log("LISTED " + JSON.stringify(ids));
+    } else if (cmd === "SCROLL") {
+      // To the list's end, until the next page is in.
+      const pages = await page.evaluate(() => window.viewerState.pages);
+      await page.$eval("#list", (l) => l.scrollTo(0, l.scrollHeight));
+      await page.waitForFunction((n) => window.viewerState.pages > n, pages);
       const ids = await page.$$eval("#list .item", (items) => items.map((i) => i.dataset.conversation));
       console.log("LISTED " + JSON.stringify(ids));
     } else if (cmd === "STREAMING") {

@@ -348,6 +348,30 @@ def test_a_participant_sees_the_tree_below_it_and_signing_out_clears_the_token(s
         page.close()
 
 
+def test_the_list_reads_a_page_at_a_time_as_it_is_scrolled(server, viewer_prereqs):
+    """150 conversations: the list shows the newest 100, the next 50 once scrolled to its end,
+    and the search box asks the server."""
+
+    async def setup():
+        admin = await Client.connect(server.url, server.tokens["admin"])
+        for i in range(150):
+            await admin.call("createConversation", {"conversationId": f"many-{i:03}", "participants": ["alice"]})
+        await admin.close()
+
+    run(setup())
+    page = Page(server)
+    try:
+        page.answer("SIGNEDIN")
+        first = page.do("SEARCH many-", "LISTED")
+        assert len(first) == 100, first[:3]
+        both = page.do("SCROLL", "LISTED")
+        assert len(both) == 150 and set(both) == {f"many-{i:03}" for i in range(150)}
+        assert sorted(page.do("SEARCH many-04", "LISTED")) == [f"many-04{i}" for i in range(10)]
+        assert page.do("FAILURES", "FAILURES") == []
+    finally:
+        page.close()
+
+
 def test_an_approval_shows_what_is_approved_and_is_answered_by_a_button(server, viewer_prereqs):
     """At a scenario's approval checkpoint the approver sees for whom and after what, with
     Approve and Reject; Approve posts the decision and the approved speaker takes its turn."""

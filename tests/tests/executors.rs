@@ -385,7 +385,7 @@ async fn push_claim_replicas_under_chaos_answer_each_turn_exactly_once() {
     let (mut cuts, mut kills) = (0, 0);
     loop {
         let open = admin
-            .list_conversations()
+            .list_conversations(Default::default())
             .await
             .expect("list")
             .conversations

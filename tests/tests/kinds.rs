@@ -507,7 +507,7 @@ async fn function_agents_misbehave_in_a_sandbox_and_are_reported_while_others_go
     // The server still answers.
     assert!(
         admin
-            .list_conversations()
+            .list_conversations(Default::default())
             .await
             .unwrap()
             .conversations

@@ -184,11 +184,21 @@ async fn parallel_children_are_open_at_once_and_whoever_takes_part_above_may_fol
             .map(|c| c.conversation_id)
             .collect()
     };
-    let alices = listed(alice.list_conversations().await.expect("alice lists"));
+    let alices = listed(
+        alice
+            .list_conversations(Default::default())
+            .await
+            .expect("alice lists"),
+    );
     for id in children.iter().chain([&"par".to_string()]) {
         assert!(alices.contains(id), "{id} in alice's list {alices:?}");
     }
-    let carols = listed(carol.list_conversations().await.expect("carol lists"));
+    let carols = listed(
+        carol
+            .list_conversations(Default::default())
+            .await
+            .expect("carol lists"),
+    );
     assert!(carols.is_empty(), "{carols:?}");
 
     for c in &children {

@@ -116,14 +116,20 @@ async fn contexts(call: &Call<'_>, q: &Query) -> Result<Vec<Snapshot>, A2aError>
             Err(_) => Vec::new(),
         },
         None => {
-            let listed = call
-                .client()
-                .list_conversations()
+            // The peer's conversations, active since the time asked for.
+            let of_peer = ListConversationsParams {
+                participant: Some(call.me().to_string()),
+                updated_after: q.after_ms.and_then(|t| {
+                    chrono::DateTime::from_timestamp_millis(t - 1).map(|d| d.to_rfc3339())
+                }),
+                ..Default::default()
+            };
+            let listed = agent_sdk::all_conversations(call.client().as_ref(), of_peer, 100)
                 .await
                 .map_err(A2aError::upstream)?;
             let mut mine = Vec::new();
             // Only what could be a context the adapter started; each is then checked.
-            for s in listed.conversations.into_iter().filter(|s| {
+            for s in listed.into_iter().filter(|s| {
                 s.conversation_id.starts_with("a2a-")
                     && s.parent_conversation_id.is_none()
                     && s.participants.iter().any(|p| p == call.me())

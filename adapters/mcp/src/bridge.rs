@@ -70,6 +70,24 @@ pub struct ConversationArgs {
     pub conversation_id: String,
 }
 
+/// `list_conversations` arguments: a page, and what narrows it.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListArgs {
+    /// Where the page starts: `nextCursor` of the page before.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// How many at most (1-1000; default 100).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Only `active`, `paused`, `closed` or `open` ones.
+    #[serde(default)]
+    pub status: Option<ListStatus>,
+    /// Only those whose id or metadata contains this text.
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
 /// The MCP server: four tools, each a call on the orchestrator as the caller's principal.
 #[derive(Clone)]
 pub struct Bridge {
@@ -301,11 +319,22 @@ impl Bridge {
     }
 
     #[tool(
-        description = "List the conversations you take part in, each with its status, latest seq, turn and guidance for you."
+        description = "List the conversations you take part in, newest activity first, each with its status, latest seq, turn and guidance for you; a page at a time (nextCursor leads to the next), narrowed by status or a text in ids and metadata."
     )]
-    async fn list_conversations(&self, ext: Extensions) -> ToolResult {
+    async fn list_conversations(
+        &self,
+        Parameters(a): Parameters<ListArgs>,
+        ext: Extensions,
+    ) -> ToolResult {
+        let p = ListConversationsParams {
+            cursor: a.cursor,
+            limit: a.limit,
+            status: a.status,
+            query: a.query,
+            ..Default::default()
+        };
         let view = |r: ListConversationsResult| serde_json::to_value(r).unwrap_or(Value::Null);
-        self.answered(&ext, |c| async move { c.list_conversations().await }, view)
+        self.answered(&ext, |c| async move { c.list_conversations(p).await }, view)
             .await
     }
 

@@ -237,6 +237,9 @@ impl ExecutorClient for WsJsonRpcClient {
     }
 }
 
+/// The most pages of a listing the client reads to seed its cursors (a million conversations).
+const ALL_PAGES: usize = 1_000;
+
 #[async_trait]
 impl AgentClient for WsJsonRpcClient {
     fn agent_id(&self) -> &str {
@@ -282,9 +285,11 @@ impl AgentClient for WsJsonRpcClient {
         .await
     }
 
-    async fn list_conversations(&self) -> ClientResult<ListConversationsResult> {
-        self.call(names::LIST_CONVERSATIONS, &ListConversationsParams {})
-            .await
+    async fn list_conversations(
+        &self,
+        p: ListConversationsParams,
+    ) -> ClientResult<ListConversationsResult> {
+        self.call(names::LIST_CONVERSATIONS, &p).await
     }
 
     async fn list_scenarios(&self) -> ClientResult<ListScenariosResult> {
@@ -352,7 +357,11 @@ impl AgentClient for WsJsonRpcClient {
             (None, since) => {
                 // Seed a cursor for every existing conversation, so that a resubscription
                 // replays only the conversations created after this call from their start.
-                for s in self.list_conversations().await?.conversations {
+                let mine = ListConversationsParams {
+                    participant: Some(self.agent_id().to_string()),
+                    ..Default::default()
+                };
+                for s in crate::all_conversations(self, mine, ALL_PAGES).await? {
                     let at = since.map_or(s.latest_seq, |since| since.min(s.latest_seq));
                     cursors.entry(s.conversation_id).or_insert(at);
                 }

@@ -11,7 +11,11 @@ const state = {
   reconnects: 0,
   controller: null, // aborts the open stream
   streams: new Map(), // "author:turn" -> the streaming bubble
-  conversations: [],  // the list, as last read
+  conversations: [],  // the list, as last read (its pages so far)
+  nextCursor: null,   // where the list's next page starts, if it has one
+  pages: 0,           // how many pages of the list are read
+  listedQuery: null,  // the search the list was read for
+  loadingMore: false, // a next page is being read
   maySpeak: false,    // guidance for the signed-in agent in the open conversation
   pendingKey: null,   // the idempotency key of the message being sent (kept for a retry)
   unseen: 0,          // events that arrived while the reader was scrolled up
@@ -206,13 +210,52 @@ async function createFromScenario() {
   }
 }
 
+// The list a page at a time, newest activity first, filtered by the search box on the server:
+// `loadList` reads the first page again (keeping the later pages read since), `loadMore` the
+// next one as the list is scrolled to its end.
+function listQuery(cursor) {
+  const q = new URLSearchParams({ limit: "100" });
+  const text = $("search").value.trim();
+  if (text) q.set("query", text);
+  if (cursor) q.set("cursor", cursor);
+  return "/conversations?" + q;
+}
+
 async function loadList() {
+  const asked = $("search").value;
   try {
-    const { conversations } = await api("GET", "/conversations");
-    state.conversations = conversations;
+    const { conversations, nextCursor } = await api("GET", listQuery());
+    if ($("search").value !== asked) return; // the box changed: its own answer comes
+    if (state.listedQuery === asked && state.pages > 1) {
+      // A refresh: the first page anew, the later pages read since kept.
+      const first = new Set(conversations.map((c) => c.conversationId));
+      state.conversations = conversations.concat(state.conversations.filter((c) => !first.has(c.conversationId)));
+    } else {
+      state.conversations = conversations;
+      state.nextCursor = nextCursor || null;
+      state.pages = 1;
+    }
+    state.listedQuery = asked;
     drawList();
   } catch (e) {
     showError("could not list conversations: " + e.message);
+  }
+}
+
+async function loadMore() {
+  if (!state.nextCursor || state.loadingMore) return;
+  state.loadingMore = true;
+  try {
+    const { conversations, nextCursor } = await api("GET", listQuery(state.nextCursor));
+    const known = new Set(state.conversations.map((c) => c.conversationId));
+    state.conversations = state.conversations.concat(conversations.filter((c) => !known.has(c.conversationId)));
+    state.nextCursor = nextCursor || null;
+    state.pages += 1;
+    drawList();
+  } catch (e) {
+    showError("could not list more conversations: " + e.message);
+  } finally {
+    state.loadingMore = false;
   }
 }
 
@@ -223,14 +266,15 @@ function listMeta(c) {
   return `${c.status} · turn ${c.turn} · ${c.latestSeq} events${when}${who}`;
 }
 
-// Most recently active first; each sub-conversation under its parent; filtered by the search box.
+// Most recently active first; each sub-conversation under its parent (the server filtered by
+// the search box).
 function drawList() {
   const list = $("list");
   list.replaceChildren();
-  const query = $("search").value.trim().toLowerCase();
+  const searched = $("search").value.trim() !== "";
   const all = state.conversations;
   if (!all.length) {
-    list.append(el("div", "empty", "No conversations yet."));
+    list.append(el("div", "empty", searched ? "No conversation matches." : "No conversations yet."));
     return;
   }
   const active = (c) => c.lastEventAt || "";
@@ -246,17 +290,15 @@ function drawList() {
   }
   const roots = all.filter((c) => !(c.parentConversationId && ids.has(c.parentConversationId)));
   const add = (c, depth) => {
-    if (!query || c.conversationId.toLowerCase().includes(query)) {
-      const item = el("div", "item" + (depth ? " child" : "") + (c.conversationId === state.open ? " open" : ""));
-      if (depth > 1) item.style.paddingLeft = 14 + 14 * depth + "px";
-      item.dataset.conversation = c.conversationId;
-      item.append(el("div", "name", c.conversationId), el("div", "meta", listMeta(c)));
-      item.addEventListener("click", () => openConversation(c.conversationId));
-      list.append(item);
-    }
+    const item = el("div", "item" + (depth ? " child" : "") + (c.conversationId === state.open ? " open" : ""));
+    if (depth > 1) item.style.paddingLeft = 14 + 14 * depth + "px";
+    item.dataset.conversation = c.conversationId;
+    item.append(el("div", "name", c.conversationId), el("div", "meta", listMeta(c)));
+    item.addEventListener("click", () => openConversation(c.conversationId));
+    list.append(item);
     for (const k of (children.get(c.conversationId) || []).sort(byActivity)) add(k, depth + 1);
   };
   for (const c of roots.sort(byActivity)) add(c, 0);
-  if (!list.children.length) list.append(el("div", "empty", "No conversation matches."));
+  if (state.nextCursor) list.append(el("div", "more", "Scroll for more…"));
 }
 

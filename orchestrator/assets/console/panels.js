@@ -159,7 +159,7 @@ $("signin-form").addEventListener("submit", (e) => {
 $("signout").addEventListener("click", () => {
   if (state.controller) state.controller.abort();
   sessionStorage.removeItem("orchestrator.token");
-  Object.assign(state, { token: "", me: null, open: null, maySpeak: false, conversations: [], events: [], panel: null });
+  Object.assign(state, { token: "", me: null, open: null, maySpeak: false, conversations: [], nextCursor: null, pages: 0, listedQuery: null, events: [], panel: null });
   // The next person starts from an empty field (a pasted token is not appended to the last).
   $("token").value = "";
   $("list").replaceChildren();
@@ -176,7 +176,16 @@ $("newer").addEventListener("click", toBottom);
 $("timeline-button").addEventListener("click", () => togglePanel("timeline"));
 $("tree-button").addEventListener("click", () => togglePanel("tree"));
 $("events").addEventListener("scroll", () => { if (atBottom()) toBottom(); });
-$("search").addEventListener("input", drawList);
+// The search box asks the server (a moment after the last key), the list's end the next page.
+let searching = null;
+$("search").addEventListener("input", () => {
+  clearTimeout(searching);
+  searching = setTimeout(loadList, 250);
+});
+$("list").addEventListener("scroll", () => {
+  const l = $("list");
+  if (l.scrollTop + l.clientHeight >= l.scrollHeight - 40) loadMore();
+});
 $("create-button").addEventListener("click", createFromScenario);
 $("pause").addEventListener("click", () => setPaused(true));
 $("approve").addEventListener("click", () => decide("approve"));

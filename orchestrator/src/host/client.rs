@@ -211,8 +211,15 @@ impl AgentClient for InProcessClient {
             .map_err(rpc)
     }
 
-    async fn list_conversations(&self) -> ClientResult<ListConversationsResult> {
-        Ok(self.o()?.list_conversations(&self.who).await.local())
+    async fn list_conversations(
+        &self,
+        p: ListConversationsParams,
+    ) -> ClientResult<ListConversationsResult> {
+        self.o()?
+            .list_conversations(&self.who, p)
+            .await
+            .map(Local::local)
+            .map_err(rpc)
     }
 
     async fn list_scenarios(&self) -> ClientResult<ListScenariosResult> {

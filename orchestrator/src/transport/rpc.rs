@@ -232,7 +232,7 @@ pub fn methods(orch: Ctx) -> Methods {
     );
     t.add(
         names::LIST_CONVERSATIONS,
-        |o: Ctx, who, _p: ListConversationsParams| async move { Ok(o.list_conversations(&who).await) },
+        |o: Ctx, who, p: ListConversationsParams| async move { o.list_conversations(&who, p).await },
     );
     // These write their answer themselves, before their first notification.
     t.raw(

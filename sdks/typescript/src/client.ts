@@ -25,6 +25,7 @@ import type {
   EventNotification,
   Finality,
   GetUpdatesResult,
+  ListConversationsParams,
   ListConversationsResult,
   ListScenariosResult,
   ListTenantsResult,
@@ -191,9 +192,22 @@ export class Client {
     return this.call("getConversation", { conversationId });
   }
 
-  /** `listConversations`: `{conversations: [snapshot]}`. */
-  listConversations(): Promise<ListConversationsResult> {
-    return this.call("listConversations", {});
+  /** `listConversations`: a page, newest activity first: `{conversations, nextCursor?}` (filters as the protocol names them). */
+  listConversations(params: ListConversationsParams = {}): Promise<ListConversationsResult> {
+    return this.call("listConversations", some({ ...params }));
+  }
+
+  /** Every conversation `listConversations` answers for `params`, page after page (at most `maxPages`). */
+  async allConversations(params: ListConversationsParams = {}, maxPages = 1000): Promise<Snapshot[]> {
+    const found: Snapshot[] = [];
+    let p: ListConversationsParams = { limit: 1000, ...params };
+    for (let i = 0; i < maxPages; i++) {
+      const page = await this.listConversations(p);
+      found.push(...page.conversations);
+      if (page.nextCursor === undefined) break;
+      p = { ...p, cursor: page.nextCursor };
+    }
+    return found;
   }
 
   /** `listScenarios` (admins): the server's scenario library. */
@@ -321,8 +335,8 @@ export class Client {
       sub = new Subscription(conversationId, new Map([[conversationId, from]]));
     } else if (sinceSeq === undefined) {
       // The same for every conversation; those created later replay from their start.
-      const listed = await this.listConversations();
-      sub = new Subscription(null, new Map(listed.conversations.map((c) => [c.conversationId, c.latestSeq])));
+      const listed = await this.allConversations(this.agentId === null ? {} : { participant: this.agentId });
+      sub = new Subscription(null, new Map(listed.map((c) => [c.conversationId, c.latestSeq])));
     } else {
       sub = new Subscription(null, new Map(), sinceSeq);
     }

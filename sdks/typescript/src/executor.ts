@@ -341,7 +341,8 @@ export class ExternalExecutor {
   async runPull(): Promise<void> {
     const sub = await this.client.subscribe();
     const handled = new Map<string, number>();
-    for (const s of (await this.client.listConversations()).conversations) this.consider(s, handled);
+    const mine = this.client.agentId === null ? {} : { participant: this.client.agentId };
+    for (const s of await this.client.allConversations({ status: "open", ...mine })) this.consider(s, handled);
     for await (const item of sub) {
       const e = item.event;
       if (e.kind === "trace" || (e.kind === "message" && e.finality === "none")) continue;

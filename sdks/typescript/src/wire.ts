@@ -176,6 +176,8 @@ export interface Created {
    * the server treat it as opaque).
    */
   policy?: unknown;
+  /** The scenario it was made from: its library name, or an inline scenario's `name`. */
+  scenario?: string | null;
 }
 
 /** How a document is written. */
@@ -353,16 +355,76 @@ export interface HttpError {
   error: ErrorObject;
 }
 
-/** `listConversations` params (none). */
-export type ListConversationsParams = Record<string, unknown>;
+/**
+ * `listConversations` params: a page of the conversations the caller may read, newest
+ * activity first, each filter narrowing it.
+ */
+export interface ListConversationsParams {
+  /** Only conversations created after this time (RFC 3339). */
+  createdAfter?: string | null;
+  /** Where the page starts: the `nextCursor` of the page before (opaque). */
+  cursor?: string | null;
+  /** How many at most (1–1,000; default 100). */
+  limit?: number | null;
+  /** Only conversations whose metadata has each of these keys with these values. */
+  metadata?: Record<string, unknown> | null;
+  /** Only conversations this agent takes part in. */
+  participant?: string | null;
+  /** Only conversations whose id or metadata contains this text (case-insensitive). */
+  query?: string | null;
+  /**
+   * Only conversations made from this scenario (its library name, or an inline scenario's
+   * `name`).
+   */
+  scenario?: string | null;
+  /**
+   * Only conversations in this state: `active`, `paused`, `closed`, or `open` (active or
+   * paused).
+   */
+  status?: ListStatus | null;
+  /** Operators: another tenant's conversations. */
+  tenant?: string | null;
+  /** Only conversations with an event after this time (RFC 3339). */
+  updatedAfter?: string | null;
+}
 
 /** `listConversations` result. */
 export interface ListConversationsResult {
   /**
-   * A snapshot of each conversation the caller may read: those it takes part in and the
-   * sub-conversations below them (every one, for an admin).
+   * A snapshot of each conversation of the page the caller may read (those it takes part in
+   * and the sub-conversations below them; every one of its tenant, for an admin), newest
+   * activity first.
    */
   conversations: Array<Snapshot>;
+  /** Where the next page starts, if there may be more. */
+  nextCursor?: string | null;
+}
+
+/**
+ * Query of `GET /conversations`: `listConversations`'s params, a metadata filter written
+ * `metadata=KEY:VALUE` (the value as JSON when it reads as JSON, else as text).
+ */
+export interface ListQuery {
+  /** Created after this time (RFC 3339). */
+  createdAfter?: string | null;
+  /** The `nextCursor` of the page before. */
+  cursor?: string | null;
+  /** How many at most (1–1,000; default 100). */
+  limit?: number | null;
+  /** `KEY:VALUE`: the metadata's KEY equals VALUE. */
+  metadata?: string | null;
+  /** An agent that takes part. */
+  participant?: string | null;
+  /** Text in the id or the metadata. */
+  query?: string | null;
+  /** The scenario's name. */
+  scenario?: string | null;
+  /** `active`, `paused`, `closed` or `open`. */
+  status?: ListStatus | null;
+  /** Operators: another tenant. */
+  tenant?: string | null;
+  /** With an event after this time (RFC 3339). */
+  updatedAfter?: string | null;
 }
 
 /** `listScenarios` params (none). */
@@ -373,6 +435,9 @@ export interface ListScenariosResult {
   /** Each scenario of the server's library, by name. */
   scenarios: Array<ScenarioInfo>;
 }
+
+/** The states `listConversations` filters by. */
+export type ListStatus = "active" | "paused" | "closed" | "open";
 
 /** `listTenants` params (none). */
 export type ListTenantsParams = Record<string, unknown>;

@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::engine::state::{Members, TurnState};
 
+pub mod listing;
 pub mod live;
 mod view;
 
@@ -87,6 +88,8 @@ pub struct Hub {
     closing: watch::Sender<bool>,
     turn_sink: std::sync::OnceLock<TurnSink>,
     pre_claim: std::sync::OnceLock<Box<dyn PreClaim>>,
+    /// Every conversation in list order.
+    listing: listing::Listing,
 }
 
 /// On a store several nodes share, what the writer asks the turn dispatcher, so that a turn
@@ -129,6 +132,7 @@ impl Default for Hub {
             closing: watch::channel(false).0,
             turn_sink: std::sync::OnceLock::new(),
             pre_claim: std::sync::OnceLock::new(),
+            listing: listing::Listing::default(),
         }
     }
 }
@@ -149,15 +153,27 @@ impl Hub {
             last_event_ms: std::sync::atomic::AtomicI64::new(0),
             policy: std::sync::OnceLock::new(),
             parent: std::sync::OnceLock::new(),
+            metadata: std::sync::OnceLock::new(),
+            scenario: std::sync::OnceLock::new(),
+            search_text: std::sync::OnceLock::new(),
+            listed_ms: std::sync::atomic::AtomicI64::new(listing::NOT_LISTED),
+            relist: std::sync::atomic::AtomicBool::new(false),
+            gone: std::sync::atomic::AtomicBool::new(false),
             touched_ms: std::sync::atomic::AtomicI64::new(crate::engine::store::now_ms()),
             remote_head: std::sync::atomic::AtomicU64::new(0),
             read_ms: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
-    /// Makes a conversation visible to readers.
+    /// Makes a conversation visible to readers (and to lists).
     pub fn register(&self, shared: Arc<ConvView>) {
+        self.listing.mark(&shared);
         self.convs.insert(shared.id.clone(), shared);
+    }
+
+    /// Every conversation in list order.
+    pub fn listing(&self) -> &listing::Listing {
+        &self.listing
     }
 
     /// Makes and registers a conversation (at start, from the log).
@@ -195,9 +211,11 @@ impl Hub {
         self.convs.iter().map(|c| c.clone()).collect()
     }
 
-    /// Forgets a conversation whose creation did not commit.
+    /// Forgets a conversation (whose creation did not commit, or that leaves memory).
     pub fn remove(&self, id: &str) {
-        self.convs.remove(id);
+        if let Some((_, v)) = self.convs.remove(id) {
+            self.listing.forget(&v);
+        }
     }
 
     /// A conversation's shared state.

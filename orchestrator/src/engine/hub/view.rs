@@ -43,6 +43,17 @@ pub struct ConvView {
     pub(super) policy: std::sync::OnceLock<crate::engine::state::TurnPolicy>,
     /// For a sub-conversation: the conversation that opened it (set once).
     pub(super) parent: std::sync::OnceLock<String>,
+    /// The metadata it was created with, and the scenario it was made from (set once).
+    pub(super) metadata: std::sync::OnceLock<Arc<serde_json::Value>>,
+    pub(super) scenario: std::sync::OnceLock<Arc<str>>,
+    /// Its id and metadata in lower case, for a list's text query (made on first use).
+    pub(super) search_text: std::sync::OnceLock<String>,
+    /// Where the list's order holds it: the activity time it is filed under
+    /// ([`listing::NOT_LISTED`]: nowhere), whether it waits to be filed again, and whether it
+    /// left the hub.
+    pub(super) listed_ms: std::sync::atomic::AtomicI64,
+    pub(super) relist: std::sync::atomic::AtomicBool,
+    pub(super) gone: std::sync::atomic::AtomicBool,
     /// When a client last named it (ms since the epoch; from its loading on): on a shared
     /// store a closed conversation untouched for a while leaves memory.
     pub(super) touched_ms: std::sync::atomic::AtomicI64,
@@ -115,6 +126,26 @@ impl ConvView {
     /// For a sub-conversation: the conversation that opened it.
     pub fn parent(&self) -> Option<&str> {
         self.parent.get().map(String::as_str)
+    }
+
+    /// Records the metadata it was created with (once, at creation or recovery).
+    pub fn set_metadata(&self, metadata: Arc<serde_json::Value>) {
+        let _ = self.metadata.set(metadata);
+    }
+
+    /// The metadata it was created with.
+    pub fn metadata(&self) -> Option<&serde_json::Value> {
+        self.metadata.get().map(|m| &**m)
+    }
+
+    /// Records the scenario it was made from (once, at creation or recovery).
+    pub fn set_scenario(&self, scenario: Arc<str>) {
+        let _ = self.scenario.set(scenario);
+    }
+
+    /// The scenario it was made from (its library name, or an inline scenario's `name`).
+    pub fn scenario(&self) -> Option<&str> {
+        self.scenario.get().map(|s| &**s)
     }
 
     /// The conversation's policy, if it has one.
@@ -247,16 +278,34 @@ impl ConvView {
         }
     }
 
+    /// Active, paused or closed, as of the last commit.
+    pub fn status(&self) -> ConversationStatus {
+        let core = self.core.read().unwrap_or_else(|p| p.into_inner());
+        status_of(&core)
+    }
+
+    /// Its id within its tenant and its metadata, in lower case (what a list's text query
+    /// looks in).
+    pub fn search_text(&self) -> &str {
+        self.search_text.get_or_init(|| {
+            let mut text = proto_spec::tenant::local_id(&self.id).to_lowercase();
+            if let Some(m) = self.metadata() {
+                text.push('\n');
+                text.push_str(&m.to_string().to_lowercase());
+            }
+            text
+        })
+    }
+
+    /// When it was created (ms since the epoch).
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The snapshot as `agent` sees it.
     pub fn snapshot(&self, agent: &str) -> Snapshot {
         let core = self.core();
-        let status = if core.closed {
-            ConversationStatus::Closed
-        } else if core.paused {
-            ConversationStatus::Paused
-        } else {
-            ConversationStatus::Active
-        };
+        let status = status_of(&core);
         let mut guidance = guidance_for(&self.participants, &core, agent);
         guidance.deadline = self
             .turn_deadline_ms(&core)
@@ -278,5 +327,15 @@ impl ConvView {
                 ms => Some(crate::engine::store::format_ts(ms)),
             },
         }
+    }
+}
+
+fn status_of(core: &TurnState) -> ConversationStatus {
+    if core.closed {
+        ConversationStatus::Closed
+    } else if core.paused {
+        ConversationStatus::Paused
+    } else {
+        ConversationStatus::Active
     }
 }

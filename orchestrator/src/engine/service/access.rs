@@ -25,21 +25,25 @@ impl Orchestrator {
             return Err(not_found());
         }
         let conv = self.hub.get(id).ok_or_else(not_found)?;
-        let may = match &who.scope {
-            None => who.admin || self.takes_part_above(&who.agent_id, &conv),
-            // An agent a scenario declares reads its own conversation and those below it, and
-            // elsewhere only what its authority may read.
-            Some(s) => {
-                self.within(&conv, &s.home)
-                    || s.authority.admin
-                    || (!s.authority.reader.is_empty()
-                        && self.takes_part_above(&s.authority.reader, &conv))
-            }
-        };
-        if may {
+        if self.may_see(who, &conv) {
             Ok(conv)
         } else {
             Err(not_found())
+        }
+    }
+
+    /// Whether `who` may read `conv`, a conversation of its tenant (or any, for an operator).
+    pub(super) fn may_see(&self, who: &Identity, conv: &ConvView) -> bool {
+        match &who.scope {
+            None => who.admin || self.takes_part_above(&who.agent_id, conv),
+            // An agent a scenario declares reads its own conversation and those below it, and
+            // elsewhere only what its authority may read.
+            Some(s) => {
+                self.within(conv, &s.home)
+                    || s.authority.admin
+                    || (!s.authority.reader.is_empty()
+                        && self.takes_part_above(&s.authority.reader, conv))
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use super::Orchestrator;
 use crate::engine::auth::{valid_id, Identity};
 use crate::engine::error::{refuse, Error, Result};
 use crate::engine::scenario::Scenario;
-use crate::engine::writer::ChildOf;
+use crate::engine::writer::{ChildOf, CreateJob};
 
 impl Orchestrator {
     /// `createConversation`: admins create any conversation; any agent may open a
@@ -39,6 +39,12 @@ impl Orchestrator {
             p.conversation_id.take(),
             p.parent_conversation_id.as_deref(),
         )?;
+        // Named as the library names it, else by its own `name` (what lists filter by).
+        let scenario_name = p.scenario_name.clone().or_else(|| {
+            p.scenario
+                .as_ref()
+                .and_then(|v| v["name"].as_str().map(str::to_string))
+        });
         let scenario = self.scenario_of(who, &p, tenant::tenant_of(&id)).await?;
         let top_level = p.parent_conversation_id.is_none();
         let has_caller = scenario.as_ref().is_some_and(|s| s.spec.caller().is_some());
@@ -70,14 +76,16 @@ impl Orchestrator {
             None => None,
         };
         self.writer
-            .create(
-                id.clone(),
+            .create(CreateJob {
+                id: id.clone(),
                 participants,
-                p.metadata,
-                who.agent_id.clone(),
+                metadata: p.metadata,
+                created_by: who.agent_id.clone(),
                 policy,
+                fork: None,
                 child_of,
-            )
+                scenario: scenario_name,
+            })
             .await?;
         Ok(CreateConversationResult {
             conversation_id: id,

@@ -24,6 +24,7 @@ mod access;
 mod append;
 mod create;
 mod known;
+mod list;
 mod read;
 mod tokens;
 
@@ -342,25 +343,6 @@ impl Orchestrator {
     /// named for `idle` (they are loaded again when named); how many.
     pub async fn forget_idle(&self, idle: std::time::Duration) -> Result<usize> {
         self.writer.forget_idle(idle).await
-    }
-
-    /// `listConversations`: the conversations of the caller's tenant it may read: those it
-    /// takes part in and the sub-conversations below them (every one, for an admin).
-    pub async fn list_conversations(&self, who: &Identity) -> ListConversationsResult {
-        self.load_closed_of(who).await;
-        let mut convs = self.hub.all();
-        convs.retain(|c| proto_spec::tenant::tenant_of(&c.id) == &*who.tenant);
-        if !who.admin {
-            convs.retain(|c| self.takes_part_above(&who.agent_id, c));
-        }
-        if let Some(s) = &who.scope {
-            convs.retain(|c| self.within(c, &s.home));
-        }
-        self.catch_up(&convs).await;
-        let mut conversations: Vec<Snapshot> =
-            convs.iter().map(|c| c.snapshot(&who.agent_id)).collect();
-        conversations.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
-        ListConversationsResult { conversations }
     }
 
     /// `claimTurn`.

@@ -30,6 +30,8 @@ impl ConvMachine {
                     self.participants = created.participants;
                     self.members = Members::new(&self.participants);
                     self.policy = created.policy.and_then(|p| serde_json::from_value(p).ok());
+                    self.metadata = created.metadata.filter(|m| !m.is_null()).map(Arc::new);
+                    self.scenario = created.scenario.map(Arc::from);
                     // The payload names the parent within the tenant; the state, by its key.
                     self.parent = created.parent.map(|p| ParentLink {
                         conversation_id: tenant::sibling(&self.id, &p.conversation_id).into_owned(),

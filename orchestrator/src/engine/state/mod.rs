@@ -60,6 +60,10 @@ pub struct ConvMachine {
     idem: Seeded<String, Seeded<String, IdemRecord>>,
     policy: Option<TurnPolicy>,
     parent: Option<ParentLink>,
+    /// The metadata it was created with, and the scenario it was made from (what lists
+    /// filter by).
+    metadata: Option<Arc<Value>>,
+    scenario: Option<Arc<str>>,
 }
 
 /// A map keyed by strings clients choose: hashed with a random seed (`ahash`), so that nobody
@@ -97,6 +101,8 @@ impl ConvMachine {
             idem: Seeded::default(),
             policy: None,
             parent: None,
+            metadata: None,
+            scenario: None,
         }
     }
 
@@ -137,6 +143,7 @@ impl ConvMachine {
             metadata: metadata.cloned(),
             policy: policy.map(|p| json!(p)),
             parent: None,
+            scenario: None,
         }
     }
 
@@ -148,6 +155,16 @@ impl ConvMachine {
     /// For a sub-conversation: its parent and depth.
     pub fn parent(&self) -> Option<&ParentLink> {
         self.parent.as_ref()
+    }
+
+    /// The metadata it was created with.
+    pub fn metadata(&self) -> Option<&Arc<Value>> {
+        self.metadata.as_ref()
+    }
+
+    /// The scenario it was made from, by name.
+    pub fn scenario(&self) -> Option<&Arc<str>> {
+        self.scenario.as_ref()
     }
 
     /// Whether this conversation may open one more sub-conversation (`id` names it in the

@@ -65,6 +65,7 @@ pub struct TurnPolicy {
     /// it was recorded (they then act with no authority beyond their own conversation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authority: Option<Authority>,
+
     /// The modes of each participant that does not support every mode, its default first
     /// (absent: every mode, `converse` by default).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -152,6 +152,7 @@ impl Writer {
             policy,
             fork,
             child_of,
+            scenario,
         } = c;
         if self.convs.find(&id).is_some() {
             return Err(RpcError::new(
@@ -186,6 +187,7 @@ impl Writer {
             None => {
                 let created = Created {
                     parent: link,
+                    scenario,
                     ..ConvMachine::created(
                         &participants,
                         metadata.as_ref(),

@@ -114,6 +114,8 @@ pub struct CreateJob {
     pub fork: Option<ForkFrom>,
     /// For a sub-conversation: its parent and the limits it is checked against.
     pub child_of: Option<ChildOf>,
+    /// The scenario it is made from, by name.
+    pub scenario: Option<String>,
 }
 
 /// The prefix a forked conversation starts from.
@@ -275,6 +277,12 @@ fn share_links(state: &ConvMachine, view: &ConvView) {
     }
     if let Some(p) = state.parent() {
         view.set_parent(p.conversation_id.clone());
+    }
+    if let Some(m) = state.metadata() {
+        view.set_metadata(m.clone());
+    }
+    if let Some(s) = state.scenario() {
+        view.set_scenario(s.clone());
     }
 }
 
@@ -450,27 +458,11 @@ impl WriterHandle {
 
     /// Creates a conversation (a sub-conversation of `child_of.parent` when given: the parent's
     /// `subconversation_started` commits with it); answers once it is durable.
-    pub async fn create(
-        &self,
-        id: String,
-        participants: Vec<String>,
-        metadata: Option<Value>,
-        created_by: String,
-        policy: Option<TurnPolicy>,
-        child_of: Option<ChildOf>,
-    ) -> Result<()> {
+    pub async fn create(&self, conv: CreateJob) -> Result<()> {
         // The caps count the creator's open conversations: every one must be held.
         self.swept_for_creation().await?;
         self.send_create(|reply| Job::Create {
-            conv: Box::new(CreateJob {
-                id,
-                participants,
-                metadata,
-                created_by,
-                policy,
-                fork: None,
-                child_of,
-            }),
+            conv: Box::new(conv),
             reply,
         })
         .await
@@ -495,6 +487,7 @@ impl WriterHandle {
                 policy: None,
                 fork: Some(fork),
                 child_of: None,
+                scenario: None,
             }),
             reply,
         })

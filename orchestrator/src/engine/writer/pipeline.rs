@@ -180,6 +180,7 @@ pub(super) fn publish(hub: &Hub, batch: Committed) {
             if let Some(ms) = heads_only {
                 // Participants' events, read only as a head (the orchestrator's are read whole).
                 shared.set_clock(0, ms);
+                hub.listing().mark(&shared);
             } else if new {
                 shared.set_clock(batch.ts_ms, batch.ts_ms);
                 hub.register(shared.clone());
@@ -190,6 +191,7 @@ pub(super) fn publish(hub: &Hub, batch: Committed) {
                 // Idleness counts from the participants' last event: the orchestrator's own
                 // (timeouts, decisions) never keep a conversation alive.
                 shared.set_clock(0, batch.ts_ms);
+                hub.listing().mark(&shared);
             }
             // The state machine says which event named the current speaker: one of this
             // batch's, or an earlier one.

@@ -379,8 +379,13 @@ async fn me(State(s): State<Shared>, Caller(who): Caller) -> Response {
     ok(StatusCode::OK, s.orch.who_am_i(&who))
 }
 
-async fn list(State(s): State<Shared>, Caller(who): Caller) -> ApiResult<Response> {
-    ok_within(&s, s.orch.list_conversations(&who).await)
+/// `GET /conversations`: a page of `listConversations`, its params in the query.
+async fn list(State(s): State<Shared>, Caller(who): Caller, uri: Uri) -> ApiResult<Response> {
+    let q: ListQuery = query(&uri)?;
+    let p = q
+        .params()
+        .ok_or_else(|| api_error(ErrorCode::InvalidParams, "metadata: KEY:VALUE"))?;
+    ok_within(&s, s.orch.list_conversations(&who, p).await?)
 }
 
 async fn create(

@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Callable, cast
 import websockets
 
 from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
+from .listing import ListingMethods
 from .tokens import TokenMethods
 
 log = logging.getLogger("orchestrator_sdk.client")
@@ -33,7 +34,6 @@ from .wire import (
     CreateConversationResult,
     EventNotification,
     GetUpdatesResult,
-    ListConversationsResult,
     ListScenariosResult,
     RequestTurnNotification,
     Snapshot,
@@ -140,7 +140,7 @@ async def _next(queue: asyncio.Queue[Any], timeout: float | None, ended: str) ->
     return item
 
 
-class Client(TokenMethods):
+class Client(TokenMethods, ListingMethods):
     """A connection to the orchestrator as the agent of `token`. Make one with
     `await Client.connect(url, token)`; close it with `await client.close()`."""
 
@@ -210,10 +210,6 @@ class Client(TokenMethods):
     async def get_conversation(self, conversation_id: str) -> Snapshot:
         """`getConversation`: the snapshot with the caller's guidance."""
         return cast(Snapshot, await self.call("getConversation", {"conversationId": conversation_id}))
-
-    async def list_conversations(self) -> ListConversationsResult:
-        """`listConversations`: `{conversations: [snapshot]}`."""
-        return cast(ListConversationsResult, await self.call("listConversations", {}))
 
     async def list_scenarios(self) -> ListScenariosResult:
         """`listScenarios` (admins): the server's scenario library."""
@@ -351,8 +347,8 @@ class Client(TokenMethods):
             sub = Subscription(conversation_id, {conversation_id: since_seq})
         elif since_seq is None:
             # The same for every conversation; those created later replay from their start.
-            listed = await self.list_conversations()
-            sub = Subscription(None, {c["conversationId"]: c["latestSeq"] for c in listed["conversations"]})
+            listed = await self.all_conversations(participant=self.agent_id)
+            sub = Subscription(None, {c["conversationId"]: c["latestSeq"] for c in listed})
         else:
             sub = Subscription(None, {}, since_all=since_seq)
         self._subs.append(sub)

@@ -339,7 +339,7 @@ class ExternalExecutor:
         sub = await self.client.subscribe()
         handled: dict[str, int] = {}
         try:
-            for s in (await self.client.list_conversations())["conversations"]:
+            for s in await self.client.all_conversations(status="open", participant=self.client.agent_id):
                 self._consider(s, handled)
             async for item in sub:
                 e = item["event"]

@@ -187,6 +187,8 @@ class Created(_CreatedRequired, total=False):
     """The turn policy recorded from the scenario (the server's own format; readers other than
     the server treat it as opaque).
     """
+    scenario: str | None
+    """The scenario it was made from: its library name, or an inline scenario's `name`."""
 
 
 DocFormat = Literal["markdown", "json"]
@@ -420,17 +422,74 @@ class HttpError(TypedDict):
     """The protocol's error object: code, message, data (with the code's name)."""
 
 
-class ListConversationsParams(TypedDict):
-    """`listConversations` params (none)."""
-    pass
-
-
-class ListConversationsResult(TypedDict):
-    """`listConversations` result."""
-    conversations: list[Snapshot]
-    """A snapshot of each conversation the caller may read: those it takes part in and the
-    sub-conversations below them (every one, for an admin).
+class ListConversationsParams(TypedDict, total=False):
+    """`listConversations` params: a page of the conversations the caller may read, newest
+    activity first, each filter narrowing it.
     """
+    createdAfter: str | None
+    """Only conversations created after this time (RFC 3339)."""
+    cursor: str | None
+    """Where the page starts: the `nextCursor` of the page before (opaque)."""
+    limit: int | None
+    """How many at most (1–1,000; default 100)."""
+    metadata: dict[str, Any] | None
+    """Only conversations whose metadata has each of these keys with these values."""
+    participant: str | None
+    """Only conversations this agent takes part in."""
+    query: str | None
+    """Only conversations whose id or metadata contains this text (case-insensitive)."""
+    scenario: str | None
+    """Only conversations made from this scenario (its library name, or an inline scenario's
+    `name`).
+    """
+    status: ListStatus | None
+    """Only conversations in this state: `active`, `paused`, `closed`, or `open` (active or
+    paused).
+    """
+    tenant: str | None
+    """Operators: another tenant's conversations."""
+    updatedAfter: str | None
+    """Only conversations with an event after this time (RFC 3339)."""
+
+
+class _ListConversationsResultRequired(TypedDict):
+    conversations: list[Snapshot]
+    """A snapshot of each conversation of the page the caller may read (those it takes part in
+    and the sub-conversations below them; every one of its tenant, for an admin), newest
+    activity first.
+    """
+
+
+class ListConversationsResult(_ListConversationsResultRequired, total=False):
+    """`listConversations` result."""
+    nextCursor: str | None
+    """Where the next page starts, if there may be more."""
+
+
+class ListQuery(TypedDict, total=False):
+    """Query of `GET /conversations`: `listConversations`'s params, a metadata filter written
+    `metadata=KEY:VALUE` (the value as JSON when it reads as JSON, else as text).
+    """
+    createdAfter: str | None
+    """Created after this time (RFC 3339)."""
+    cursor: str | None
+    """The `nextCursor` of the page before."""
+    limit: int | None
+    """How many at most (1–1,000; default 100)."""
+    metadata: str | None
+    """`KEY:VALUE`: the metadata's KEY equals VALUE."""
+    participant: str | None
+    """An agent that takes part."""
+    query: str | None
+    """Text in the id or the metadata."""
+    scenario: str | None
+    """The scenario's name."""
+    status: ListStatus | None
+    """`active`, `paused`, `closed` or `open`."""
+    tenant: str | None
+    """Operators: another tenant."""
+    updatedAfter: str | None
+    """With an event after this time (RFC 3339)."""
 
 
 class ListScenariosParams(TypedDict):
@@ -442,6 +501,10 @@ class ListScenariosResult(TypedDict):
     """`listScenarios` result: the scenarios `createConversation` takes by `scenarioName`."""
     scenarios: list[ScenarioInfo]
     """Each scenario of the server's library, by name."""
+
+
+ListStatus = Literal["active", "paused", "closed", "open"]
+"""The states `listConversations` filters by."""
 
 
 class ListTenantsParams(TypedDict):
