@@ -65,6 +65,9 @@ def stack(tmp_path):
     scenarios.mkdir()
     (scenarios / "helpdesk.yaml").write_text(HELPDESK)
     (scenarios / "expert.yaml").write_text(EXPERT)
+    # Tenant `other`'s library has an `expert` of its own.
+    (scenarios / "tenants" / "other").mkdir(parents=True)
+    (scenarios / "tenants" / "other" / "expert.yaml").write_text(EXPERT)
     server = Server(tmp_path / "a2a.db")
     server.tokens = {"admin": server.token("admin", admin=True), "acme": server.token("acme"),
                      "globex": server.token("globex"), "expert": server.token("expert")}

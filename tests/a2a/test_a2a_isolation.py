@@ -107,6 +107,36 @@ def test_a_peer_reaches_only_what_it_started(stack):
     assert got["status"]["state"] == "TASK_STATE_SUBMITTED"
 
 
+def test_an_agent_of_another_tenant_with_the_same_id_reaches_nothing(stack):
+    """`acme` of tenant `other` is not the default tenant's `acme`: its calls on acme's task
+    and context are answered as for ids that never existed, its list is its own, and its own
+    work (from its tenant's `expert`) is not acme's."""
+    task = acme_task(stack)
+    url = stack.a2a + "/expert/"
+    other = stack.tenant_token("other", "acme")
+
+    def error(method, params):
+        answer = rpc(url, method, params, token=other)
+        assert "error" in answer, answer
+        assert SECRET not in json.dumps(answer)
+        return answer["error"]
+
+    ghost = "a2a-00000000000000000000000000000000"
+    for method in ["GetTask", "CancelTask", "SubscribeToTask"]:
+        theirs, none = error(method, {"id": task["id"]}), error(method, {"id": ghost + "~2"})
+        assert theirs["code"] == none["code"] == -32001, (theirs, none)
+        assert theirs["message"].replace(task["id"], "ID") == none["message"].replace(ghost + "~2", "ID")
+    message = {"messageId": "o-1", "role": "ROLE_USER", "parts": [{"text": "mine now"}], "contextId": task["contextId"]}
+    assert error("SendMessage", {"message": message})["code"] == -32001
+    assert rpc(url, "ListTasks", {}, token=other)["result"]["tasks"] == []
+    # Its own task, from its own tenant's library: not listed to the default tenant's acme.
+    own = rpc(url, "SendMessage", {"message": {"messageId": "o-2", "role": "ROLE_USER", "parts": [{"text": "ours"}]},
+                                   "configuration": {"returnImmediately": True}}, token=other)["result"]["task"]
+    listed = rpc(url, "ListTasks", {}, token=stack.tokens["acme"])["result"]["tasks"]
+    assert own["id"] not in [t["id"] for t in listed] and task["id"] in [t["id"] for t in listed]
+    assert messages_of(stack, task["contextId"]) == [("acme", SECRET)]
+
+
 def test_conversations_the_adapter_did_not_start_are_not_contexts(stack):
     """acme takes part in a conversation an admin made (with the expert) and bob's private one
     exists too: neither is reachable through the adapter, and nothing is posted into them."""

@@ -71,6 +71,15 @@ class Server:
             args.append("--admin")
         return subprocess.run(args, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
+    def tenant_token(self, tenant, agent, admin=False):
+        """A token of `agent` of `tenant`, the tenant made first if it is new."""
+        made = subprocess.run([BIN, "tenant", "create", tenant, "--db", self.db], capture_output=True, text=True, timeout=30)
+        assert made.returncode == 0 or "exists already" in made.stderr, made.stderr
+        args = [BIN, "token", "create", "--agent", agent, "--tenant", tenant, "--db", self.db]
+        if admin:
+            args.append("--admin")
+        return subprocess.run(args, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
     def start(self, listen="127.0.0.1:0", *extra):
         self.proc, self.url = spawn_listening([BIN, "serve", "--listen", listen, "--db", self.db, *extra], r"(wss?://\S+/rpc)")
         # ws:// → http://, wss:// → https:// (serve --tls-cert).

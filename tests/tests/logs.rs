@@ -303,8 +303,29 @@ async fn a_broken_scenario_file_is_reported_and_the_rest_of_the_library_is_serve
         std::fs::copy(&path, library.join(path.file_name().unwrap())).unwrap();
     }
     std::fs::write(library.join("torn.yaml"), "participants: [unclosed").unwrap();
+    // A tenant's own library, and a folder that names no tenant.
+    let acme = library.join("tenants").join("acme");
+    std::fs::create_dir_all(&acme).unwrap();
+    std::fs::write(
+        acme.join("desk.yaml"),
+        "participants:\n  - {id: peer, external: true, caller: true}\n  - {id: desk, kind: scripted, replies: [ok]}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(library.join("tenants").join("Not_A_Tenant")).unwrap();
     let db = dir.path().join("o.db").display().to_string();
     let admin = token(&db, "admin", true);
+    let made = tests::procs::run_in(dir.path(), &["tenant", "create", "acme", "--db", &db]);
+    assert!(made.status.success());
+    let acme_admin = tests::procs::run_in(
+        dir.path(),
+        &[
+            "token", "create", "--agent", "boss", "--tenant", "acme", "--admin", "--db", &db,
+        ],
+    );
+    let acme_admin = String::from_utf8(acme_admin.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
     let served = serve(&db, &["--scenarios", library.to_str().unwrap()]).await;
     for file in ["torn.yaml", "llm-tools.yaml", "plan-build-llm.yaml"] {
         let line = served
@@ -330,5 +351,19 @@ async fn a_broken_scenario_file_is_reported_and_the_rest_of_the_library_is_serve
         assert!(names.contains(&name), "{name} in {names:?}");
     }
     assert!(!names.contains(&"llm-tools"), "{names:?}");
+    // The tenant's library is its own: acme sees its `desk` only, the default tenant not it.
+    assert!(!names.contains(&"desk"), "{names:?}");
+    let line = served
+        .line("the folder that names no tenant", |l| {
+            l.contains("Not_A_Tenant")
+        })
+        .await;
+    assert!(line.contains(" WARN "), "{line}");
+    let acme = connect(&format!("ws://127.0.0.1:{}/rpc", served.port), &acme_admin).await;
+    let listed = agent_sdk::AgentClient::list_scenarios(&acme)
+        .await
+        .expect("acme's library");
+    let names: Vec<&str> = listed.scenarios.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["desk"]);
     drop(served.child);
 }

@@ -243,12 +243,21 @@ impl Store for PgStore {
     fn closed_ids(&self, agent: Option<&str>) -> Result<Vec<String>> {
         let agent = agent.map(str::to_string);
         self.with_client(move |c| async move {
-            let rows = c
-                .query(
-                    "SELECT id FROM conversations WHERE closed AND ($1::text IS NULL OR participants ? $1) ORDER BY num",
-                    &[&agent],
-                )
-                .await?;
+            // Two statements, each of which the index of closed conversations serves (one with
+            // an optional agent is planned once for both, as a scan of every conversation).
+            let rows = match &agent {
+                None => {
+                    c.query("SELECT id FROM conversations WHERE closed ORDER BY num", &[])
+                        .await?
+                }
+                Some(a) => {
+                    c.query(
+                        "SELECT id FROM conversations WHERE closed AND participants ? $1 ORDER BY num",
+                        &[a],
+                    )
+                    .await?
+                }
+            };
             Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
         })
     }
