@@ -345,6 +345,8 @@ def test_mcp_over_http_each_caller_acts_as_its_own_token(server):
     from mcp.client.streamable_http import streamable_http_client
 
     tokens = {agent: server.token(agent) for agent in ("alice", "bob")}
+    # alice of another tenant: the same agent id, another principal.
+    elsewhere = server.tenant_token("elsewhere", "alice")
 
     async def make():
         admin = await RpcClient.connect(server.url, server.tokens["admin"])
@@ -369,8 +371,8 @@ def test_mcp_over_http_each_caller_acts_as_its_own_token(server):
         assert httpx.post(url, json=init, headers=dict(alice, Host=f"mcp.test:{port}"), timeout=10).status_code == 200
         assert httpx.post(url, json=init, headers=dict(alice, Host="elsewhere.test"), timeout=10).status_code == 403
 
-        async def as_agent(agent):
-            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[agent]}"}, timeout=30)
+        async def as_agent(agent, token=None):
+            client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token or tokens[agent]}"}, timeout=30)
             async with Client(streamable_http_client(url, http_client=client)) as mcp:
                 listed = data(await mcp.call_tool("list_conversations", {}))
                 other = "mcp-bob" if agent == "alice" else "mcp-alice"
@@ -387,6 +389,12 @@ def test_mcp_over_http_each_caller_acts_as_its_own_token(server):
         for agent in tokens:
             said = [(e["author"], e["payload"]["text"]) for e in log_messages(server, f"mcp-{agent}")]
             assert said == [(agent, f"{agent} here")], said
+        # The other tenant's alice lists nothing of the default tenant's, reads and writes none
+        # of it (its own post goes nowhere: it has no conversation mcp-alice).
+        ids, refused, posted, mine = asyncio.run(asyncio.wait_for(as_agent("alice", elsewhere), 60))
+        assert ids == [] and refused.is_error and posted.is_error and mine.is_error, (ids, refused, posted, mine)
+        said = [(e["author"], e["payload"]["text"]) for e in log_messages(server, "mcp-alice")]
+        assert said == [("alice", "alice here")], said
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
