@@ -154,7 +154,7 @@ struct ServeArgs {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve JSON-RPC over WebSocket at /rpc (and /healthz) on one port.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run one scenario to its end, printing the transcript live, then a summary.
     Run {
         /// The scenario file (YAML or JSON).
@@ -379,7 +379,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Token { command } => tokens::token(command),
         Command::Tenant { command } => tokens::tenant(command),
-        Command::Serve(args) => serve_command(args),
+        Command::Serve(args) => serve_command(*args),
         Command::Run { scenario, opts } => {
             let text = std::fs::read_to_string(&scenario)
                 .with_context(|| format!("reading {}", scenario.display()))?;

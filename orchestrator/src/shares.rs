@@ -17,32 +17,20 @@ pub struct ShareOpts {
     #[arg(long, env = "ORCHESTRATOR_MAX_APPEND_BYTES_PER_MINUTE", default_value_t = Limits::default().max_append_bytes_per_minute)]
     max_append_bytes_per_minute: u64,
     /// Each tenant's conversations open at once, unless its own quota says otherwise (0: none).
-    #[arg(
-        long,
-        env = "ORCHESTRATOR_TENANT_OPEN_CONVERSATIONS",
-        default_value_t = 0
-    )]
-    tenant_open_conversations: u64,
+    #[arg(long, env = "ORCHESTRATOR_TENANT_OPEN_CONVERSATIONS")]
+    tenant_open_conversations: Option<u64>,
     /// Each tenant's events appended a second, across the cluster (0: none).
-    #[arg(
-        long,
-        env = "ORCHESTRATOR_TENANT_APPENDS_PER_SECOND",
-        default_value_t = 0
-    )]
-    tenant_appends_per_second: u64,
+    #[arg(long, env = "ORCHESTRATOR_TENANT_APPENDS_PER_SECOND")]
+    tenant_appends_per_second: Option<u64>,
     /// Each tenant's WebSocket connections, across the cluster (0: none).
-    #[arg(long, env = "ORCHESTRATOR_TENANT_CONNECTIONS", default_value_t = 0)]
-    tenant_connections: u64,
+    #[arg(long, env = "ORCHESTRATOR_TENANT_CONNECTIONS")]
+    tenant_connections: Option<u64>,
     /// Each tenant's model tokens a day, UTC (0: none).
-    #[arg(
-        long,
-        env = "ORCHESTRATOR_TENANT_LLM_TOKENS_PER_DAY",
-        default_value_t = 0
-    )]
-    tenant_llm_tokens_per_day: u64,
+    #[arg(long, env = "ORCHESTRATOR_TENANT_LLM_TOKENS_PER_DAY")]
+    tenant_llm_tokens_per_day: Option<u64>,
     /// Each tenant's tokens held (0: none).
-    #[arg(long, env = "ORCHESTRATOR_TENANT_TOKENS", default_value_t = 0)]
-    tenant_tokens: u64,
+    #[arg(long, env = "ORCHESTRATOR_TENANT_TOKENS")]
+    tenant_tokens: Option<u64>,
 }
 
 impl ShareOpts {
@@ -53,11 +41,11 @@ impl ShareOpts {
             max_connections_per_agent: self.max_connections_per_agent,
             max_append_bytes_per_minute: self.max_append_bytes_per_minute,
             tenant_quotas: proto_spec::TenantQuotas {
-                open_conversations: Some(self.tenant_open_conversations),
-                appends_per_second: Some(self.tenant_appends_per_second),
-                connections: Some(self.tenant_connections),
-                llm_tokens_per_day: Some(self.tenant_llm_tokens_per_day),
-                tokens: Some(self.tenant_tokens),
+                open_conversations: self.tenant_open_conversations,
+                appends_per_second: self.tenant_appends_per_second,
+                connections: self.tenant_connections,
+                llm_tokens_per_day: self.tenant_llm_tokens_per_day,
+                tokens: self.tenant_tokens,
             }
             .without_zeros(),
             ..limits

@@ -54,7 +54,7 @@ pub use document::{DocFormat, DocumentData, Mode, OutputSpec, DELIVERABLE_SCHEMA
 pub use error::{codes, ErrorCode, ErrorObject, RpcError};
 pub use event::{Attachment, Event, EventKind, Finality, MessagePayload};
 pub use guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
-pub use http::{EventsQuery, HttpError, ListQuery, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
+pub use http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
 pub use method::*;
 pub use system::{ExecutorTrace, StopReason, SystemEvent};
 pub use tokens::{

@@ -340,8 +340,13 @@ pub struct ListConversationsParams {
     /// `name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scenario: Option<String>,
-    /// Only conversations whose metadata has each of these keys with these values.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Only conversations whose metadata has each of these keys with these values (in a URL's
+    /// query: `metadata=KEY:VALUE`, the value read as JSON when it is JSON, else as text).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "metadata_filter"
+    )]
     pub metadata: Option<serde_json::Map<String, Value>>,
     /// Only conversations created after this time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -355,6 +360,26 @@ pub struct ListConversationsParams {
     /// Operators: another tenant's conversations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+}
+
+/// A metadata filter: an object, or (as a URL's query carries it) `KEY:VALUE`.
+fn metadata_filter<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Map<String, Value>>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Object(m) => Ok(Some(m)),
+        Value::String(s) => {
+            let (k, v) = s
+                .split_once(':')
+                .ok_or_else(|| serde::de::Error::custom("metadata: KEY:VALUE"))?;
+            let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.into()));
+            Ok(Some([(k.to_string(), value)].into_iter().collect()))
+        }
+        Value::Null => Ok(None),
+        _ => Err(serde::de::Error::custom(
+            "metadata: an object of the keys and values to match",
+        )),
+    }
 }
 
 /// The states `listConversations` filters by.

@@ -89,7 +89,6 @@ fn every_wire_type_round_trips_its_fixtures() {
         ForkConversationParams,
         PostMessageBody,
         EventsQuery,
-        ListQuery,
         ListStatus,
         WaitQuery,
         WaitResult,

@@ -462,6 +462,38 @@ impl TestServer {
     }
 }
 
+/// Every method that names a conversation any agent may call, with its other params (the
+/// conversation goes in `conversationId`, or `parentConversationId` for `createConversation`).
+pub fn conversation_methods() -> Vec<(&'static str, Value)> {
+    vec![
+        ("getConversation", json!({})),
+        ("tail", json!({"sinceSeq": 0})),
+        ("waitForChange", json!({"sinceSeq": 0, "timeoutMs": 0})),
+        ("getUpdatesOrGuidance", json!({"sinceSeq": 0})),
+        (
+            "sendMessage",
+            json!({"payload": {"text": "hi"}, "finality": "turn"}),
+        ),
+        ("sendTrace", json!({"payload": {"type": "note"}})),
+        ("subscribe", json!({})),
+        ("createConversation", json!({"participants": ["alice"]})),
+    ]
+}
+
+/// Every HTTP route that names a conversation any agent may call (`ID` in the path), with its
+/// body.
+pub fn conversation_routes() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("GET /conversations/ID", ""),
+        ("GET /conversations/ID/wait?sinceSeq=0&timeoutMs=0", ""),
+        ("GET /conversations/ID/events", ""),
+        (
+            "POST /conversations/ID/messages",
+            r#"{"payload":{"text":"hi"},"finality":"turn"}"#,
+        ),
+    ]
+}
+
 /// A raw WebSocket speaking JSON text frames.
 #[derive(Debug)]
 pub struct RawWs {

@@ -276,19 +276,7 @@ async fn a_conversation_that_is_not_yours_is_answered_as_one_that_does_not_exist
     alice.authenticate(server.token("alice")).await;
     // Every method that names a conversation, on bob's and on one that never existed: the
     // same error, word for word but for the id.
-    let calls = [
-        ("getConversation", json!({})),
-        ("tail", json!({"sinceSeq": 0})),
-        ("waitForChange", json!({"sinceSeq": 0, "timeoutMs": 0})),
-        ("getUpdatesOrGuidance", json!({"sinceSeq": 0})),
-        (
-            "sendMessage",
-            json!({"payload": {"text": "hi"}, "finality": "turn"}),
-        ),
-        ("sendTrace", json!({"payload": {"type": "note"}})),
-        ("subscribe", json!({})),
-        ("createConversation", json!({"participants": ["alice"]})),
-    ];
+    let calls = tests::conversation_methods();
     for (i, (method, params)) in calls.iter().enumerate() {
         let answer = |id: &str| {
             let mut p = params.clone();
@@ -315,16 +303,7 @@ async fn a_conversation_that_is_not_yours_is_answered_as_one_that_does_not_exist
     // Over HTTP: 404 with the same body.
     let addr = server.running().local_addr().to_string();
     let bearer = format!("Authorization: Bearer {}\r\n", server.token("alice"));
-    let routes = [
-        ("GET /conversations/ID", ""),
-        ("GET /conversations/ID/wait?sinceSeq=0&timeoutMs=0", ""),
-        ("GET /conversations/ID/events", ""),
-        (
-            "POST /conversations/ID/messages",
-            r#"{"payload":{"text":"hi"},"finality":"turn"}"#,
-        ),
-    ];
-    for (route, body) in routes {
+    for (route, body) in tests::conversation_routes() {
         let headers = format!("{bearer}Content-Type: application/json\r\n");
         let theirs = tests::http_raw(&addr, &route.replace("ID", "bobs"), &headers, body).await;
         let none = tests::http_raw(&addr, &route.replace("ID", "nobodys"), &headers, body).await;

@@ -83,3 +83,36 @@ fn each_serve_flag_sets_the_limit_it_names() {
         );
     }
 }
+
+/// Each `--tenant-…` flag fills the quota of the same name that every tenant without its own is
+/// held to.
+#[test]
+fn each_tenant_quota_flag_sets_the_default_quota_it_names() {
+    let fields = [
+        "open_conversations",
+        "appends_per_second",
+        "connections",
+        "llm_tokens_per_day",
+        "tokens",
+    ];
+    let mut args = vec!["serve".to_string(), "--print-limits".into()];
+    for (n, field) in fields.iter().enumerate() {
+        args.extend([
+            format!("--tenant-{}", field.replace('_', "-")),
+            (11 + n).to_string(),
+        ]);
+    }
+    let out = std::process::Command::new(binary())
+        .args(&args)
+        .env_remove("ORCHESTRATOR_DB")
+        .output()
+        .expect("serve --print-limits");
+    let printed: String = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect();
+    assert!(out.status.success(), "{printed}");
+    for (n, field) in fields.iter().enumerate() {
+        let shown = format!("{field}:Some({},)", 11 + n);
+        assert!(printed.contains(&shown), "{shown} not in {printed}");
+    }
+}

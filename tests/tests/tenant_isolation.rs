@@ -62,24 +62,15 @@ impl Two {
     }
 }
 
-/// Every method that names a conversation, with its other params.
+/// Every method that names a conversation, an admin's included, with its other params.
 fn methods() -> Vec<(&'static str, Value)> {
-    vec![
-        ("getConversation", json!({})),
-        ("tail", json!({"sinceSeq": 0})),
-        ("waitForChange", json!({"sinceSeq": 0, "timeoutMs": 0})),
-        ("getUpdatesOrGuidance", json!({"sinceSeq": 0})),
-        (
-            "sendMessage",
-            json!({"payload": {"text": "hi"}, "finality": "turn"}),
-        ),
-        ("sendTrace", json!({"payload": {"type": "note"}})),
-        ("subscribe", json!({})),
+    let mut all = tests::conversation_methods();
+    all.extend([
         ("pauseConversation", json!({})),
         ("resumeConversation", json!({})),
         ("forkConversation", json!({"atSeq": 1})),
-        ("createConversation", json!({"participants": ["alice"]})),
-    ]
+    ]);
+    all
 }
 
 fn naming(method: &str, params: &Value, id: &str) -> Value {
@@ -131,17 +122,11 @@ async fn another_tenants_conversation_is_answered_as_one_that_does_not_exist() {
         "Authorization: Bearer {}\r\nContent-Type: application/json\r\n",
         two.globex_admin
     );
-    let routes = [
-        ("GET /conversations/ID", ""),
-        ("GET /conversations/ID/wait?sinceSeq=0&timeoutMs=0", ""),
-        ("GET /conversations/ID/events", ""),
-        (
-            "POST /conversations/ID/messages",
-            r#"{"payload":{"text":"hi"},"finality":"turn"}"#,
-        ),
+    let mut routes = tests::conversation_routes();
+    routes.extend([
         ("POST /conversations/ID/pause", ""),
         ("POST /conversations/ID/resume", ""),
-    ];
+    ]);
     for (route, body) in routes {
         let theirs = tests::http_raw(&addr, &route.replace("ID", "secret"), &bearer, body).await;
         let none = tests::http_raw(&addr, &route.replace("ID", "nobodys"), &bearer, body).await;

@@ -13,9 +13,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{ErrorCode, ErrorObject};
 use crate::event::{Attachment, Event, EventKind, Finality, MessagePayload};
 use crate::guidance::{ConversationStatus, Guidance, GuidanceStatus, Snapshot};
-use crate::http::{
-    EventsQuery, HttpError, ListQuery, PostMessageBody, WaitQuery, WaitResult, WhoAmI,
-};
+use crate::http::{EventsQuery, HttpError, PostMessageBody, WaitQuery, WaitResult, WhoAmI};
 use crate::method::*;
 use crate::tokens::*;
 
@@ -462,7 +460,6 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("ForkConversationParams", root::<ForkConversationParams>());
     m.insert("PostMessageBody", root::<PostMessageBody>());
     m.insert("EventsQuery", root::<EventsQuery>());
-    m.insert("ListQuery", root::<ListQuery>());
     m.insert("WaitQuery", root::<WaitQuery>());
     m.insert("WaitResult", root::<WaitResult>());
     m.insert("WhoAmI", root::<WhoAmI>());

@@ -56,7 +56,7 @@ pub const ROUTES: &[RouteSpec] = &[
         summary: "A page of the conversations the caller may read (those it takes part in and those below them; every one of its tenant, for an admin), newest activity first, filtered.",
         needs_auth: true,
         body: None,
-        query: Some(s::<ListQuery>),
+        query: Some(s::<ListConversationsParams>),
         headers: &[],
         status: 200,
         answer: Answer::Json(s::<ListConversationsResult>),

@@ -366,7 +366,10 @@ export interface ListConversationsParams {
   cursor?: string | null;
   /** How many at most (1–1,000; default 100). */
   limit?: number | null;
-  /** Only conversations whose metadata has each of these keys with these values. */
+  /**
+   * Only conversations whose metadata has each of these keys with these values (in a URL's
+   * query: `metadata=KEY:VALUE`, the value read as JSON when it is JSON, else as text).
+   */
   metadata?: Record<string, unknown> | null;
   /** Only conversations this agent takes part in. */
   participant?: string | null;
@@ -398,33 +401,6 @@ export interface ListConversationsResult {
   conversations: Array<Snapshot>;
   /** Where the next page starts, if there may be more. */
   nextCursor?: string | null;
-}
-
-/**
- * Query of `GET /conversations`: `listConversations`'s params, a metadata filter written
- * `metadata=KEY:VALUE` (the value as JSON when it reads as JSON, else as text).
- */
-export interface ListQuery {
-  /** Created after this time (RFC 3339). */
-  createdAfter?: string | null;
-  /** The `nextCursor` of the page before. */
-  cursor?: string | null;
-  /** How many at most (1–1,000; default 100). */
-  limit?: number | null;
-  /** `KEY:VALUE`: the metadata's KEY equals VALUE. */
-  metadata?: string | null;
-  /** An agent that takes part. */
-  participant?: string | null;
-  /** Text in the id or the metadata. */
-  query?: string | null;
-  /** The scenario's name. */
-  scenario?: string | null;
-  /** `active`, `paused`, `closed` or `open`. */
-  status?: ListStatus | null;
-  /** Operators: another tenant. */
-  tenant?: string | null;
-  /** With an event after this time (RFC 3339). */
-  updatedAfter?: string | null;
 }
 
 /** `listScenarios` params (none). */

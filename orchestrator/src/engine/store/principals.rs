@@ -112,6 +112,18 @@ pub trait Principals {
     ) -> Result<Vec<TenantUsage>>;
 }
 
+/// Records one node's report of one tenant (`$1` node … `$7` when), on both backends.
+pub(crate) const USAGE_PUT: &str =
+    "INSERT INTO tenant_usage (node, tenant, appends, connections, llm_day, llm_tokens, at_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, tenant) DO UPDATE SET \
+     appends = excluded.appends, connections = excluded.connections, \
+     llm_day = excluded.llm_day, llm_tokens = excluded.llm_tokens, at_ms = excluded.at_ms";
+/// Lets go of reports older than `$1` (ms since the epoch).
+pub(crate) const USAGE_FORGET: &str = "DELETE FROM tenant_usage WHERE at_ms < $1";
+/// The other nodes' reports (`$1`: this node).
+pub(crate) const USAGE_OTHERS: &str =
+    "SELECT tenant, appends, connections, llm_day, llm_tokens, at_ms FROM tenant_usage WHERE node <> $1";
+
 /// How recent another node's report must be for its appends and connections to count.
 pub const USAGE_FRESH_MS: i64 = 3_000;
 

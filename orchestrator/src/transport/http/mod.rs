@@ -381,10 +381,7 @@ async fn me(State(s): State<Shared>, Caller(who): Caller) -> Response {
 
 /// `GET /conversations`: a page of `listConversations`, its params in the query.
 async fn list(State(s): State<Shared>, Caller(who): Caller, uri: Uri) -> ApiResult<Response> {
-    let q: ListQuery = query(&uri)?;
-    let p = q
-        .params()
-        .ok_or_else(|| api_error(ErrorCode::InvalidParams, "metadata: KEY:VALUE"))?;
+    let p: ListConversationsParams = query(&uri)?;
     ok_within(&s, s.orch.list_conversations(&who, p).await?)
 }
 

@@ -433,7 +433,9 @@ class ListConversationsParams(TypedDict, total=False):
     limit: int | None
     """How many at most (1–1,000; default 100)."""
     metadata: dict[str, Any] | None
-    """Only conversations whose metadata has each of these keys with these values."""
+    """Only conversations whose metadata has each of these keys with these values (in a URL's
+    query: `metadata=KEY:VALUE`, the value read as JSON when it is JSON, else as text).
+    """
     participant: str | None
     """Only conversations this agent takes part in."""
     query: str | None
@@ -464,32 +466,6 @@ class ListConversationsResult(_ListConversationsResultRequired, total=False):
     """`listConversations` result."""
     nextCursor: str | None
     """Where the next page starts, if there may be more."""
-
-
-class ListQuery(TypedDict, total=False):
-    """Query of `GET /conversations`: `listConversations`'s params, a metadata filter written
-    `metadata=KEY:VALUE` (the value as JSON when it reads as JSON, else as text).
-    """
-    createdAfter: str | None
-    """Created after this time (RFC 3339)."""
-    cursor: str | None
-    """The `nextCursor` of the page before."""
-    limit: int | None
-    """How many at most (1–1,000; default 100)."""
-    metadata: str | None
-    """`KEY:VALUE`: the metadata's KEY equals VALUE."""
-    participant: str | None
-    """An agent that takes part."""
-    query: str | None
-    """Text in the id or the metadata."""
-    scenario: str | None
-    """The scenario's name."""
-    status: ListStatus | None
-    """`active`, `paused`, `closed` or `open`."""
-    tenant: str | None
-    """Operators: another tenant."""
-    updatedAfter: str | None
-    """With an event after this time (RFC 3339)."""
 
 
 class ListScenariosParams(TypedDict):

@@ -252,10 +252,7 @@ impl Principals for PgStore {
             let tx = c.transaction().await?;
             for u in &mine {
                 tx.execute(
-                    "INSERT INTO tenant_usage (node, tenant, appends, connections, llm_day, llm_tokens, at_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, tenant) DO UPDATE SET \
-                     appends = excluded.appends, connections = excluded.connections, \
-                     llm_day = excluded.llm_day, llm_tokens = excluded.llm_tokens, at_ms = excluded.at_ms",
+                    super::super::USAGE_PUT,
                     &[
                         &node,
                         &u.tenant,
@@ -268,17 +265,9 @@ impl Principals for PgStore {
                 )
                 .await?;
             }
-            tx.execute(
-                "DELETE FROM tenant_usage WHERE at_ms < $1",
-                &[&(now_ms - USAGE_KEPT_MS)],
-            )
-            .await?;
-            let rows = tx
-                .query(
-                    "SELECT tenant, appends, connections, llm_day, llm_tokens, at_ms FROM tenant_usage WHERE node <> $1",
-                    &[&node],
-                )
+            tx.execute(super::super::USAGE_FORGET, &[&(now_ms - USAGE_KEPT_MS)])
                 .await?;
+            let rows = tx.query(super::super::USAGE_OTHERS, &[&node]).await?;
             tx.commit().await?;
             Ok(super::super::sum_usage(
                 rows.iter()

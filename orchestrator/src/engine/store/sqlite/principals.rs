@@ -212,12 +212,8 @@ impl Principals for SqliteStore {
         let mut conn = self.files.open(false)?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         {
-            let mut put = tx.prepare_cached(
-                "INSERT INTO tenant_usage (node, tenant, appends, connections, llm_day, llm_tokens, at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (node, tenant) DO UPDATE SET \
-                 appends = excluded.appends, connections = excluded.connections, \
-                 llm_day = excluded.llm_day, llm_tokens = excluded.llm_tokens, at_ms = excluded.at_ms",
-            )?;
+            // SQLite numbers `$1`…`$7` in the order they appear: as PostgreSQL does.
+            let mut put = tx.prepare_cached(super::super::USAGE_PUT)?;
             for u in mine {
                 put.execute(params![
                     node,
@@ -230,14 +226,9 @@ impl Principals for SqliteStore {
                 ])?;
             }
         }
-        tx.execute(
-            "DELETE FROM tenant_usage WHERE at_ms < ?1",
-            [now_ms - USAGE_KEPT_MS],
-        )?;
+        tx.execute(super::super::USAGE_FORGET, [now_ms - USAGE_KEPT_MS])?;
         let rows = {
-            let mut st = tx.prepare_cached(
-                "SELECT tenant, appends, connections, llm_day, llm_tokens, at_ms FROM tenant_usage WHERE node <> ?1",
-            )?;
+            let mut st = tx.prepare_cached(super::super::USAGE_OTHERS)?;
             let rows = st.query_map([node], |r| {
                 Ok((
                     r.get(0)?,
