@@ -19,6 +19,9 @@ pub struct ShareOpts {
     /// Each tenant's conversations open at once, unless its own quota says otherwise (0: none).
     #[arg(long, env = "ORCHESTRATOR_TENANT_OPEN_CONVERSATIONS")]
     tenant_open_conversations: Option<u64>,
+    /// Each tenant's bytes of payload held in the log (0: none).
+    #[arg(long, env = "ORCHESTRATOR_TENANT_STORED_BYTES")]
+    tenant_stored_bytes: Option<u64>,
     /// Each tenant's events appended a second, across the cluster (0: none).
     #[arg(long, env = "ORCHESTRATOR_TENANT_APPENDS_PER_SECOND")]
     tenant_appends_per_second: Option<u64>,
@@ -42,6 +45,7 @@ impl ShareOpts {
             max_append_bytes_per_minute: self.max_append_bytes_per_minute,
             tenant_quotas: proto_spec::TenantQuotas {
                 open_conversations: self.tenant_open_conversations,
+                stored_bytes: self.tenant_stored_bytes,
                 appends_per_second: self.tenant_appends_per_second,
                 connections: self.tenant_connections,
                 llm_tokens_per_day: self.tenant_llm_tokens_per_day,

@@ -219,21 +219,8 @@ pub enum TenantCommand {
     Quota {
         /// The tenant.
         name: String,
-        /// Conversations open at once (0: none).
-        #[arg(long, env = "ORCHESTRATOR_QUOTA_OPEN_CONVERSATIONS")]
-        open_conversations: Option<u64>,
-        /// Events appended a second, across the cluster (0: none).
-        #[arg(long, env = "ORCHESTRATOR_QUOTA_APPENDS_PER_SECOND")]
-        appends_per_second: Option<u64>,
-        /// WebSocket connections open at once, across the cluster (0: none).
-        #[arg(long, env = "ORCHESTRATOR_QUOTA_CONNECTIONS")]
-        connections: Option<u64>,
-        /// Model tokens its `llm` participants spend a day, UTC (0: none).
-        #[arg(long, env = "ORCHESTRATOR_QUOTA_LLM_TOKENS_PER_DAY")]
-        llm_tokens_per_day: Option<u64>,
-        /// Tokens it may hold (0: none).
-        #[arg(long, env = "ORCHESTRATOR_QUOTA_TOKENS")]
-        tokens: Option<u64>,
+        #[command(flatten)]
+        quotas: QuotaArgs,
         #[command(flatten)]
         db: ExistingDb,
     },
@@ -247,6 +234,42 @@ pub enum TenantCommand {
         #[command(flatten)]
         db: ExistingDb,
     },
+}
+
+/// A tenant's quotas as `tenant quota` takes them.
+#[derive(clap::Args, Debug)]
+pub struct QuotaArgs {
+    /// Conversations open at once (0: none).
+    #[arg(long, env = "ORCHESTRATOR_QUOTA_OPEN_CONVERSATIONS")]
+    open_conversations: Option<u64>,
+    /// Bytes of payload its conversations' logs hold (0: none).
+    #[arg(long, env = "ORCHESTRATOR_QUOTA_STORED_BYTES")]
+    stored_bytes: Option<u64>,
+    /// Events appended a second, across the cluster (0: none).
+    #[arg(long, env = "ORCHESTRATOR_QUOTA_APPENDS_PER_SECOND")]
+    appends_per_second: Option<u64>,
+    /// WebSocket connections open at once, across the cluster (0: none).
+    #[arg(long, env = "ORCHESTRATOR_QUOTA_CONNECTIONS")]
+    connections: Option<u64>,
+    /// Model tokens its `llm` participants spend a day, UTC (0: none).
+    #[arg(long, env = "ORCHESTRATOR_QUOTA_LLM_TOKENS_PER_DAY")]
+    llm_tokens_per_day: Option<u64>,
+    /// Tokens it may hold (0: none).
+    #[arg(long, env = "ORCHESTRATOR_QUOTA_TOKENS")]
+    tokens: Option<u64>,
+}
+
+impl QuotaArgs {
+    fn quotas(self) -> proto_spec::TenantQuotas {
+        proto_spec::TenantQuotas {
+            open_conversations: self.open_conversations,
+            stored_bytes: self.stored_bytes,
+            appends_per_second: self.appends_per_second,
+            connections: self.connections,
+            llm_tokens_per_day: self.llm_tokens_per_day,
+            tokens: self.tokens,
+        }
+    }
 }
 
 /// `tenant create|list|quota|show`.
@@ -277,22 +300,8 @@ pub fn tenant(command: TenantCommand) -> anyhow::Result<u8> {
             writeln!(out, "{table}")?;
             Ok(0)
         }
-        TenantCommand::Quota {
-            name,
-            open_conversations,
-            appends_per_second,
-            connections,
-            llm_tokens_per_day,
-            tokens,
-            db,
-        } => {
-            let quotas = proto_spec::TenantQuotas {
-                open_conversations,
-                appends_per_second,
-                connections,
-                llm_tokens_per_day,
-                tokens,
-            };
+        TenantCommand::Quota { name, quotas, db } => {
+            let quotas = quotas.quotas();
             db.open()?.set_tenant_quotas(&name, &quotas)?;
             writeln!(
                 out,

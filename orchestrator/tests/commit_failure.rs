@@ -133,6 +133,9 @@ impl Principals for Flaky {
     fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>> {
         self.inner.live_tokens(hashes, now_ms)
     }
+    fn stored_bytes(&self) -> Result<Vec<(String, u64)>> {
+        self.inner.stored_bytes()
+    }
     fn exchange_usage(
         &self,
         node: &str,

@@ -146,6 +146,9 @@ pub struct TenantQuotas {
     /// Conversations open at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_conversations: Option<u64>,
+    /// Bytes of payload its conversations' logs hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
     /// Events appended a second (messages and traces, across the cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub appends_per_second: Option<u64>,
@@ -171,6 +174,7 @@ impl TenantQuotas {
         let keep = |v: Option<u64>| v.filter(|&n| n > 0);
         TenantQuotas {
             open_conversations: keep(self.open_conversations),
+            stored_bytes: keep(self.stored_bytes),
             appends_per_second: keep(self.appends_per_second),
             connections: keep(self.connections),
             llm_tokens_per_day: keep(self.llm_tokens_per_day),
@@ -182,6 +186,7 @@ impl TenantQuotas {
     pub fn overridden_by(&self, over: &TenantQuotas) -> TenantQuotas {
         TenantQuotas {
             open_conversations: over.open_conversations.or(self.open_conversations),
+            stored_bytes: over.stored_bytes.or(self.stored_bytes),
             appends_per_second: over.appends_per_second.or(self.appends_per_second),
             connections: over.connections.or(self.connections),
             llm_tokens_per_day: over.llm_tokens_per_day.or(self.llm_tokens_per_day),

@@ -90,6 +90,7 @@ fn each_serve_flag_sets_the_limit_it_names() {
 fn each_tenant_quota_flag_sets_the_default_quota_it_names() {
     let fields = [
         "open_conversations",
+        "stored_bytes",
         "appends_per_second",
         "connections",
         "llm_tokens_per_day",

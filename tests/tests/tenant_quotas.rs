@@ -255,3 +255,45 @@ async fn a_quota_holds_across_the_nodes_of_a_cluster() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Stored bytes: counted in the database once the quota is set, this node's commits added; an
+/// append that would pass it is refused while another tenant carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stored_bytes_are_held_to_its_quota() {
+    let server = TestServer::start().await;
+    let operator = server.tenant_token("default", "ops", false, true);
+    let acme = server.tenant_token("acme", "alice", true, false);
+    let globex = server.tenant_token("globex", "alice", true, false);
+    let (mut a, mut g) = (ws(&server, &acme).await, ws(&server, &globex).await);
+    for c in [&mut a, &mut g] {
+        let r = c
+            .call(
+                1,
+                "createConversation",
+                json!({"conversationId": "c1", "participants": ["alice"]}),
+            )
+            .await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    set_quotas(&server, &operator, "acme", json!({"storedBytes": 4000})).await;
+    let text = "x".repeat(300);
+    let say = |i: u64| json!({"conversationId": "c1", "payload": {"text": text}, "finality": "none", "clientRequestId": format!("k{i}")});
+    let until = tokio::time::Instant::now() + tests::WAIT;
+    let mut stored = 0;
+    for i in 0.. {
+        let r = a.call(i, "sendMessage", say(i)).await;
+        if r.get("error").is_some() {
+            refused(&r, "storedBytes", 4000);
+            break;
+        }
+        stored += 1;
+        assert!(tokio::time::Instant::now() < until, "never refused");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Refused within the quota's reach (a second's appends may land before it is counted).
+    assert!((5..60).contains(&stored), "{stored} appends of 300 bytes");
+    for i in 0..20 {
+        let r = g.call(i, "sendMessage", say(i)).await;
+        assert!(r.get("result").is_some(), "globex refused: {r}");
+    }
+}

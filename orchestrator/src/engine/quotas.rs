@@ -1,6 +1,7 @@
 //! Each tenant's quotas (docs/security.md): open conversations (decided by the writer with
-//! each creation, [`QuotaBook::open_cap`]), appends a second, WebSocket connections, model
-//! tokens a day, and tokens held (decided by the store with each new token). The operator sets
+//! each creation, [`QuotaBook::open_cap`]), stored bytes (counted in the database every
+//! [`STORED_EVERY`], this node's commits added between), appends a second, WebSocket
+//! connections, model tokens a day, and tokens held (decided by the store with each new token). The operator sets
 //! defaults (`serve --tenant-…`) and per-tenant values in the database (`setTenantQuotas`,
 //! `orchestrator tenant quota`), read again every [`EXCHANGE_EVERY`] while the server runs, so
 //! a change holds everywhere without a restart. Every refusal is `TenantQuotaExceeded`
@@ -26,6 +27,10 @@ use crate::engine::store::{Store, TenantUsage};
 
 /// How often quotas are read again and usage is exchanged with the other nodes.
 pub const EXCHANGE_EVERY: Duration = Duration::from_secs(1);
+
+/// How often, while some tenant has a quota of stored bytes, the bytes each tenant's logs hold
+/// are counted again in the database (between counts: this node's commits are added).
+pub const STORED_EVERY: Duration = Duration::from_secs(300);
 
 /// A tenant's appends, metered.
 #[derive(Debug)]
@@ -53,6 +58,19 @@ pub struct QuotaBook {
     others: RwLock<HashMap<String, TenantUsage>>,
     /// This node in the usage it reports: new at every start, so that a restart's counts add up.
     node: String,
+    /// The bytes each tenant's logs held at the last count, and what this node committed since.
+    stored: Mutex<Stored>,
+}
+
+/// Stored bytes per tenant: the database's last count and this node's commits since.
+#[derive(Debug, Default)]
+struct Stored {
+    counted: HashMap<String, u64>,
+    since: HashMap<String, u64>,
+    /// When the database was last counted (none yet: every tenant's use is unknown).
+    at: Option<Instant>,
+    /// Whether some tenant has a quota of stored bytes (else nothing is counted).
+    metered: bool,
 }
 
 /// Today, as days since the epoch (UTC).
@@ -76,6 +94,77 @@ impl QuotaBook {
             connections: Arc::default(),
             others: RwLock::default(),
             node: uuid::Uuid::new_v4().simple().to_string(),
+            stored: Mutex::default(),
+        }
+    }
+
+    /// Whether commits are counted for a quota of stored bytes (the writer asks, each batch).
+    pub fn meters_stored(&self) -> bool {
+        self.stored.lock().is_ok_and(|s| s.metered)
+    }
+
+    /// Counts bytes of payload `tenant` committed on this node.
+    pub fn stored(&self, tenant: &str, bytes: u64) {
+        let mut s = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+        *s.since.entry(tenant.to_string()).or_default() += bytes;
+    }
+
+    /// Refuses an append of `bytes` once `tenant`'s logs hold its quota of stored bytes.
+    pub fn check_stored(&self, tenant: &str, bytes: usize) -> Result<(), RpcError> {
+        let limit = self.of(tenant).stored_bytes.unwrap_or(0);
+        if limit == 0 {
+            return Ok(());
+        }
+        let used = {
+            let s = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+            s.counted.get(tenant).copied().unwrap_or(0) + s.since.get(tenant).copied().unwrap_or(0)
+        };
+        if used + bytes as u64 > limit {
+            return Err(refuse(
+                "storedBytes",
+                limit,
+                used,
+                format!("tenant {tenant}'s conversations hold {used} bytes, its quota is {limit}; nothing more is stored"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts each tenant's stored bytes in the database again when some tenant has a quota of
+    /// them and the last count is older than [`STORED_EVERY`] (or there is none).
+    fn count_stored(&self, store: &dyn Store) -> crate::engine::error::Result<()> {
+        let metered = self.defaults.stored_bytes.is_some_and(|n| n > 0)
+            || self
+                .set
+                .read()
+                .is_ok_and(|s| s.values().any(|q| q.stored_bytes.is_some_and(|n| n > 0)));
+        let due = {
+            let mut s = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+            s.metered = metered;
+            metered && s.at.is_none_or(|at| at.elapsed() >= STORED_EVERY)
+        };
+        if !due {
+            return Ok(());
+        }
+        // What commits while the database is counted may be counted twice (never missed).
+        let since_before = {
+            let mut s = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut s.since)
+        };
+        match store.stored_bytes() {
+            Ok(counted) => {
+                let mut s = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+                s.counted = counted.into_iter().collect();
+                s.at = Some(Instant::now());
+                Ok(())
+            }
+            Err(e) => {
+                let mut s = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+                for (t, n) in since_before {
+                    *s.since.entry(t).or_default() += n;
+                }
+                Err(e)
+            }
         }
     }
 
@@ -271,6 +360,7 @@ impl QuotaBook {
         if !self.any() {
             return Ok(());
         }
+        self.count_stored(store)?;
         let mine = self.report();
         let others = store.exchange_usage(&self.node, &mine, crate::engine::store::now_ms())?;
         if let Ok(mut o) = self.others.write() {

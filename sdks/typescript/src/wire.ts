@@ -859,6 +859,8 @@ export interface TenantQuotas {
   llmTokensPerDay?: number | null;
   /** Conversations open at once. */
   openConversations?: number | null;
+  /** Bytes of payload its conversations' logs hold. */
+  storedBytes?: number | null;
   /** Tokens (credentials) it holds. */
   tokens?: number | null;
 }

@@ -249,6 +249,9 @@ impl Orchestrator {
     /// their tenant's.
     pub(super) fn spend(&self, who: &Identity, bytes: usize) -> Result<()> {
         self.quotas.admit_append(&who.tenant).map_err(Error::Rpc)?;
+        self.quotas
+            .check_stored(&who.tenant, bytes)
+            .map_err(Error::Rpc)?;
         if who.scope.is_some() {
             return Ok(());
         }

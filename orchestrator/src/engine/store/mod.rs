@@ -16,8 +16,8 @@ use crate::engine::error::{Error, Result};
 pub use crate::engine::state::Fence;
 use crate::engine::state::{BodyHash, Draft};
 pub(crate) use principals::{
-    declared_refusal, no_tenant, quotas_of, sum_usage, tenant_taken, tokens_quota, USAGE_FORGET,
-    USAGE_OTHERS, USAGE_PUT,
+    declared_refusal, no_tenant, quotas_of, sum_usage, tenant_taken, tokens_quota, TENANT_OF_ID,
+    USAGE_FORGET, USAGE_OTHERS, USAGE_PUT,
 };
 pub use principals::{
     valid_tenant, Principals, TenantUsage, TokenRecord, TokenSelector, DEFAULT_TENANT,

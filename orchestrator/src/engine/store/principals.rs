@@ -100,6 +100,8 @@ pub trait Principals {
     fn touch_tokens(&self, used: &[(String, i64)]) -> Result<()>;
     /// Of `hashes`, those still stored and not expired at `now_ms`.
     fn live_tokens(&self, hashes: &[String], now_ms: i64) -> Result<Vec<String>>;
+    /// The bytes of payload each tenant's conversations' logs hold (a scan of the log).
+    fn stored_bytes(&self) -> Result<Vec<(String, u64)>>;
     /// Records what node `node` used of its tenants' quotas (`mine`), and answers what the
     /// other nodes used, summed per tenant: their appends and connections from reports of the
     /// last [`USAGE_FRESH_MS`], their model tokens of the day each report names. Reports older
@@ -118,6 +120,10 @@ pub(crate) const USAGE_PUT: &str =
      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, tenant) DO UPDATE SET \
      appends = excluded.appends, connections = excluded.connections, \
      llm_day = excluded.llm_day, llm_tokens = excluded.llm_tokens, at_ms = excluded.at_ms";
+/// The tenant a conversation's key names, in SQL (`c.id`), on both backends.
+pub(crate) const TENANT_OF_ID: &str =
+    "CASE WHEN strpos(c.id, '/') > 0 THEN substr(c.id, 1, strpos(c.id, '/') - 1) ELSE 'default' END";
+
 /// Lets go of reports older than `$1` (ms since the epoch).
 pub(crate) const USAGE_FORGET: &str = "DELETE FROM tenant_usage WHERE at_ms < $1";
 /// The other nodes' reports (`$1`: this node).

@@ -219,6 +219,7 @@ impl Writer {
         match committed {
             Ok(()) => {
                 self.hold_granted(opened, sent);
+                self.count_stored(&d);
                 self.metrics
                     .committed(d.jobs as usize, n_rows, started.elapsed());
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -237,6 +238,19 @@ impl Writer {
                 fail_all(again.replies, cluster::failure_message(&e));
                 BatchEnd::Done
             }
+        }
+    }
+
+    /// Adds what a committed batch stored to its tenants' stored bytes, when some tenant has a
+    /// quota of them.
+    fn count_stored(&self, d: &Decided) {
+        let Some(quotas) = self.caps.tenants.as_ref().filter(|q| q.meters_stored()) else {
+            return;
+        };
+        for t in &d.work.touched {
+            let bytes: usize = t.drafts.iter().map(|d| d.payload.get().len()).sum();
+            let id = &self.convs.slots[t.slot].state.id;
+            quotas.stored(proto_spec::tenant::tenant_of(id), bytes as u64);
         }
     }
 

@@ -944,6 +944,8 @@ class TenantQuotas(TypedDict, total=False):
     """Model tokens the tenant's `llm` participants spend a day (UTC)."""
     openConversations: int | None
     """Conversations open at once."""
+    storedBytes: int | None
+    """Bytes of payload its conversations' logs hold."""
     tokens: int | None
     """Tokens (credentials) it holds."""
 

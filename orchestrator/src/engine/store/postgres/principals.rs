@@ -276,4 +276,18 @@ impl Principals for PgStore {
             ))
         })
     }
+
+    fn stored_bytes(&self) -> Result<Vec<(String, u64)>> {
+        let sql = format!(
+            "SELECT {} AS t, sum(octet_length(e.payload))::bigint FROM events e JOIN conversations c ON c.num = e.conv GROUP BY t",
+            super::super::TENANT_OF_ID
+        );
+        self.with_client(move |c| async move {
+            let rows = c.query(&sql, &[]).await?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as u64))
+                .collect())
+        })
+    }
 }

@@ -244,4 +244,16 @@ impl Principals for SqliteStore {
         tx.commit()?;
         Ok(super::super::sum_usage(rows, now_ms))
     }
+
+    fn stored_bytes(&self) -> Result<Vec<(String, u64)>> {
+        // `instr` is SQLite's `strpos`.
+        let tenant = super::super::TENANT_OF_ID.replace("strpos", "instr");
+        self.with_reader(|conn| {
+            let mut st = conn.prepare(&format!(
+                "SELECT {tenant} AS t, sum(length(e.payload)) FROM events e JOIN conversations c ON c.num = e.conv GROUP BY t"
+            ))?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
 }
