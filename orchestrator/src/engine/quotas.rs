@@ -60,6 +60,8 @@ pub struct QuotaBook {
     node: String,
     /// The bytes each tenant's logs held at the last count, and what this node committed since.
     stored: Mutex<Stored>,
+    /// Whether any quota is in force: when none is, an append costs one load of this.
+    active: std::sync::atomic::AtomicBool,
 }
 
 /// Stored bytes per tenant: the database's last count and this node's commits since.
@@ -86,6 +88,7 @@ fn refuse(quota: &str, limit: u64, used: u64, what: String) -> RpcError {
 impl QuotaBook {
     /// A book with these defaults and nothing set per tenant yet.
     pub fn new(defaults: TenantQuotas) -> QuotaBook {
+        let defaults_empty = defaults.is_empty();
         QuotaBook {
             defaults,
             set: RwLock::default(),
@@ -95,6 +98,7 @@ impl QuotaBook {
             others: RwLock::default(),
             node: uuid::Uuid::new_v4().simple().to_string(),
             stored: Mutex::default(),
+            active: std::sync::atomic::AtomicBool::new(!defaults_empty),
         }
     }
 
@@ -111,6 +115,9 @@ impl QuotaBook {
 
     /// Refuses an append of `bytes` once `tenant`'s logs hold its quota of stored bytes.
     pub fn check_stored(&self, tenant: &str, bytes: usize) -> Result<(), RpcError> {
+        if !self.active() {
+            return Ok(());
+        }
         let limit = self.of(tenant).stored_bytes.unwrap_or(0);
         if limit == 0 {
             return Ok(());
@@ -183,9 +190,17 @@ impl QuotaBook {
 
     /// The per-tenant values the database holds now.
     pub fn replace(&self, set: HashMap<String, TenantQuotas>) {
+        let active = !self.defaults.is_empty() || !set.is_empty();
         if let Ok(mut s) = self.set.write() {
             *s = set;
         }
+        self.active
+            .store(active, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether any quota is in force.
+    fn active(&self) -> bool {
+        self.active.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The most conversations `tenant` may have open (0: none).
@@ -210,6 +225,9 @@ impl QuotaBook {
 
     /// Admits one append of `tenant`, or refuses it at its appends a second.
     pub fn admit_append(&self, tenant: &str) -> Result<(), RpcError> {
+        if !self.active() {
+            return Ok(());
+        }
         let limit = self.of(tenant).appends_per_second.unwrap_or(0);
         if limit == 0 {
             return Ok(());
@@ -253,6 +271,9 @@ impl QuotaBook {
     /// One more WebSocket connection of `tenant`, held while the share lives, or refused at
     /// its quota.
     pub fn connection(&self, tenant: &str) -> Result<Option<Share<String>>, RpcError> {
+        if !self.active() {
+            return Ok(None);
+        }
         let limit = self.of(tenant).connections.unwrap_or(0);
         if limit == 0 {
             return Ok(None);
