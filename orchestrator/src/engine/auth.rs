@@ -82,8 +82,17 @@ impl Identity {
     /// `TENANT/ID`, which names a conversation of that tenant (another tenant's for an
     /// operator only). Any other name is a conversation that does not exist for it.
     pub fn key(&self, asked: &str) -> Result<String> {
+        self.key_of(asked.to_string())
+    }
+
+    /// [`Identity::key`] of an id the caller gave away: in the default tenant, the id itself,
+    /// not copied (the path of every append).
+    pub fn key_of(&self, asked: String) -> Result<String> {
         let Some((t, id)) = asked.split_once('/') else {
-            return Ok(tenant::key(&self.tenant, asked));
+            if &*self.tenant == DEFAULT_TENANT {
+                return Ok(asked);
+            }
+            return Ok(tenant::key(&self.tenant, &asked));
         };
         if (self.operator || t == &*self.tenant) && tenant::valid_tenant(t) && !id.contains('/') {
             Ok(tenant::key(t, id))

@@ -70,13 +70,13 @@ impl Orchestrator {
     /// operator reads other tenants' conversations but speaks only in its own; for anyone else
     /// another tenant's conversation does not exist). An agent a scenario declares is refused
     /// outside its own conversation and those below it: it speaks under its id nowhere else.
-    pub(super) fn writable_key(&self, who: &Identity, asked: &str) -> Result<String> {
-        let key = who.key(asked)?;
+    pub(super) fn writable_key(&self, who: &Identity, asked: String) -> Result<String> {
+        let key = who.key_of(asked)?;
         if proto_spec::tenant::tenant_of(&key) != &*who.tenant {
             return Err(refuse(
                 ErrorCode::Forbidden,
                 format!(
-                    "conversation {asked} is of another tenant: an operator reads and pauses it but writes only in its own tenant ({})",
+                    "conversation {key} is of another tenant: an operator reads and pauses it but writes only in its own tenant ({})",
                     who.tenant
                 ),
             ));

@@ -95,10 +95,10 @@ impl Orchestrator {
     fn message_request(
         &self,
         who: &Identity,
-        p: SendMessageParams,
+        mut p: SendMessageParams,
     ) -> Result<(String, AppendRequest)> {
         Self::check_key(&p.client_request_id, "clientRequestId")?;
-        let key = self.writable_key(who, &p.conversation_id)?;
+        let key = self.writable_key(who, std::mem::take(&mut p.conversation_id))?;
         let payload = serde_json::value::to_raw_value(&p.payload)?;
         let req = AppendRequest::from_raw(
             who.agent_id.clone(),
@@ -122,7 +122,7 @@ impl Orchestrator {
     pub async fn send_trace_for(
         &self,
         who: &Identity,
-        p: SendTraceParams,
+        mut p: SendTraceParams,
         made: ForTurn,
     ) -> Result<AppendResult> {
         if p.finality.is_some() {
@@ -133,7 +133,7 @@ impl Orchestrator {
         }
         Self::check_key(&p.client_request_id, "clientRequestId")?;
         let after = Self::held_to(p.after_key, made.after)?;
-        let key = self.writable_key(who, &p.conversation_id)?;
+        let key = self.writable_key(who, std::mem::take(&mut p.conversation_id))?;
         if who.scope.is_some() && p.payload.get("type").and_then(|t| t.as_str()) == Some("llm_call")
         {
             // What the tenant's model participants spend, against its tokens a day.

@@ -97,7 +97,7 @@ impl Orchestrator {
     fn check_creator(&self, who: &Identity, p: &CreateConversationParams) -> Result<()> {
         match &p.parent_conversation_id {
             Some(parent) => {
-                self.writable_key(who, parent)?;
+                self.writable_key(who, parent.clone())?;
                 let conv = self.may_read(who, parent)?;
                 if !who.admin && !conv.is_participant(&who.agent_id) {
                     return Err(refuse(
