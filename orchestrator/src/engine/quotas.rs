@@ -188,6 +188,23 @@ impl QuotaBook {
         !self.defaults.is_empty() || self.set.read().is_ok_and(|s| !s.is_empty())
     }
 
+    /// Reads the tenants' own quotas from the database (blocking).
+    pub fn read_quotas(&self, store: &dyn Store) -> crate::engine::error::Result<()> {
+        self.set_from(&store.list_tenants()?);
+        Ok(())
+    }
+
+    /// The tenants' own quotas, as `listTenants` shows them.
+    pub fn set_from(&self, tenants: &[proto_spec::TenantSummary]) {
+        self.replace(
+            tenants
+                .iter()
+                .filter(|t| !t.quotas.is_empty())
+                .map(|t| (t.name.clone(), t.quotas.clone()))
+                .collect(),
+        );
+    }
+
     /// The per-tenant values the database holds now.
     pub fn replace(&self, set: HashMap<String, TenantQuotas>) {
         let active = !self.defaults.is_empty() || !set.is_empty();
@@ -371,13 +388,7 @@ impl QuotaBook {
     /// Reads the quotas again and exchanges usage with the other nodes (blocking: the
     /// store's calls).
     pub fn exchange(&self, store: &dyn Store) -> crate::engine::error::Result<()> {
-        let set: HashMap<String, TenantQuotas> = store
-            .list_tenants()?
-            .into_iter()
-            .filter(|t| !t.quotas.is_empty())
-            .map(|t| (t.name, t.quotas))
-            .collect();
-        self.replace(set);
+        self.read_quotas(store)?;
         if !self.any() {
             return Ok(());
         }

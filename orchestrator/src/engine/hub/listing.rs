@@ -1,8 +1,8 @@
 //! The order lists show conversations in: each tenant's, newest activity first (a
 //! participant's last event, else the creation), then by key. The publisher only marks a view
 //! whose activity moved ([`Listing::mark`], an atomic flag and, the first time, a push); the
-//! order is brought up to date by the next page read (or once many marks gather), so the
-//! writer's path pays no tree update per commit.
+//! order is brought up to date by the next page read, and every [`FILE_EVERY`] off the async
+//! threads ([`spawn_filing`]), so the writer's path pays no tree update per commit.
 
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
@@ -15,8 +15,8 @@ use super::{ConvView, Hub};
 /// A view's [`ConvView::listed_ms`] when the order does not hold it.
 pub const NOT_LISTED: i64 = i64::MIN;
 
-/// Marks gathered before the order is brought up to date without a reader asking.
-const FILE_AT: usize = 65_536;
+/// How often the marks are filed without a reader asking.
+pub const FILE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// (tenant, activity newest first, key).
 type Entry = (Arc<str>, Reverse<i64>, Arc<str>);
@@ -83,14 +83,9 @@ impl Listing {
         if view.relist.swap(true, AcqRel) {
             return;
         }
-        let full = {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.push(Arc::downgrade(view));
-            (pending.len() >= FILE_AT).then(|| std::mem::take(&mut *pending))
-        };
-        if let Some(marked) = full {
-            self.file(marked);
-        }
+        // A view is marked once until filed: the list holds at most one per conversation.
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.push(Arc::downgrade(view));
     }
 
     /// Takes `view` out of the order for good (it left the hub).
@@ -134,7 +129,8 @@ impl Listing {
         self.len() == 0
     }
 
-    fn file_pending(&self) {
+    /// Files every marked view.
+    pub fn file_pending(&self) {
         let marked = {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *pending)
@@ -188,6 +184,23 @@ impl Listing {
         }
         page
     }
+}
+
+/// Every [`FILE_EVERY`], until the server stops: files the marks on a blocking thread, so
+/// that a page read seldom has many to file.
+pub(crate) fn spawn_filing(hub: &Arc<Hub>) {
+    let hub = hub.clone();
+    let mut closing = hub.closing();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(FILE_EVERY) => {}
+                _ = closing.wait_for(|c| *c) => return,
+            }
+            let hub = hub.clone();
+            let _ = tokio::task::spawn_blocking(move || hub.listing().file_pending()).await;
+        }
+    });
 }
 
 #[cfg(test)]

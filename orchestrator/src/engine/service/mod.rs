@@ -81,8 +81,9 @@ impl Orchestrator {
         let quotas = Arc::new(crate::engine::quotas::QuotaBook::new(
             limits.tenant_quotas.clone(),
         ));
-        // In force from the first request: read once before serving, then kept current.
-        if let Err(e) = quotas.exchange(store.as_ref()) {
+        // In force from the first request: read once before serving (usage is exchanged and
+        // stored bytes counted by the task below, off the start), then kept current.
+        if let Err(e) = quotas.read_quotas(store.as_ref()) {
             tracing::warn!(error = %e, "could not read the tenants' quotas");
         }
         let caps = crate::engine::writer::OpenCaps {
@@ -103,6 +104,7 @@ impl Orchestrator {
         let tokens = Arc::new(crate::engine::auth::Tokens::default());
         crate::engine::auth::spawn_token_recheck(&hub, &store, &tokens, limits.token_recheck);
         crate::engine::quotas::spawn_exchange(&hub, &store, &quotas);
+        crate::engine::hub::listing::spawn_filing(&hub);
         Ok(Arc::new(Orchestrator {
             store,
             hub,

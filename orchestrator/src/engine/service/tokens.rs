@@ -86,13 +86,7 @@ impl Orchestrator {
             store.list_tenants()
         })
         .await??;
-        self.quotas.replace(
-            tenants
-                .iter()
-                .filter(|t| !t.quotas.is_empty())
-                .map(|t| (t.name.clone(), t.quotas.clone()))
-                .collect(),
-        );
+        self.quotas.set_from(&tenants);
         tracing::info!(tenant = %p.tenant, quotas = ?p.quotas, by = %who.agent_id, "tenant quotas set");
         tenants
             .into_iter()
