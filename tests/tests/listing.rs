@@ -130,6 +130,8 @@ async fn pages_come_newest_first_and_every_filter_narrows_them() {
     );
     assert_eq!(count(json!({"scenario": "helpdesk"})).await.len(), 5);
     let mut found = count(json!({"query": "C01"})).await;
+    // A library conversation's new id (32 hex digits) may hold `c01` too.
+    found.retain(|id| id.len() != 32);
     found.sort();
     assert_eq!(
         found,
