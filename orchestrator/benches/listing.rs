@@ -3,8 +3,11 @@
 //! (100, newest activity first) as an admin and as a participant, a page narrowed by a text
 //! query that matches few (it looks at its budget of 20,000 and answers short), and the first
 //! page after a restart (the order built again); each as p50 and p99 of `BENCH_READS` reads
-//! (default 200), the answer serialized as the wire carries it. Beside it, the reference: the
-//! same store's raw read of 100 conversation ids by its primary key, newest first.
+//! (default 200), the answer serialized as the wire carries it. Then every conversation is
+//! closed and the server started again: the same pages over closed conversations (which a
+//! PostgreSQL node leaves in the database and reads a page at a time). Beside it, the
+//! reference: the same store's raw read of 100 conversation ids by its primary key, newest
+//! first.
 //!
 //! ```text
 //! cargo bench --workspace --bench listing
@@ -22,7 +25,7 @@ use orchestrator::engine::auth::Identity;
 use orchestrator::engine::config::Limits;
 use orchestrator::engine::service::Orchestrator;
 use orchestrator::engine::store::sqlite::Synchronous;
-use proto_spec::ListConversationsParams;
+use proto_spec::{ListConversationsParams, MessagePayload};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -97,7 +100,39 @@ async fn measure(backend: &str, db: &str, n: usize, reads: usize) -> anyhow::Res
     );
     let (p50, p99, _) = pages(&orch, &admin, &first, reads).await?;
     println!("{backend}: after a restart, then: p50 {p50:.2} ms, p99 {p99:.2} ms");
+    close_all(&orch, n).await?;
     orch.shutdown().await;
+    drop(orch);
+    let orch = open(db)?;
+    orch.writer().swept().await;
+    for (what, who, p) in [
+        ("every one closed, after a restart: first page, admin", &admin, &first),
+        ("every one closed, after a restart: first page, a participant", &agent, &first),
+        ("every one closed, after a restart: a query that matches few", &admin, &rare),
+    ] {
+        let (p50, p99, shown) = pages(&orch, who, p, reads).await?;
+        println!("{backend}: {what}: p50 {p50:.2} ms, p99 {p99:.2} ms ({shown} shown)");
+    }
+    orch.shutdown().await;
+    Ok(())
+}
+
+/// Closes conversations `conv-0` … `conv-{n-1}` (a message of `agent-0` that ends each).
+async fn close_all(orch: &Arc<Orchestrator>, n: usize) -> anyhow::Result<()> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let t = Instant::now();
+    let agent = Identity::new("agent-0", false);
+    let mut sent = FuturesUnordered::new();
+    for i in 0..n {
+        let mut p = common::message(&format!("conv-{i}"), MessagePayload::text("bye"));
+        p.finality = proto_spec::Finality::Conversation;
+        let (orch, agent) = (orch.clone(), agent.clone());
+        sent.push(async move { orch.send_message(&agent, p).await });
+    }
+    while let Some(r) = sent.next().await {
+        r?;
+    }
+    println!("{n} conversations closed in {:.1} s", t.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -303,6 +303,12 @@ impl TestServer {
             .unwrap_or_else(|| panic!("no conversation {id}"))
     }
 
+    /// Whether the running server holds conversation `id` (a shared store's node leaves a
+    /// closed one in the database until it is named).
+    pub fn holds(&self, id: &str) -> bool {
+        self.running().orchestrator().hub().get(id).is_some()
+    }
+
     /// Waits until at least `n` waits (long-polls, `waitForChange`, `getUpdatesOrGuidance`)
     /// are parked on the head of conversation `id`; fails after [`WAIT`].
     pub async fn wait_for_waiters(&self, id: &str, n: usize) {

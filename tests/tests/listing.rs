@@ -7,7 +7,7 @@
 use jsonrpsee::core::client::ClientT;
 use jsonrpsee::ws_client::WsClient;
 use serde_json::{json, Value};
-use tests::{TestServer, P};
+use tests::{on_postgres, TestServer, P};
 
 async fn list(c: &WsClient, params: Value) -> Value {
     c.request("listConversations", P(params))
@@ -160,6 +160,103 @@ async fn pages_come_newest_first_and_every_filter_narrows_them() {
     let carol = server.client("carol").await;
     let (hers, _) = every_page(&carol, json!({"limit": 1000})).await;
     assert_eq!(hers.len(), 125);
+}
+
+/// Every page of each of `asked` (an admin's), then of carol's own.
+async fn pages_of(server: &TestServer, asked: &[Value]) -> Vec<(Vec<String>, usize)> {
+    let (admin, carol) = (server.client("admin").await, server.client("carol").await);
+    let mut all = Vec::new();
+    for p in asked {
+        all.push(every_page(&admin, p.clone()).await);
+    }
+    all.push(every_page(&carol, json!({"limit": 9})).await);
+    all
+}
+
+/// After a restart the pages are the same. On PostgreSQL, where a node holds the open
+/// conversations only, the closed ones come from the database a page at a time, and a page
+/// takes in those it shows, not every closed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_closed_ones_come_page_by_page_in_the_same_order() {
+    let mut server = TestServer::start().await;
+    let between = many(&server).await;
+    let asked = [
+        json!({"limit": 7}),
+        json!({"status": "closed", "limit": 3}),
+        json!({"participant": "carol", "limit": 50}),
+        json!({"metadata": {"team": "red"}, "status": "closed"}),
+        json!({"query": "c00", "limit": 4}),
+        json!({"updatedAfter": between, "limit": 6}),
+        json!({"createdAfter": between, "limit": 4}),
+        json!({"scenario": "helpdesk", "limit": 2}),
+    ];
+    // Another tenant's c001, closed last (the newest of all): never in this tenant's pages.
+    let acme = server.tenant_token("acme", "admin", true, false);
+    let acme_carol = server.tenant_token("acme", "carol", false, false);
+    let _: Value = server
+        .client_with(&acme)
+        .await
+        .request("createConversation", P(json!({"conversationId": "c001", "participants": ["carol"], "metadata": {"team": "red"}})))
+        .await
+        .expect("create in acme");
+    let _: Value = server
+        .client_with(&acme_carol)
+        .await
+        .request("sendMessage", P(json!({"conversationId": "c001", "payload": {"text": "bye"}, "finality": "conversation"})))
+        .await
+        .expect("close in acme");
+    let before = pages_of(&server, &asked).await;
+    assert_eq!(before[1].0.len(), 10, "the ten closed: {:?}", before[1]);
+    server.restart().await;
+    let theirs = every_page(&server.client_with(&acme).await, json!({})).await;
+    assert_eq!(theirs, (vec!["c001".to_string()], 1));
+    let closed: Vec<String> = (0..10).map(|i| format!("c{i:03}")).collect();
+    if on_postgres() {
+        assert!(closed.iter().all(|id| !server.holds(id)), "held after a start");
+    }
+    let admin = server.client("admin").await;
+    let first = ids(&list(&admin, json!({"status": "closed", "limit": 3})).await);
+    assert_eq!(first, before[1].0[..3]);
+    if on_postgres() {
+        let held: std::collections::BTreeSet<&String> =
+            closed.iter().filter(|id| server.holds(id)).collect();
+        assert_eq!(held, first.iter().collect(), "taken in: what the page showed");
+    }
+    assert_eq!(pages_of(&server, &asked).await, before);
+}
+
+/// A PostgreSQL database from before closed conversations had their place in lists recorded
+/// (schema version 9): the migration records it for those already closed, and the pages read
+/// after it are those read before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_database_from_before_closed_places_lists_the_same_after_migrating() {
+    let mut server = TestServer::on_postgres(Default::default(), Default::default()).await;
+    let between = many(&server).await;
+    let asked = [
+        json!({"status": "closed", "limit": 4}),
+        json!({"updatedAfter": between, "limit": 6}),
+        json!({"scenario": "helpdesk"}),
+    ];
+    let before = pages_of(&server, &asked).await;
+    let db = tests::pg::connect(&server.db).await.expect("a connection");
+    db.batch_execute(
+        "DROP INDEX conversations_closed_listed; \
+         ALTER TABLE conversations DROP COLUMN active_ms, DROP COLUMN created_ms, DROP COLUMN scenario; \
+         DELETE FROM orchestrator_schema WHERE version > 9;",
+    )
+    .await
+    .expect("back to version 9");
+    server.restart().await;
+    let placed: i64 = db
+        .query_one(
+            "SELECT count(*) FROM conversations WHERE closed AND active_ms > 0 AND created_ms > 0",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(placed, 10, "every closed one placed by the migration");
+    assert_eq!(pages_of(&server, &asked).await, before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

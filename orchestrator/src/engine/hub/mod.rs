@@ -21,7 +21,7 @@ pub mod listing;
 pub mod live;
 mod view;
 
-pub use view::ConvView;
+pub use view::{search_text, ConvView};
 use view::Recent;
 
 /// How many recent events each conversation keeps in memory at least.

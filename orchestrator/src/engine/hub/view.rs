@@ -287,14 +287,8 @@ impl ConvView {
     /// Its id within its tenant and its metadata, in lower case (what a list's text query
     /// looks in).
     pub fn search_text(&self) -> &str {
-        self.search_text.get_or_init(|| {
-            let mut text = proto_spec::tenant::local_id(&self.id).to_lowercase();
-            if let Some(m) = self.metadata() {
-                text.push('\n');
-                text.push_str(&m.to_string().to_lowercase());
-            }
-            text
-        })
+        self.search_text
+            .get_or_init(|| search_text(&self.id, self.metadata()))
     }
 
     /// When it was created (ms since the epoch).
@@ -338,4 +332,15 @@ fn status_of(core: &TurnState) -> ConversationStatus {
     } else {
         ConversationStatus::Active
     }
+}
+
+/// What a list's text query looks in: the id within its tenant of conversation `key` and its
+/// metadata, in lower case.
+pub fn search_text(key: &str, metadata: Option<&serde_json::Value>) -> String {
+    let mut text = proto_spec::tenant::local_id(key).to_lowercase();
+    if let Some(m) = metadata {
+        text.push('\n');
+        text.push_str(&m.to_string().to_lowercase());
+    }
+    text
 }

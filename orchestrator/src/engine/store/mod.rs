@@ -102,6 +102,42 @@ pub struct ConvListing {
     pub closed: bool,
 }
 
+/// What a list reads of the closed conversations a shared store keeps: one tenant's, in list
+/// order (newest activity first, then by key), after a place, looking at `limit` at most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedQuery {
+    /// The tenant whose conversations are read.
+    pub tenant: String,
+    /// Only those this agent takes part in (the others are looked at, not returned whole).
+    pub agent: Option<String>,
+    /// Where to start: after this (activity ms, key).
+    pub after: Option<(i64, String)>,
+    /// Only those active after this time (ms).
+    pub active_after_ms: Option<i64>,
+    /// How many to look at.
+    pub limit: usize,
+}
+
+/// A closed conversation as [`Store::closed_page`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedRow {
+    /// Its key.
+    pub key: String,
+    /// Its participants' last event, else its creation (ms): its place in lists.
+    pub active_ms: i64,
+    /// Whether the query's agent takes part (always, with no agent): only then are the
+    /// fields below read.
+    pub hit: bool,
+    /// When it was created (ms).
+    pub created_ms: i64,
+    /// The scenario it was made from.
+    pub scenario: Option<String>,
+    /// Its participants.
+    pub participants: Vec<String>,
+    /// Its metadata.
+    pub metadata: Option<serde_json::Value>,
+}
+
 /// The writer side: owned by the writer thread.
 ///
 /// A backend that several nodes share ([`Store::shared`]) runs each batch in a transaction
@@ -314,6 +350,13 @@ pub trait Store: Principals + Send + Sync + std::fmt::Debug + 'static {
     /// owns (it holds every conversation).
     fn closed_ids(&self, agent: Option<&str>) -> Result<Vec<String>> {
         let _ = agent;
+        Ok(Vec::new())
+    }
+    /// On a shared store, the closed conversations [`ClosedQuery`] looks at, in list order:
+    /// what [`Store::recover`] left in the database, read a page at a time. None on a store
+    /// one node owns (it holds every conversation).
+    fn closed_page(&self, query: &ClosedQuery) -> Result<Vec<ClosedRow>> {
+        let _ = query;
         Ok(Vec::new())
     }
     /// Events of one conversation with seq > `after`, at most `limit`, in seq order.

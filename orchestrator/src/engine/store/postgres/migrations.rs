@@ -148,6 +148,15 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX conversations_closed ON conversations (num) WHERE closed;
     "#,
+    // 10: closed conversations read page by page in list order: the commit that closes one
+    // records its place (its participants' last event, else its creation) and what filters
+    // read; before, a list loaded every closed conversation of its caller first.
+    r#"
+    ALTER TABLE conversations ADD COLUMN active_ms BIGINT, ADD COLUMN created_ms BIGINT,
+        ADD COLUMN scenario TEXT;
+    UPDATE conversations c SET created_ms = (SELECT ts_ms FROM events WHERE conv = c.num AND seq = 1), scenario = (SELECT payload::jsonb ->> 'scenario' FROM events WHERE conv = c.num AND seq = 1), active_ms = COALESCE((SELECT ts_ms FROM events WHERE conv = c.num AND author <> 'orchestrator' ORDER BY seq DESC LIMIT 1), (SELECT ts_ms FROM events WHERE conv = c.num AND seq = 1), 0) WHERE closed;
+    CREATE INDEX conversations_closed_listed ON conversations ((CASE WHEN strpos(id, '/') > 0 THEN split_part(id, '/', 1) ELSE 'default' END), active_ms DESC, id) WHERE closed;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -23,6 +23,7 @@
 //! from any thread that may block. The writer's connection, and its reader's, run instead on
 //! their own thread, which drives them whenever it waits (`writer.rs`, `Driver`).
 
+mod closed;
 mod driver;
 mod listen;
 pub mod migrations;
@@ -260,6 +261,10 @@ impl Store for PgStore {
             };
             Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
         })
+    }
+
+    fn closed_page(&self, query: &crate::engine::store::ClosedQuery) -> Result<Vec<crate::engine::store::ClosedRow>> {
+        self.read_closed_page(query)
     }
 
     fn read_events(&self, conversation: &str, after: u64, limit: usize) -> Result<Vec<Event>> {

@@ -180,7 +180,8 @@ impl Batch {
             Ok(())
         };
         let inserted = c.execute(&st.insert_events, &event_params);
-        // The batch holds these rows' locks already (it locks every conversation it writes).
+        // The batch holds these rows' locks already (it locks every conversation it writes);
+        // sent after the events, which it reads.
         let closed = async {
             if !self.closing.is_empty() {
                 c.execute(&st.close_convs, &closing).await?;
@@ -208,7 +209,7 @@ impl Batch {
             Ok(())
         };
         let (.., claimed, _, _, ()) = futures::try_join!(
-            began, locked, convs, declare, closed, inserted, claimed, notified, recorded, committed
+            began, locked, convs, declare, inserted, closed, claimed, notified, recorded, committed
         )?;
         Ok(claimed
             .iter()

@@ -74,7 +74,7 @@ impl Statements {
             insert_convs: c.prepare(INSERT_CONVS).await?,
             declare: c.prepare(DECLARE).await?,
             insert_events: c.prepare(INSERT_EVENTS).await?,
-            close_convs: c.prepare(CLOSE_CONVS).await?,
+            close_convs: c.prepare(&close_convs_sql()).await?,
             notify: c.prepare(&notify_sql()).await?,
             record_commit: c.prepare(RECORD_COMMIT).await?,
         })
@@ -199,7 +199,13 @@ const INSERT_EVENTS: &str = "INSERT INTO events (conv, seq, kind, author, turn, 
                             unnest($5::bigint[]), unnest($6::text[]), unnest($7::text[]), unnest($8::text[]), \
                             unnest($9::bytea[]), unnest($10::bigint[]), unnest($11::boolean[])";
 
-const CLOSE_CONVS: &str = "UPDATE conversations SET closed = true WHERE num = ANY($1::bigint[])";
+/// Runs after the batch's events are inserted: it reads them ([`super::closed::CLOSED_PLACE`]).
+fn close_convs_sql() -> String {
+    format!(
+        "UPDATE conversations c SET closed = true, {} WHERE num = ANY($1::bigint[])",
+        super::closed::CLOSED_PLACE
+    )
+}
 
 fn notify_sql() -> String {
     format!("SELECT pg_notify('{}', $1)", super::CHANNEL)

@@ -11,7 +11,10 @@ use super::Orchestrator;
 use crate::engine::auth::Identity;
 use crate::engine::error::{refuse, Error, Result};
 use crate::engine::hub::listing::{Position, Visit};
-use crate::engine::hub::ConvView;
+use crate::engine::hub::{search_text, ConvView};
+use crate::engine::store::ClosedRow;
+
+mod stored;
 
 /// The most conversations one page looks at (those it passes by included).
 pub const SCAN_BUDGET: usize = 20_000;
@@ -98,34 +101,64 @@ impl Filter {
 
     /// Whether `v` passes every filter.
     fn matches(&self, v: &ConvView) -> bool {
-        let status = || v.status();
+        self.passes(&Facts {
+            status: &|| v.status(),
+            takes_part: &|a| v.is_participant(a),
+            scenario: v.scenario(),
+            metadata: v.metadata(),
+            created_ms: v.created_ms(),
+            search_text: &|| v.search_text().into(),
+        })
+    }
+
+    /// Whether a closed conversation the store keeps passes every filter (from its row).
+    fn matches_row(&self, r: &ClosedRow) -> bool {
+        self.passes(&Facts {
+            status: &|| ConversationStatus::Closed,
+            takes_part: &|a| r.participants.iter().any(|p| p == a),
+            scenario: r.scenario.as_deref(),
+            metadata: r.metadata.as_ref(),
+            created_ms: r.created_ms,
+            search_text: &|| search_text(&r.key, r.metadata.as_ref()).into(),
+        })
+    }
+
+    fn passes(&self, f: &Facts<'_>) -> bool {
         let status_ok = match self.status {
             None => true,
-            Some(ListStatus::Active) => status() == ConversationStatus::Active,
-            Some(ListStatus::Paused) => status() == ConversationStatus::Paused,
-            Some(ListStatus::Closed) => status() == ConversationStatus::Closed,
-            Some(ListStatus::Open) => status() != ConversationStatus::Closed,
+            Some(ListStatus::Active) => (f.status)() == ConversationStatus::Active,
+            Some(ListStatus::Paused) => (f.status)() == ConversationStatus::Paused,
+            Some(ListStatus::Closed) => (f.status)() == ConversationStatus::Closed,
+            Some(ListStatus::Open) => (f.status)() != ConversationStatus::Closed,
         };
         status_ok
-            && self
-                .participant
-                .as_deref()
-                .is_none_or(|a| v.is_participant(a))
-            && self
-                .scenario
-                .as_deref()
-                .is_none_or(|s| v.scenario() == Some(s))
+            && self.participant.as_deref().is_none_or(f.takes_part)
+            && self.scenario.as_deref().is_none_or(|s| f.scenario == Some(s))
             && self.metadata.as_ref().is_none_or(|want| {
-                let have = v.metadata();
                 want.iter()
-                    .all(|(k, x)| have.and_then(|m| m.get(k)) == Some(x))
+                    .all(|(k, x)| f.metadata.and_then(|m| m.get(k)) == Some(x))
             })
-            && self.created_after_ms.is_none_or(|t| v.created_ms() > t)
+            && self.created_after_ms.is_none_or(|t| f.created_ms > t)
             && self
                 .query
                 .as_deref()
-                .is_none_or(|q| v.search_text().contains(q))
+                .is_none_or(|q| (f.search_text)().contains(q))
     }
+
+    /// Whether closed conversations may pass the status filter.
+    fn takes_closed(&self) -> bool {
+        matches!(self.status, None | Some(ListStatus::Closed))
+    }
+}
+
+/// What the filters read of a conversation, from its view or from its row in the store.
+struct Facts<'a> {
+    status: &'a dyn Fn() -> ConversationStatus,
+    takes_part: &'a dyn Fn(&str) -> bool,
+    scenario: Option<&'a str>,
+    metadata: Option<&'a serde_json::Value>,
+    created_ms: i64,
+    search_text: &'a dyn Fn() -> std::borrow::Cow<'a, str>,
 }
 
 impl Orchestrator {
@@ -143,6 +176,11 @@ impl Orchestrator {
         }
     }
 
+    /// Whether a list shows `v` to `who`.
+    fn lists(&self, who: &Identity, v: &ConvView) -> bool {
+        self.may_see(who, v) && who.scope.as_ref().is_none_or(|s| self.within(v, &s.home))
+    }
+
     /// `listConversations`: a page of the conversations of the caller's tenant it may read
     /// (those it takes part in and the sub-conversations below them; every one, for an admin),
     /// newest activity first.
@@ -153,8 +191,19 @@ impl Orchestrator {
     ) -> Result<ListConversationsResult> {
         let tenant = Self::list_tenant(who, p.tenant.as_deref())?;
         let filter = Filter::of(&p, &tenant)?;
-        self.load_closed_of(who).await;
-        let page = self.hub.listing().page(
+        // On a shared store, the closed conversations this node does not hold are read from
+        // the database a page at a time, and merged in.
+        let stored = if self.store.shared() {
+            // Right after a start, the open ones are all held first.
+            self.writer.swept().await;
+            match filter.takes_closed() {
+                true => Some(self.stored_closed(who, &tenant, &filter).await?),
+                false => None,
+            }
+        } else {
+            None
+        };
+        let held = self.hub.listing().page(
             &self.hub,
             &tenant,
             filter.after.as_ref(),
@@ -165,15 +214,17 @@ impl Orchestrator {
                 if filter.updated_after_ms.is_some_and(|t| ms <= t) {
                     return Visit::End;
                 }
-                let readable = self.may_see(who, v)
-                    && who.scope.as_ref().is_none_or(|s| self.within(v, &s.home));
-                if readable && filter.matches(v) {
+                if self.lists(who, v) && filter.matches(v) {
                     Visit::Take
                 } else {
                     Visit::Skip
                 }
             },
         );
+        let page = match stored {
+            Some(stored) => self.merge_stored(who, &filter, held, stored).await,
+            None => held,
+        };
         let views: Vec<std::sync::Arc<ConvView>> =
             page.views.iter().map(|(v, _)| v.clone()).collect();
         self.catch_up(&views).await;
