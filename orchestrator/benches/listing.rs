@@ -105,6 +105,13 @@ async fn measure(backend: &str, db: &str, n: usize, reads: usize) -> anyhow::Res
     drop(orch);
     let orch = open(db)?;
     orch.writer().swept().await;
+    let t = Instant::now();
+    let page = orch.list_conversations(&admin, first.clone()).await?;
+    println!(
+        "{backend}: every one closed, after a restart: the first page in {:.1} ms ({} shown)",
+        t.elapsed().as_secs_f64() * 1e3,
+        page.conversations.len()
+    );
     for (what, who, p) in [
         ("every one closed, after a restart: first page, admin", &admin, &first),
         ("every one closed, after a restart: first page, a participant", &agent, &first),

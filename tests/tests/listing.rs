@@ -242,6 +242,7 @@ async fn a_postgres_database_from_before_closed_places_lists_the_same_after_migr
     db.batch_execute(
         "DROP INDEX conversations_closed_listed; \
          ALTER TABLE conversations DROP COLUMN active_ms, DROP COLUMN created_ms, DROP COLUMN scenario; \
+         CREATE INDEX conversations_closed ON conversations (num) WHERE closed; \
          DELETE FROM orchestrator_schema WHERE version > 9;",
     )
     .await

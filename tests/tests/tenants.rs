@@ -156,7 +156,7 @@ async fn a_postgres_database_from_before_tenants_is_migrated_into_the_default_te
     db.batch_execute(
         "DROP INDEX conversations_closed_listed; \
          ALTER TABLE conversations DROP COLUMN active_ms, DROP COLUMN created_ms, DROP COLUMN scenario; \
-         DROP INDEX conversations_closed; DROP TABLE tenant_usage; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant, DROP COLUMN operator; \
+         DROP TABLE tenant_usage; DROP TABLE tenants; ALTER TABLE tokens DROP COLUMN tenant, DROP COLUMN operator; \
          DELETE FROM orchestrator_schema WHERE version > 6;",
     )
     .await

@@ -15,7 +15,8 @@ use crate::engine::hub::ConvView;
 use crate::engine::service::Orchestrator;
 use crate::engine::store::{ClosedQuery, ClosedRow};
 
-/// How many rows one read of the store looks at.
+/// How many rows one read of the store looks at, at most (the first, twice the page's limit:
+/// the rows the node holds, or the filters leave out, are looked at too).
 const CHUNK: usize = 1_000;
 
 /// The stored closed conversations that pass a page's filters, in list order.
@@ -59,7 +60,8 @@ impl Orchestrator {
         };
         let (mut out, mut looked) = (Stored::default(), 0);
         loop {
-            query.limit = CHUNK.min(SCAN_BUDGET - looked);
+            let chunk = if looked == 0 { 2 * filter.limit } else { CHUNK };
+            query.limit = chunk.min(CHUNK).min(SCAN_BUDGET - looked);
             let (store, asked) = (self.store.clone(), query.clone());
             let rows = tokio::task::spawn_blocking(move || store.closed_page(&asked))
                 .await

@@ -150,8 +150,11 @@ pub const MIGRATIONS: &[&str] = &[
     "#,
     // 10: closed conversations read page by page in list order: the commit that closes one
     // records its place (its participants' last event, else its creation) and what filters
-    // read; before, a list loaded every closed conversation of its caller first.
+    // read; before, a list loaded every closed conversation of its caller first. The index
+    // of step 9 goes: while the statistics say few are closed, PostgreSQL chose it for a
+    // page and sorted every closed conversation (11 ms a page at 20,000).
     r#"
+    DROP INDEX conversations_closed;
     ALTER TABLE conversations ADD COLUMN active_ms BIGINT, ADD COLUMN created_ms BIGINT,
         ADD COLUMN scenario TEXT;
     UPDATE conversations c SET created_ms = (SELECT ts_ms FROM events WHERE conv = c.num AND seq = 1), scenario = (SELECT payload::jsonb ->> 'scenario' FROM events WHERE conv = c.num AND seq = 1), active_ms = COALESCE((SELECT ts_ms FROM events WHERE conv = c.num AND author <> 'orchestrator' ORDER BY seq DESC LIMIT 1), (SELECT ts_ms FROM events WHERE conv = c.num AND seq = 1), 0) WHERE closed;

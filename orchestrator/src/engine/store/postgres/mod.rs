@@ -244,8 +244,8 @@ impl Store for PgStore {
     fn closed_ids(&self, agent: Option<&str>) -> Result<Vec<String>> {
         let agent = agent.map(str::to_string);
         self.with_client(move |c| async move {
-            // Two statements, each of which the index of closed conversations serves (one with
-            // an optional agent is planned once for both, as a scan of every conversation).
+            // Two statements, each of which the partial index of closed conversations serves
+            // (one with an optional agent is planned once for both, as a scan of every one).
             let rows = match &agent {
                 None => {
                     c.query("SELECT id FROM conversations WHERE closed ORDER BY num", &[])
