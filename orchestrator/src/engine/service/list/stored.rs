@@ -1,19 +1,23 @@
 //! The closed conversations a shared store keeps and this node does not hold, in a list: read
 //! from the database a chunk at a time in list order ([`Store::closed_page`]), narrowed by
 //! their rows, merged with the node's own order, and taken in (loaded) only once a page shows
-//! them. A page looks at [`SCAN_BUDGET`] rows at most, as it does of the node's order.
+//! them. A page looks at [`STORED_BUDGET`] rows at most (each costs more than one of the
+//! node's order: it crosses the wire and its JSON is read).
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Filter, SCAN_BUDGET};
+use super::Filter;
 use crate::engine::auth::Identity;
 use crate::engine::error::{Error, Result};
 use crate::engine::hub::listing::{Page, Position};
 use crate::engine::hub::ConvView;
 use crate::engine::service::Orchestrator;
 use crate::engine::store::{ClosedQuery, ClosedRow};
+
+/// The most stored rows one page looks at.
+pub const STORED_BUDGET: usize = 10_000;
 
 /// How many rows one read of the store looks at, at most (the first, twice the page's limit:
 /// the rows the node holds, or the filters leave out, are looked at too).
@@ -61,7 +65,7 @@ impl Orchestrator {
         let (mut out, mut looked) = (Stored::default(), 0);
         loop {
             let chunk = if looked == 0 { 2 * filter.limit } else { CHUNK };
-            query.limit = chunk.min(CHUNK).min(SCAN_BUDGET - looked);
+            query.limit = chunk.min(CHUNK).min(STORED_BUDGET - looked);
             let (store, asked) = (self.store.clone(), query.clone());
             let rows = tokio::task::spawn_blocking(move || store.closed_page(&asked))
                 .await
@@ -86,7 +90,7 @@ impl Orchestrator {
             if !full {
                 return Ok(out);
             }
-            if looked >= SCAN_BUDGET {
+            if looked >= STORED_BUDGET {
                 out.next = query.after.map(|(ms, key)| Position { ms, key });
                 return Ok(out);
             }
