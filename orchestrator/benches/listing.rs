@@ -113,9 +113,21 @@ async fn measure(backend: &str, db: &str, n: usize, reads: usize) -> anyhow::Res
         page.conversations.len()
     );
     for (what, who, p) in [
-        ("every one closed, after a restart: first page, admin", &admin, &first),
-        ("every one closed, after a restart: first page, a participant", &agent, &first),
-        ("every one closed, after a restart: a query that matches few", &admin, &rare),
+        (
+            "every one closed, after a restart: first page, admin",
+            &admin,
+            &first,
+        ),
+        (
+            "every one closed, after a restart: first page, a participant",
+            &agent,
+            &first,
+        ),
+        (
+            "every one closed, after a restart: a query that matches few",
+            &admin,
+            &rare,
+        ),
     ] {
         let (p50, p99, shown) = pages(&orch, who, p, reads).await?;
         println!("{backend}: {what}: p50 {p50:.2} ms, p99 {p99:.2} ms ({shown} shown)");
@@ -139,7 +151,10 @@ async fn close_all(orch: &Arc<Orchestrator>, n: usize) -> anyhow::Result<()> {
     while let Some(r) = sent.next().await {
         r?;
     }
-    println!("{n} conversations closed in {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "{n} conversations closed in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -212,7 +212,10 @@ async fn after_a_restart_the_closed_ones_come_page_by_page_in_the_same_order() {
     assert_eq!(theirs, (vec!["c001".to_string()], 1));
     let closed: Vec<String> = (0..10).map(|i| format!("c{i:03}")).collect();
     if on_postgres() {
-        assert!(closed.iter().all(|id| !server.holds(id)), "held after a start");
+        assert!(
+            closed.iter().all(|id| !server.holds(id)),
+            "held after a start"
+        );
     }
     let admin = server.client("admin").await;
     let first = ids(&list(&admin, json!({"status": "closed", "limit": 3})).await);
@@ -220,7 +223,11 @@ async fn after_a_restart_the_closed_ones_come_page_by_page_in_the_same_order() {
     if on_postgres() {
         let held: std::collections::BTreeSet<&String> =
             closed.iter().filter(|id| server.holds(id)).collect();
-        assert_eq!(held, first.iter().collect(), "taken in: what the page showed");
+        assert_eq!(
+            held,
+            first.iter().collect(),
+            "taken in: what the page showed"
+        );
     }
     assert_eq!(pages_of(&server, &asked).await, before);
 }

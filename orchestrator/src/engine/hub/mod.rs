@@ -21,8 +21,8 @@ pub mod listing;
 pub mod live;
 mod view;
 
-pub use view::{search_text, ConvView};
 use view::Recent;
+pub use view::{search_text, ConvView};
 
 /// How many recent events each conversation keeps in memory at least.
 pub const RECENT_EVENTS: usize = 64;

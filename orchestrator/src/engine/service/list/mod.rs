@@ -133,7 +133,10 @@ impl Filter {
         };
         status_ok
             && self.participant.as_deref().is_none_or(f.takes_part)
-            && self.scenario.as_deref().is_none_or(|s| f.scenario == Some(s))
+            && self
+                .scenario
+                .as_deref()
+                .is_none_or(|s| f.scenario == Some(s))
             && self.metadata.as_ref().is_none_or(|want| {
                 want.iter()
                     .all(|(k, x)| f.metadata.and_then(|m| m.get(k)) == Some(x))

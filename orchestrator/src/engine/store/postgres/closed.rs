@@ -47,8 +47,10 @@ impl PgStore {
         let limit = q.limit as i64;
         let rows = self.with_client(move |c| async move {
             let st = c.prepare_cached(&page_sql()).await?;
-            Ok(c.query(&st, &[&tenant, &ms, &key, &active_after, &limit, &agent])
-                .await?)
+            Ok(
+                c.query(&st, &[&tenant, &ms, &key, &active_after, &limit, &agent])
+                    .await?,
+            )
         })?;
         Ok(rows
             .iter()

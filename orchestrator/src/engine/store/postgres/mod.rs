@@ -263,7 +263,10 @@ impl Store for PgStore {
         })
     }
 
-    fn closed_page(&self, query: &crate::engine::store::ClosedQuery) -> Result<Vec<crate::engine::store::ClosedRow>> {
+    fn closed_page(
+        &self,
+        query: &crate::engine::store::ClosedQuery,
+    ) -> Result<Vec<crate::engine::store::ClosedRow>> {
         self.read_closed_page(query)
     }
 
