@@ -174,6 +174,12 @@ pub trait AgentClient: Send + Sync + std::fmt::Debug {
     async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult>;
     /// `resumeConversation` (admins).
     async fn resume_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult>;
+    /// `deleteConversation` (its tenant's admins, or its creator): it and its
+    /// sub-conversations.
+    async fn delete_conversation(
+        &self,
+        conversation_id: &str,
+    ) -> ClientResult<DeleteConversationResult>;
     /// `forkConversation`.
     async fn fork_conversation(
         &self,

@@ -59,6 +59,10 @@ impl LogWriter for FlakyWriter {
         self.inner.conversation_num()
     }
 
+    fn delete(&mut self, keys: &[String]) -> Result<Vec<String>> {
+        self.inner.delete(keys)
+    }
+
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
         Ok(Box::new(FlakySync {
             inner: self.inner.durability()?,

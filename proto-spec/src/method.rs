@@ -41,6 +41,8 @@ pub mod names {
     pub const RESUME_CONVERSATION: &str = "resumeConversation";
     /// Fork a conversation at a seq.
     pub const FORK_CONVERSATION: &str = "forkConversation";
+    /// Delete a conversation and its sub-conversations (its tenant's admins, or its creator).
+    pub const DELETE_CONVERSATION: &str = "deleteConversation";
     /// Lists the conversations the caller takes part in.
     pub const LIST_CONVERSATIONS: &str = "listConversations";
     /// Lists the server's scenario library (admins).
@@ -122,7 +124,8 @@ pub struct CreateConversationResult {
     pub conversation_id: String,
 }
 
-/// Params naming one conversation: `getConversation`, `pauseConversation`, `resumeConversation`.
+/// Params naming one conversation: `getConversation`, `pauseConversation`,
+/// `resumeConversation`, `deleteConversation`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConversationParams {
@@ -531,6 +534,16 @@ pub struct ClaimTurnResult {
 pub struct SeqResult {
     /// The seq of the system event that records the change.
     pub seq: u64,
+}
+
+/// `deleteConversation` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteConversationResult {
+    /// The conversations deleted: the one named, then its sub-conversations, each before those
+    /// below it.
+    #[serde(serialize_with = "crate::tenant::local_vec")]
+    pub deleted: Vec<String>,
 }
 
 /// `forkConversation` params.

@@ -58,6 +58,16 @@ pub fn local<S: serde::Serializer>(key: &str, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(local_id(key))
 }
 
+/// [`local`] for a list of keys.
+pub fn local_vec<S: serde::Serializer>(keys: &[String], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(keys.len()))?;
+    for k in keys {
+        seq.serialize_element(local_id(k))?;
+    }
+    seq.end()
+}
+
 /// [`local`] for an optional key.
 pub fn local_opt<S: serde::Serializer>(key: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
     match key {

@@ -86,6 +86,7 @@ fn every_wire_type_round_trips_its_fixtures() {
         ClaimTurnParams,
         ClaimTurnResult,
         SeqResult,
+        DeleteConversationResult,
         ForkConversationParams,
         PostMessageBody,
         EventsQuery,

@@ -401,6 +401,19 @@ impl AgentClient for WsJsonRpcClient {
         self.call(names::CLAIM_TURN, &p).await
     }
 
+    async fn delete_conversation(
+        &self,
+        conversation_id: &str,
+    ) -> ClientResult<DeleteConversationResult> {
+        self.call(
+            names::DELETE_CONVERSATION,
+            &ConversationParams {
+                conversation_id: conversation_id.into(),
+            },
+        )
+        .await
+    }
+
     async fn pause_conversation(&self, conversation_id: &str) -> ClientResult<SeqResult> {
         self.call(
             names::PAUSE_CONVERSATION,

@@ -116,3 +116,17 @@ impl Error {
 pub fn refuse(code: ErrorCode, message: impl Into<String>) -> Error {
     Error::Rpc(RpcError::new(code, message))
 }
+
+/// What a reader of conversation `key` is told once it was deleted.
+pub fn deleted(key: &str) -> Error {
+    Error::Rpc(
+        RpcError::new(
+            ErrorCode::ConversationNotFound,
+            format!(
+                "conversation {} was deleted",
+                proto_spec::tenant::local_id(key)
+            ),
+        )
+        .with_data(serde_json::json!({"deleted": true})),
+    )
+}

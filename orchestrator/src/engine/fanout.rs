@@ -27,6 +27,9 @@ pub async fn read_after(
     after: u64,
     limit: usize,
 ) -> Result<Vec<Arc<Event>>> {
+    if conv.deleted() {
+        return Err(crate::engine::error::deleted(&conv.id));
+    }
     if let Some(evs) = conv.recent_after(after, limit) {
         return Ok(evs);
     }
@@ -155,6 +158,9 @@ impl Feed {
             match &mut self.mode {
                 Mode::One { conv, cursor, head } => {
                     let h = *head.borrow_and_update();
+                    if conv.deleted() {
+                        return Err(crate::engine::error::deleted(&conv.id));
+                    }
                     if *cursor < h {
                         let evs = read_after(&self.store, conv, *cursor, PAGE).await?;
                         if let Some(last) = evs.last() {
@@ -176,6 +182,11 @@ impl Feed {
                     rx,
                 } => {
                     if let Some(conv) = stale.pop_front() {
+                        if conv.deleted() {
+                            // Gone for good: no more to read of it.
+                            cursors.remove(&conv.id);
+                            continue;
+                        }
                         let cursor = cursors.get(&conv.id).copied().flatten().unwrap_or(0);
                         if cursor < conv.head() {
                             let evs = read_after(&self.store, &conv, cursor, PAGE).await?;

@@ -63,6 +63,13 @@ impl Local for Snapshot {
     }
 }
 
+impl Local for DeleteConversationResult {
+    fn local(mut self) -> Self {
+        self.deleted.iter_mut().for_each(local_id);
+        self
+    }
+}
+
 impl Local for CreateConversationResult {
     fn local(mut self) -> Self {
         local_id(&mut self.conversation_id);
@@ -342,6 +349,20 @@ impl AgentClient for InProcessClient {
     async fn claim_turn(&self, p: ClaimTurnParams) -> ClientResult<ClaimTurnResult> {
         self.o()?
             .claim_turn(&self.who, p)
+            .await
+            .map(Local::local)
+            .map_err(rpc)
+    }
+
+    async fn delete_conversation(
+        &self,
+        conversation_id: &str,
+    ) -> ClientResult<DeleteConversationResult> {
+        let p = ConversationParams {
+            conversation_id: conversation_id.to_string(),
+        };
+        self.o()?
+            .delete_conversation(&self.who, p)
             .await
             .map(Local::local)
             .map_err(rpc)

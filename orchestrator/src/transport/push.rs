@@ -71,6 +71,15 @@ fn tail(conversation_id: &str, e: &Event) -> Vec<u8> {
     t
 }
 
+/// The last notification of a subscription that ends with `e` (its conversation was deleted,
+/// say): `params` carry the subscription and the error, as JSON-RPC subscriptions end.
+fn ended(prefix: &[u8], e: &crate::engine::error::Error) -> Vec<u8> {
+    let error = serde_json::to_vec(&e.to_rpc().to_wire()).unwrap_or_default();
+    let mut frame = Vec::new();
+    text_frame_parts(&mut frame, &[prefix, br#","error":"#, &error, b"}}"]);
+    frame
+}
+
 fn prefix(method: &str, id: u64) -> Box<[u8]> {
     format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"subscription":{id}"#)
         .into_bytes()
@@ -313,6 +322,7 @@ async fn follow_one(
                 Ok(events) => events,
                 Err(e) => {
                     tracing::warn!(error = %e, conversation = %conv.id, "subscription ended");
+                    let _ = p.writer.write_frames(&ended(&p.prefix, &e)).await;
                     return;
                 }
             };
@@ -355,6 +365,7 @@ async fn follow_feed(mut feed: Feed, writer: ConnWriter, prefix: Box<[u8]>, _end
             Ok(None) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "subscription ended");
+                let _ = writer.write_frames(&ended(&prefix, &e)).await;
                 return;
             }
         };

@@ -133,6 +133,7 @@ impl Table {
                     names::SEND_MESSAGE,
                     names::SEND_TRACE,
                     names::CREATE_CONVERSATION,
+                    names::DELETE_CONVERSATION,
                 ];
                 if !writes.contains(&name) {
                     session.identity()?;
@@ -212,6 +213,7 @@ pub fn methods(orch: Ctx) -> Methods {
         PAUSE_CONVERSATION => pause_conversation,
         RESUME_CONVERSATION => resume_conversation,
         FORK_CONVERSATION => fork_conversation,
+        DELETE_CONVERSATION => delete_conversation,
         CLAIM_TURN => claim_turn,
         TAIL => tail,
         WAIT_FOR_CHANGE => wait_for_change,

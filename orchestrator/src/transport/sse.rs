@@ -52,6 +52,13 @@ fn frame(out: &mut Vec<u8>, e: &Event) {
     out.push(b'\n');
 }
 
+/// The last frame of a stream that ends with `e` (its conversation was deleted, say): an
+/// `error` event whose data is the JSON-RPC error.
+fn error_frame(e: &crate::engine::error::Error) -> Vec<u8> {
+    let error = serde_json::to_string(&e.to_rpc().to_wire()).unwrap_or_default();
+    format!("event: error\ndata: {error}\n\n").into_bytes()
+}
+
 fn encode(_conversation_id: &str, e: &Event) -> Vec<u8> {
     let mut out = Vec::with_capacity(e.to_json().get().len() + 32);
     frame(&mut out, e);
@@ -112,6 +119,8 @@ pub struct Follow {
     cursor: u64,
     queued: Arc<Queued>,
     joined: bool,
+    /// It sent its `error` event (the conversation was deleted): nothing follows.
+    ended: bool,
     grant: Arc<Grant>,
     closing: tokio::sync::watch::Receiver<bool>,
     keep_alive: Duration,
@@ -160,6 +169,7 @@ impl Follow {
             cursor,
             queued: Arc::default(),
             joined: false,
+            ended: false,
             grant,
             closing,
             keep_alive,
@@ -181,7 +191,7 @@ impl Follow {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
             // Checked here too: a stream catching up from the log does not reach the wait below.
-            if *self.closing.borrow() || self.grant.is_revoked() {
+            if *self.closing.borrow() || self.grant.is_revoked() || self.ended {
                 return None;
             }
             if !self.joined {
@@ -190,7 +200,8 @@ impl Follow {
                     Ok(events) => events,
                     Err(e) => {
                         tracing::warn!(error = %e, "an SSE stream could not read the log");
-                        return None;
+                        self.ended = true;
+                        return Some(Bytes::from(error_frame(&e)));
                     }
                 };
                 let Some(last) = events.last() else {

@@ -86,6 +86,15 @@ const PAUSE_ERRORS: &[ErrorCode] = &[
     E::ConversationClosed,
 ];
 
+/// The errors of deleting (its tenant's admins or its creator; a sub-conversation goes with
+/// the open conversation above it).
+const DELETE_ERRORS: &[ErrorCode] = &[
+    E::Unauthenticated,
+    E::Forbidden,
+    E::ConversationNotFound,
+    E::InvalidParams,
+];
+
 /// Every method of the protocol.
 pub const METHODS: &[MethodSpec] = &[
     MethodSpec {
@@ -287,6 +296,15 @@ pub const METHODS: &[MethodSpec] = &[
         notification: None,
     },
     MethodSpec {
+        name: names::DELETE_CONVERSATION,
+        summary: "Delete a conversation with its sub-conversations: every read answers ConversationNotFound after, its subscribers and waits are told, and its id may be used again (its tenant's admins, or its creator).",
+        needs_auth: true,
+        errors: DELETE_ERRORS,
+        params: s::<ConversationParams>,
+        result: s::<DeleteConversationResult>,
+        notification: None,
+    },
+    MethodSpec {
         name: names::FORK_CONVERSATION,
         summary: "A new conversation that starts from a prefix of this one, which stays untouched.",
         needs_auth: true,
@@ -457,6 +475,10 @@ pub fn json_schemas() -> BTreeMap<&'static str, Value> {
     m.insert("ClaimTurnParams", root::<ClaimTurnParams>());
     m.insert("ClaimTurnResult", root::<ClaimTurnResult>());
     m.insert("SeqResult", root::<SeqResult>());
+    m.insert(
+        "DeleteConversationResult",
+        root::<DeleteConversationResult>(),
+    );
     m.insert("ForkConversationParams", root::<ForkConversationParams>());
     m.insert("PostMessageBody", root::<PostMessageBody>());
     m.insert("EventsQuery", root::<EventsQuery>());

@@ -73,6 +73,8 @@ pub struct LiveSet {
 struct Inner {
     /// The last seq published (every publish moves it, with or without subscribers).
     pushed: u64,
+    /// The conversation was deleted: nobody joins any more.
+    closed: bool,
     /// Each subscriber with the next seq it expects.
     subs: Vec<(Arc<dyn LiveSubscriber>, u64)>,
 }
@@ -83,6 +85,7 @@ impl LiveSet {
         LiveSet {
             inner: Mutex::new(Inner {
                 pushed: head,
+                closed: false,
                 subs: Vec::new(),
             }),
         }
@@ -127,10 +130,10 @@ impl LiveSet {
     }
 
     /// Adds `sub` if `cursor` has reached what the set was last given; otherwise there is
-    /// more to read from the log first, and it is not added.
+    /// more to read from the log first (or the conversation was deleted), and it is not added.
     pub fn join(&self, sub: &Arc<dyn LiveSubscriber>, cursor: u64) -> bool {
         let mut set = self.lock();
-        if cursor < set.pushed {
+        if cursor < set.pushed || set.closed {
             return false;
         }
         set.subs.push((sub.clone(), cursor + 1));
@@ -140,6 +143,19 @@ impl LiveSet {
     /// Whether nobody subscribes.
     pub fn is_empty(&self) -> bool {
         self.lock().subs.is_empty()
+    }
+
+    /// Lets every subscriber go (the conversation was deleted: each reads the log again and
+    /// finds it gone).
+    pub fn let_all_go(&self) {
+        let subs = {
+            let mut set = self.lock();
+            set.closed = true;
+            std::mem::take(&mut set.subs)
+        };
+        for (sub, next) in subs {
+            sub.let_go(next - 1);
+        }
     }
 
     /// Removes `sub`; nothing is offered to it after this returns.

@@ -155,10 +155,12 @@ impl Hub {
             parent: std::sync::OnceLock::new(),
             metadata: std::sync::OnceLock::new(),
             scenario: std::sync::OnceLock::new(),
+            created_by: std::sync::OnceLock::new(),
             search_text: std::sync::OnceLock::new(),
             listed_ms: std::sync::atomic::AtomicI64::new(listing::NOT_LISTED),
             relist: std::sync::atomic::AtomicBool::new(false),
             gone: std::sync::atomic::AtomicBool::new(false),
+            deleted: std::sync::atomic::AtomicBool::new(false),
             touched_ms: std::sync::atomic::AtomicI64::new(crate::engine::store::now_ms()),
             remote_head: std::sync::atomic::AtomicU64::new(0),
             read_ms: std::sync::atomic::AtomicI64::new(0),
@@ -214,6 +216,18 @@ impl Hub {
     /// Forgets a conversation (whose creation did not commit, or that leaves memory).
     pub fn remove(&self, id: &str) {
         if let Some((_, v)) = self.convs.remove(id) {
+            self.listing.forget(&v);
+        }
+    }
+
+    /// Takes a deleted conversation out, and tells whoever reads it (publisher only, once its
+    /// deletion is durable): waits and subscriptions end with `ConversationNotFound`.
+    pub fn remove_deleted(&self, view: &ConvView) {
+        view.mark_deleted();
+        if let Some((_, v)) = self
+            .convs
+            .remove_if(&view.id, |_, v| std::ptr::eq(&**v, view))
+        {
             self.listing.forget(&v);
         }
     }

@@ -46,6 +46,8 @@ pub struct ConvView {
     /// The metadata it was created with, and the scenario it was made from (set once).
     pub(super) metadata: std::sync::OnceLock<Arc<serde_json::Value>>,
     pub(super) scenario: std::sync::OnceLock<Arc<str>>,
+    /// The agent that created it (its key in the conversation's tenant; set once).
+    pub(super) created_by: std::sync::OnceLock<String>,
     /// Its id and metadata in lower case, for a list's text query (made on first use).
     pub(super) search_text: std::sync::OnceLock<String>,
     /// Where the list's order holds it: the activity time it is filed under
@@ -54,6 +56,8 @@ pub struct ConvView {
     pub(super) listed_ms: std::sync::atomic::AtomicI64,
     pub(super) relist: std::sync::atomic::AtomicBool,
     pub(super) gone: std::sync::atomic::AtomicBool,
+    /// Whether it was deleted: its readers end with `ConversationNotFound`.
+    pub(super) deleted: std::sync::atomic::AtomicBool,
     /// When a client last named it (ms since the epoch; from its loading on): on a shared
     /// store a closed conversation untouched for a while leaves memory.
     pub(super) touched_ms: std::sync::atomic::AtomicI64,
@@ -146,6 +150,30 @@ impl ConvView {
     /// The scenario it was made from (its library name, or an inline scenario's `name`).
     pub fn scenario(&self) -> Option<&str> {
         self.scenario.get().map(|s| &**s)
+    }
+
+    /// Records the agent that created it (once, when its slot is made).
+    pub fn set_created_by(&self, creator: &str) {
+        let _ = self.created_by.set(creator.to_string());
+    }
+
+    /// The agent that created it (a key in its tenant).
+    pub fn created_by(&self) -> Option<&str> {
+        self.created_by.get().map(String::as_str)
+    }
+
+    /// Whether it was deleted (its view may still be held by a reader).
+    pub fn deleted(&self) -> bool {
+        self.deleted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks it deleted and wakes every reader: waits on its head, and live subscribers (let
+    /// go, they read the log again and find it deleted).
+    pub(super) fn mark_deleted(&self) {
+        self.deleted
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.head.send_modify(|_| {});
+        self.live.let_all_go();
     }
 
     /// The conversation's policy, if it has one.

@@ -23,6 +23,7 @@ use crate::engine::writer::WriterHandle;
 mod access;
 mod append;
 mod create;
+mod delete;
 mod known;
 mod list;
 mod read;

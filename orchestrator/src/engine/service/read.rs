@@ -35,19 +35,24 @@ impl Orchestrator {
         Duration::from_millis(timeout_ms).min(self.limits.max_wait)
     }
 
-    /// Waits until the head of `conv` passes `since` or the deadline; true if it did.
-    async fn wait_past(&self, conv: &ConvView, since: u64, deadline: Instant) -> bool {
+    /// Waits until the head of `conv` passes `since` or the deadline; true if it did. A
+    /// conversation deleted meanwhile ends the wait with `ConversationNotFound`.
+    async fn wait_past(&self, conv: &ConvView, since: u64, deadline: Instant) -> Result<bool> {
         let mut head = conv.watch();
         let mut closing = self.hub.closing();
         if *head.borrow_and_update() > since {
-            return true;
+            return Ok(true);
         }
-        let wait = head.wait_for(|h| *h > since);
-        tokio::select! {
+        let wait = head.wait_for(|h| *h > since || conv.deleted());
+        let passed = tokio::select! {
             r = wait => r.is_ok(),
             _ = tokio::time::sleep_until(deadline) => false,
             _ = closing.wait_for(|c| *c) => conv.head() > since,
+        };
+        if conv.deleted() {
+            return Err(crate::engine::error::deleted(&conv.id));
         }
+        Ok(passed)
     }
 
     /// `waitForChange`: the waiter is registered before the head is read, so no wake-up is lost.
@@ -58,7 +63,7 @@ impl Orchestrator {
     ) -> Result<WaitForChangeResult> {
         let conv = self.readable(who, &p.conversation_id).await?;
         let deadline = Instant::now() + self.capped(p.timeout_ms);
-        let changed = self.wait_past(&conv, p.since_seq, deadline).await;
+        let changed = self.wait_past(&conv, p.since_seq, deadline).await?;
         Ok(WaitForChangeResult {
             latest_seq: conv.head(),
             timed_out: !changed,
@@ -77,7 +82,7 @@ impl Orchestrator {
         let conv = self.readable(who, conversation_id).await?;
         let timeout = self.capped(q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS));
         let deadline = Instant::now() + timeout;
-        let changed = self.wait_past(&conv, q.since_seq, deadline).await;
+        let changed = self.wait_past(&conv, q.since_seq, deadline).await?;
         let mut events = if changed {
             read_after(&self.store, &conv, q.since_seq, self.limits.max_tail).await?
         } else {
@@ -142,7 +147,7 @@ impl Orchestrator {
             if !messages.is_empty() || closed || Instant::now() >= deadline {
                 break;
             }
-            if !self.wait_past(&conv, cursor, deadline).await {
+            if !self.wait_past(&conv, cursor, deadline).await? {
                 timed_out = true;
                 break;
             }

@@ -157,6 +157,11 @@ pub trait LogWriter: Send {
     /// A number for a new conversation (numbers are never reused; a failed batch may leave a
     /// gap).
     fn conversation_num(&mut self) -> Result<i64>;
+    /// Deletes the conversations of `keys` that the log has, with every event of theirs, in
+    /// one transaction of its own (outside any batch); answers those it deleted, in the order
+    /// asked. Durable, as a commit is, once a [`Durability::sync`] that starts after it has
+    /// returned.
+    fn delete(&mut self, keys: &[String]) -> Result<Vec<String>>;
     /// What makes this writer's commits durable, for the thread that answers callers (taken
     /// once, before the first commit).
     fn durability(&mut self) -> Result<Box<dyn Durability>>;

@@ -21,6 +21,7 @@ impl Writer {
             for job in jobs {
                 match job {
                     Job::Shared(job) if job.runs_apart() => self.run_apart(job),
+                    Job::Delete { keys, reply } => self.delete(keys, reply),
                     other => batch.push(other),
                 }
             }
@@ -160,7 +161,7 @@ impl Writer {
                     d.work.replies.push(Reply::Append(reply, result));
                 }
                 // Done before the batch (`process`), or nothing to decide.
-                Job::Stop | Job::CommitAnswered | Job::Shared(_) => {}
+                Job::Stop | Job::CommitAnswered | Job::Shared(_) | Job::Delete { .. } => {}
             }
         }
         self.stats.jobs.fetch_add(d.jobs, Ordering::Relaxed);
@@ -187,6 +188,7 @@ impl Writer {
                 ts_ms: d.ts_ms,
                 convs: Vec::new(),
                 replies: d.work.replies,
+                gone: Vec::new(),
             };
             self.hand_on_committed(nothing, 0);
         } else {
@@ -436,6 +438,7 @@ impl Writer {
             ts_ms,
             convs,
             replies: std::mem::take(&mut work.replies),
+            gone: Vec::new(),
         }
     }
 

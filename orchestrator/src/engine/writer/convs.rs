@@ -32,6 +32,7 @@ impl Slot {
             std::borrow::Cow::Borrowed(_) => creator,
             std::borrow::Cow::Owned(key) => key,
         };
+        shared.set_created_by(&creator);
         Slot {
             num,
             state,

@@ -39,6 +39,7 @@ mod batch;
 mod cluster;
 mod convs;
 mod decide;
+mod delete;
 mod gather;
 mod pipeline;
 mod rerun;
@@ -88,6 +89,14 @@ pub enum Job {
         conv: Box<CreateJob>,
         /// Answered after the commit.
         reply: oneshot::Sender<Result<(), RpcError>>,
+    },
+    /// Delete conversations with their events (a tree, the root first); runs apart from the
+    /// batch it came in, before it (see `delete`).
+    Delete {
+        /// Their keys.
+        keys: Vec<String>,
+        /// Answered, with those deleted, once the deletion is durable and published.
+        reply: oneshot::Sender<Result<Vec<String>, RpcError>>,
     },
     /// What only a writer on a store other nodes write too does (see `cluster`).
     Shared(SharedJob),
@@ -501,6 +510,17 @@ impl WriterHandle {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(job(reply))
+            .await
+            .map_err(|_| Error::WriterGone)?;
+        Ok(rx.await.map_err(|_| Error::WriterGone)??)
+    }
+
+    /// Deletes conversations `keys` (a tree, the root first) with their events; answers those
+    /// the log had, once that is durable and every reader of them is told.
+    pub async fn delete(&self, keys: Vec<String>) -> Result<Vec<String>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Delete { keys, reply })
             .await
             .map_err(|_| Error::WriterGone)?;
         Ok(rx.await.map_err(|_| Error::WriterGone)??)

@@ -19,6 +19,8 @@ pub(super) struct Committed {
     pub(super) ts_ms: i64,
     pub(super) convs: Vec<CommittedConv>,
     pub(super) replies: Vec<Reply>,
+    /// Conversations it deleted: taken out of the hub, their readers told.
+    pub(super) gone: Vec<Arc<ConvView>>,
 }
 
 /// One conversation's part of a committed batch.
@@ -41,6 +43,10 @@ pub(super) enum Reply {
         Result<AppendResult, RpcError>,
     ),
     Create(oneshot::Sender<Result<(), RpcError>>, Result<(), RpcError>),
+    Delete(
+        oneshot::Sender<Result<Vec<String>, RpcError>>,
+        Result<Vec<String>, RpcError>,
+    ),
 }
 
 /// What callers are told once a sync has failed.
@@ -207,6 +213,9 @@ pub(super) fn publish(hub: &Hub, batch: Committed) {
                 hub.turn_changed(&shared);
             }
         }
+        for view in &batch.gone {
+            hub.remove_deleted(view);
+        }
         answer(batch.replies);
     }
 }
@@ -218,6 +227,7 @@ impl Reply {
         match job {
             Job::Append { reply, .. } => Some(Reply::Append(reply, Err(stopped()))),
             Job::Create { reply, .. } => Some(Reply::Create(reply, Err(stopped()))),
+            Job::Delete { reply, .. } => Some(Reply::Delete(reply, Err(stopped()))),
             Job::Shared(job) => job.refusing(),
             Job::Stop | Job::CommitAnswered => None,
         }
@@ -235,6 +245,9 @@ pub(super) fn fail_all(replies: Vec<Reply>, message: &str) {
             Reply::Create(tx, _) => {
                 let _ = tx.send(Err(internal()));
             }
+            Reply::Delete(tx, _) => {
+                let _ = tx.send(Err(internal()));
+            }
         }
     }
 }
@@ -246,6 +259,9 @@ pub(super) fn answer(replies: Vec<Reply>) {
                 let _ = tx.send(res);
             }
             Reply::Create(tx, res) => {
+                let _ = tx.send(res);
+            }
+            Reply::Delete(tx, res) => {
                 let _ = tx.send(res);
             }
         }

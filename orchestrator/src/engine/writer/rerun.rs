@@ -63,7 +63,7 @@ impl Retry {
             } => Some(Retry::Append(conversation.clone(), request.clone())),
             Job::Create { conv, .. } => Some(Retry::Create(conv.clone())),
             Job::Shared(SharedJob::Load { id, .. }) => Some(Retry::Load(id.clone())),
-            Job::Shared(_) | Job::CommitAnswered | Job::Stop => None,
+            Job::Shared(_) | Job::Delete { .. } | Job::CommitAnswered | Job::Stop => None,
         }
     }
 }

@@ -8,6 +8,8 @@
 //! protocol's error (`ParseError` for broken JSON, `InvalidParams` for a missing or unknown
 //! field, `PayloadTooLarge` over the body limit), never a bare text rejection.
 
+mod conversations;
+use conversations as conv;
 mod tokens;
 
 use std::sync::{Arc, LazyLock};
@@ -53,13 +55,16 @@ pub fn router(orch: Arc<Orchestrator>) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .route("/scenarios", get(scenarios))
-        .route("/conversations", get(list).post(create))
-        .route("/conversations/{id}", get(snapshot))
-        .route("/conversations/{id}/messages", post(post_message))
+        .route("/conversations", get(conv::list).post(conv::create))
+        .route(
+            "/conversations/{id}",
+            get(conv::snapshot).delete(conv::delete),
+        )
+        .route("/conversations/{id}/messages", post(conv::post_message))
         .route("/conversations/{id}/events", get(events))
         .route("/conversations/{id}/wait", get(wait))
-        .route("/conversations/{id}/pause", post(pause))
-        .route("/conversations/{id}/resume", post(resume))
+        .route("/conversations/{id}/pause", post(conv::pause))
+        .route("/conversations/{id}/resume", post(conv::resume))
         .route("/tokens", get(tokens::list).post(tokens::create))
         .route("/tokens/{id}", axum::routing::delete(tokens::revoke))
         .route(
@@ -380,114 +385,6 @@ async fn me(State(s): State<Shared>, Caller(who): Caller) -> Response {
 }
 
 /// `GET /conversations`: a page of `listConversations`, its params in the query.
-async fn list(State(s): State<Shared>, Caller(who): Caller, uri: Uri) -> ApiResult<Response> {
-    let p: ListConversationsParams = query(&uri)?;
-    ok_within(&s, s.orch.list_conversations(&who, p).await?)
-}
-
-async fn create(
-    State(s): State<Shared>,
-    Caller(who): Caller,
-    headers: HeaderMap,
-    raw: Body,
-) -> ApiResult<Response> {
-    let p: CreateConversationParams = body(&s, &headers, raw).await?;
-    let r = s.orch.create_conversation(&who, p).await?;
-    Ok(ok(StatusCode::CREATED, r))
-}
-
-async fn snapshot(
-    State(s): State<Shared>,
-    Caller(who): Caller,
-    PathId(id): PathId,
-) -> ApiResult<Response> {
-    let snap = s
-        .orch
-        .get_conversation(
-            &who,
-            ConversationParams {
-                conversation_id: id,
-            },
-        )
-        .await?;
-    Ok(ok(StatusCode::OK, snap))
-}
-
-async fn post_message(
-    State(s): State<Shared>,
-    Caller(who): Caller,
-    PathId(id): PathId,
-    headers: HeaderMap,
-    raw: Body,
-) -> ApiResult<Response> {
-    let b: PostMessageBody = body(&s, &headers, raw).await?;
-    let header_key = headers
-        .get(headers::IDEMPOTENCY_KEY)
-        .map(|v| {
-            v.to_str()
-                .map(str::to_string)
-                .map_err(|_| api_error(ErrorCode::InvalidParams, "Idempotency-Key: not text"))
-        })
-        .transpose()?;
-    let client_request_id = match (header_key, b.client_request_id) {
-        (Some(h), Some(k)) if h != k => {
-            return Err(api_error(
-                ErrorCode::InvalidParams,
-                "Idempotency-Key and clientRequestId differ; give one, or the same value",
-            ))
-        }
-        (h, k) => h.or(k),
-    };
-    let r = s
-        .orch
-        .send_message(
-            &who,
-            SendMessageParams {
-                conversation_id: id,
-                payload: b.payload,
-                finality: b.finality,
-                turn_hint: b.turn_hint,
-                client_request_id,
-                after_key: None,
-            },
-        )
-        .await?;
-    let status = if r.duplicate {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok(ok(status, r))
-}
-
-async fn set_paused(s: Shared, who: Identity, id: String, pause: bool) -> ApiResult<Response> {
-    let p = ConversationParams {
-        conversation_id: id,
-    };
-    let r = if pause {
-        s.orch.pause_conversation(&who, p).await?
-    } else {
-        s.orch.resume_conversation(&who, p).await?
-    };
-    Ok(ok(StatusCode::OK, r))
-}
-
-async fn pause(
-    State(s): State<Shared>,
-    Caller(who): Caller,
-    PathId(id): PathId,
-) -> ApiResult<Response> {
-    set_paused(s, who, id, true).await
-}
-
-async fn resume(
-    State(s): State<Shared>,
-    Caller(who): Caller,
-    PathId(id): PathId,
-) -> ApiResult<Response> {
-    set_paused(s, who, id, false).await
-}
-
 async fn wait(
     State(s): State<Shared>,
     StreamCaller(who, grant): StreamCaller,

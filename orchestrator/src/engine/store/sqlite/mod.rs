@@ -43,6 +43,10 @@ use super::{
 use crate::engine::error::{Error, Result};
 use crate::engine::state::Draft;
 
+/// The conversation number of a row that only keeps the log's last place after a deletion
+/// (SQLite numbers a new row after the largest): no conversation has it.
+pub(super) const GAP_CONV: i64 = 0;
+
 /// How hard SQLite syncs a commit to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
@@ -328,14 +332,14 @@ impl Store for SqliteStore {
                 self.index.name(&record.id, num);
                 records.insert(num, (record, Vec::new()));
             }
-            let mut evs = conn.prepare(
+            let mut evs = conn.prepare(&format!(
                 // The payload of system events, and of messages marked as possible plans or
                 // deliverables (the state numbers documents).
                 "SELECT pos, conv, seq, kind, author, turn, finality,
                         CASE WHEN kind = 'system' OR doc IS NOT NULL THEN payload END,
                         client_request_id, request_hash, ts_ms
-                 FROM events ORDER BY pos",
-            )?;
+                 FROM events WHERE conv <> {GAP_CONV} ORDER BY pos"
+            ))?;
             let mut er = evs.query([])?;
             while let Some(e) = er.next()? {
                 let pos: i64 = e.get(0)?;

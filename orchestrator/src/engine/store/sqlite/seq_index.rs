@@ -63,6 +63,19 @@ impl SeqIndex {
         list[start..durable_end].to_vec()
     }
 
+    /// Every position of conversation `num` in the lists.
+    pub(super) fn all_positions(&self, num: i64) -> Vec<i64> {
+        self.lists.get(&num).map_or_else(Vec::new, |l| {
+            l.read().unwrap_or_else(|p| p.into_inner()).clone()
+        })
+    }
+
+    /// Forgets conversation `id` (number `num`): it was deleted.
+    pub(super) fn forget(&self, id: &str, num: i64) {
+        self.nums.remove(id);
+        self.lists.remove(&num);
+    }
+
     /// Records the number of conversation `id`.
     pub(super) fn name(&self, id: &str, num: i64) {
         self.nums.insert(id.to_string(), num);

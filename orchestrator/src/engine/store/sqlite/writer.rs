@@ -1,6 +1,8 @@
 //! The writer's connection to the SQLite log: a batch's rows inserted in one transaction at
 //! `synchronous=OFF`, and the WAL synced by the `log-sync` thread ([`WalSync`]).
 
+use rusqlite::OptionalExtension;
+
 use super::*;
 
 /// The writer's connection.
@@ -107,6 +109,50 @@ impl LogWriter for SqliteWriter {
     fn conversation_num(&mut self) -> Result<i64> {
         self.next_num += 1;
         Ok(self.next_num - 1)
+    }
+
+    fn delete(&mut self, keys: &[String]) -> Result<Vec<String>> {
+        // Every committed row is in the lists first (readers still see the durable ones only).
+        self.index.index_noted();
+        let tx = self.conn.transaction()?;
+        let mut deleted = Vec::new();
+        {
+            let mut find = tx.prepare_cached("SELECT num FROM conversations WHERE id = ?1")?;
+            let mut del_event =
+                tx.prepare_cached("DELETE FROM events WHERE pos = ?1 AND conv = ?2")?;
+            let mut del_conv = tx.prepare_cached("DELETE FROM conversations WHERE num = ?1")?;
+            for key in keys {
+                let num: Option<i64> = find.query_row([key], |r| r.get(0)).optional()?;
+                let Some(num) = num else { continue };
+                // By position: the log has no index by conversation.
+                for pos in self.index.all_positions(num) {
+                    del_event.execute(params![pos, num])?;
+                }
+                del_conv.execute([num])?;
+                deleted.push((key.clone(), num));
+            }
+            // SQLite numbers a new row after the largest: the log's last place stays taken.
+            let last = self.next_pos - 1;
+            let kept: bool = tx.query_row(
+                "SELECT ?1 < 1 OR EXISTS (SELECT 1 FROM events WHERE pos = ?1)",
+                [last],
+                |r| r.get(0),
+            )?;
+            if !kept {
+                tx.execute(
+                    &format!("INSERT INTO events (pos, conv, seq, kind, author, turn, payload, ts_ms) VALUES (?1, {GAP_CONV}, 0, 'gap', '', 0, '', 0)"),
+                    [last],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(deleted
+            .into_iter()
+            .map(|(key, num)| {
+                self.index.forget(&key, num);
+                key
+            })
+            .collect())
     }
 }
 

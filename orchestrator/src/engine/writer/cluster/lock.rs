@@ -121,7 +121,7 @@ impl Writer {
                         None => continue,
                     }
                 }
-                Job::Stop | Job::CommitAnswered | Job::Shared(_) => continue,
+                Job::Stop | Job::CommitAnswered | Job::Shared(_) | Job::Delete { .. } => continue,
             };
             let Some(at) = self.known(id)? else { continue };
             // Each conversation the job writes, and whether another node wrote it lately (or
@@ -239,6 +239,7 @@ impl Writer {
                 ts_ms: crate::engine::store::now_ms(),
                 convs,
                 replies: Vec::new(),
+                gone: Vec::new(),
             };
             self.hand_on_committed(committed, 0);
         }

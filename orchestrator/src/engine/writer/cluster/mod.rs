@@ -186,9 +186,13 @@ impl SharedJob {
 }
 
 impl Job {
-    /// [`SharedJob::runs_apart`].
+    /// [`SharedJob::runs_apart`], and a deletion.
     pub(super) fn runs_apart(&self) -> bool {
-        matches!(self, Job::Shared(job) if job.runs_apart())
+        match self {
+            Job::Shared(job) => job.runs_apart(),
+            Job::Delete { .. } => true,
+            _ => false,
+        }
     }
 }
 

@@ -100,6 +100,7 @@ impl Writer {
                         heads_only: None,
                     }],
                     replies: Vec::new(),
+                    gone: Vec::new(),
                 }),
             }
         }

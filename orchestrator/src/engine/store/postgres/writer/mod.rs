@@ -16,6 +16,7 @@ use tokio_postgres::Client;
 
 use super::driver::{Driver, Launched};
 
+mod delete;
 mod lock;
 
 use super::{connect, rows, statements, Wake, LATELY, NUMS_AHEAD};
@@ -515,6 +516,10 @@ impl LogWriter for PgWriter {
 
     fn durability(&mut self) -> Result<Box<dyn Durability>> {
         Ok(Box::new(Committed))
+    }
+
+    fn delete(&mut self, keys: &[String]) -> Result<Vec<String>> {
+        self.delete_conversations(keys)
     }
 
     fn wait_for(&mut self, next: std::pin::Pin<&mut dyn Future<Output = ()>>) {
