@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use agent_sdk::{AgentClient, WsConfig, WsJsonRpcClient};
 use anyhow::Context;
-use clap::{Subcommand, ValueEnum};
 use orchestrator::engine::state::{ConvMachine, Draft, TurnState};
 use orchestrator::engine::store::{self, Store};
 use proto_spec::system::SystemEvent;
@@ -479,117 +478,5 @@ pub fn out(text: &str) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         Err(e) => Err(e.into()),
-    }
-}
-
-#[derive(Subcommand, Debug)]
-pub enum ConversationsCommand {
-    /// Every conversation (every one the token may read, on a server): id, status, events,
-    /// participants.
-    List {
-        /// One JSON object per line instead of a table.
-        #[arg(long, env = "ORCHESTRATOR_JSON")]
-        json: bool,
-        #[command(flatten)]
-        target: Target,
-    },
-    /// One conversation: what it is, then its events as text.
-    Show {
-        /// The conversation.
-        conversation: String,
-        #[command(flatten)]
-        target: Target,
-    },
-    /// One conversation's events as JSON lines (every event) or as a Markdown document
-    /// (messages and decisions).
-    Export {
-        /// The conversation.
-        conversation: String,
-        /// jsonl or markdown.
-        #[arg(long, env = "ORCHESTRATOR_EXPORT_FORMAT", value_enum, default_value_t = ExportFormat::Jsonl)]
-        format: ExportFormat,
-        #[command(flatten)]
-        target: Target,
-    },
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum ExportFormat {
-    Jsonl,
-    Markdown,
-}
-
-/// `conversations list|show|export`.
-pub async fn conversations(command: ConversationsCommand) -> anyhow::Result<u8> {
-    match command {
-        ConversationsCommand::List { json, target } => {
-            let rows = target.open().await?.list().await?;
-            if json {
-                // One document: an array of rows.
-                out(&serde_json::to_string_pretty(&rows)?)?;
-                return Ok(0);
-            }
-            let cells: Vec<[String; 6]> = rows
-                .iter()
-                .map(|r| {
-                    [
-                        r.conversation_id.clone(),
-                        r.status.clone(),
-                        r.latest_seq.to_string(),
-                        r.participants.join(","),
-                        r.speaker.clone().unwrap_or_else(|| "-".into()),
-                        r.last_activity.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            out(&table(
-                [
-                    "CONVERSATION",
-                    "STATUS",
-                    "EVENTS",
-                    "PARTICIPANTS",
-                    "SPEAKER",
-                    "LAST ACTIVITY",
-                ],
-                &cells,
-            ))?;
-            Ok(0)
-        }
-        ConversationsCommand::Show {
-            conversation,
-            target,
-        } => {
-            let source = target.open().await?;
-            let events = source.all_events(&conversation, 0).await?;
-            let rows = source.list().await?;
-            if let Some(r) = rows.iter().find(|r| r.conversation_id == conversation) {
-                out(&header(r))?;
-            }
-            for e in &events {
-                out(&line(e))?;
-            }
-            Ok(0)
-        }
-        ConversationsCommand::Export {
-            conversation,
-            format,
-            target,
-        } => {
-            let source = target.open().await?;
-            let events = source.all_events(&conversation, 0).await?;
-            match format {
-                ExportFormat::Jsonl => {
-                    for e in &events {
-                        out(&json_line(e))?;
-                    }
-                }
-                ExportFormat::Markdown => {
-                    let rows = source.list().await?;
-                    let row = rows.iter().find(|r| r.conversation_id == conversation);
-                    out(&markdown(&conversation, row, &events))?;
-                }
-            }
-            Ok(0)
-        }
     }
 }

@@ -11,6 +11,7 @@ use orchestrator::engine::store::{self, sqlite::Synchronous};
 use orchestrator::host;
 use orchestrator::transport::server;
 
+mod conversations_cli;
 mod inspect;
 mod run_command;
 mod scenario_files;
@@ -198,7 +199,7 @@ enum Command {
     /// --token).
     Conversations {
         #[command(subcommand)]
-        command: inspect::ConversationsCommand,
+        command: conversations_cli::ConversationsCommand,
     },
 }
 
@@ -412,7 +413,7 @@ fn dispatch(command: Command) -> anyhow::Result<u8> {
             }
         }),
         Command::Conversations { command } => {
-            tokio::runtime::Runtime::new()?.block_on(inspect::conversations(command))
+            tokio::runtime::Runtime::new()?.block_on(conversations_cli::conversations(command))
         }
     }
 }

@@ -97,6 +97,19 @@ def test_every_method_and_typed_errors(server):
         rest = [item["event"]["seq"] async for item in sub]
         assert rest == list(range(seen[-1] + 1, seen[-1] + 1 + len(rest))) and len(rest) <= 2
 
+        # A deleted conversation: its subscription ends with the error, and it is gone.
+        gone = await bob.subscribe("c1-fork", since_seq=0)
+        assert (await gone.next(10))["event"]["seq"] == 1
+        assert await admin.delete_conversation("c1-fork") == {"deleted": ["c1-fork"]}
+        with pytest.raises(RpcError) as ended:
+            while True:
+                await gone.next(10)
+        assert ended.value.code == ErrorCode.CONVERSATION_NOT_FOUND
+        assert ended.value.data["deleted"] is True
+        with pytest.raises(RpcError) as deleted:
+            await bob.tail("c1-fork", since_seq=0)
+        assert deleted.value.code == ErrorCode.CONVERSATION_NOT_FOUND
+
         with pytest.raises(AuthenticationFailed):
             await Client.connect(server.url, "oct_not-a-token")
         for c in (admin, alice, bob):

@@ -483,6 +483,7 @@ pub fn conversation_methods() -> Vec<(&'static str, Value)> {
         ("sendTrace", json!({"payload": {"type": "note"}})),
         ("subscribe", json!({})),
         ("createConversation", json!({"participants": ["alice"]})),
+        ("deleteConversation", json!({})),
     ]
 }
 
@@ -491,6 +492,7 @@ pub fn conversation_methods() -> Vec<(&'static str, Value)> {
 pub fn conversation_routes() -> Vec<(&'static str, &'static str)> {
     vec![
         ("GET /conversations/ID", ""),
+        ("DELETE /conversations/ID", ""),
         ("GET /conversations/ID/wait?sinceSeq=0&timeoutMs=0", ""),
         ("GET /conversations/ID/events", ""),
         (

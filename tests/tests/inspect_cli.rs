@@ -292,3 +292,34 @@ async fn plans_and_deliverables_show_as_documents_in_export_and_tail() {
         assert_eq!(last["payload"]["schema"], "deliverable.v1");
     }
 }
+
+/// `conversations delete` goes through the server: who may is the server's to say, and the
+/// conversation is gone from every read after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_delete_goes_through_the_server() {
+    let server = with_messages().await;
+    let [db, url] = targets(&server);
+    let as_bob = [
+        "--url".to_string(),
+        server.url(),
+        "--token".into(),
+        server.token("bob").to_string(),
+    ];
+    let (ok, _, err) = cli(&["conversations", "delete", "c"], &as_bob);
+    assert!(
+        !ok && err.contains("only an admin of its tenant or its creator"),
+        "{err}"
+    );
+    let (ok, out, err) = cli(&["conversations", "delete", "c"], &url[..]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "deleted c\n");
+    for target in [&db, &url] {
+        let (ok, out, _) = cli(&["conversations", "list"], target);
+        assert!(ok && !out.contains("\nc ") && out.contains("\nr "), "{out}");
+    }
+    let (ok, _, err) = cli(&["conversations", "delete", "c"], &url[..]);
+    assert!(!ok && err.contains("no conversation c"), "{err}");
+    // Not on a database directly: its server would not know.
+    let (ok, _, err) = cli(&["conversations", "delete", "r"], &db[..]);
+    assert!(!ok && err.contains("--url"), "{err}");
+}

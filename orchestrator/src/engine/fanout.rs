@@ -206,37 +206,14 @@ impl Feed {
                     };
                     match received {
                         Ok(batch) => {
-                            let Some(first) = batch.first() else { continue };
-                            let id = &first.conversation_id;
-                            let entry = match cursors.get_mut(id) {
-                                Some(e) => e,
-                                None => {
-                                    let mine = self
-                                        .hub
-                                        .get(id)
-                                        .filter(|c| {
-                                            tenant::tenant_of(&c.id) == tenant
-                                                && c.is_participant(agent)
-                                        })
-                                        .map(|_| 0);
-                                    cursors.entry(id.clone()).or_insert(mine)
-                                }
-                            };
-                            let Some(cursor) = entry else { continue };
-                            for ev in batch.iter() {
-                                if ev.seq <= *cursor {
-                                    continue;
-                                }
-                                if ev.seq != *cursor + 1 {
-                                    // A gap: read the rest of this conversation from the log.
-                                    if let Some(conv) = self.hub.get(id) {
-                                        stale.push_back(conv);
-                                    }
-                                    break;
-                                }
-                                *cursor = ev.seq;
-                                self.backlog.push_back(ev.clone());
-                            }
+                            take_batch(
+                                &self.hub,
+                                (tenant, agent),
+                                cursors,
+                                stale,
+                                &mut self.backlog,
+                                &batch,
+                            );
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             self.resumed += 1;
@@ -253,6 +230,46 @@ impl Feed {
                 }
             }
         }
+    }
+}
+
+/// Of one committed batch of a conversation, what an all-conversations feed of `member` (the
+/// tenant and the agent) has not delivered: into `backlog`, in order; after a gap the rest is
+/// read from the log (`stale`).
+fn take_batch(
+    hub: &Hub,
+    (tenant, agent): (&str, &str),
+    cursors: &mut HashMap<String, Option<u64>>,
+    stale: &mut VecDeque<Arc<ConvView>>,
+    backlog: &mut VecDeque<Arc<Event>>,
+    batch: &EventBatch,
+) {
+    let Some(first) = batch.first() else { return };
+    let id = &first.conversation_id;
+    let entry = match cursors.get_mut(id) {
+        Some(e) => e,
+        None => {
+            let mine = hub
+                .get(id)
+                .filter(|c| tenant::tenant_of(&c.id) == tenant && c.is_participant(agent))
+                .map(|_| 0);
+            cursors.entry(id.clone()).or_insert(mine)
+        }
+    };
+    let Some(cursor) = entry else { return };
+    for ev in batch.iter() {
+        if ev.seq <= *cursor {
+            continue;
+        }
+        if ev.seq != *cursor + 1 {
+            // A gap: read the rest of this conversation from the log.
+            if let Some(conv) = hub.get(id) {
+                stale.push_back(conv);
+            }
+            break;
+        }
+        *cursor = ev.seq;
+        backlog.push_back(ev.clone());
     }
 }
 

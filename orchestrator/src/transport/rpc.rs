@@ -169,9 +169,9 @@ fn subscription_id(method: &str, params: &str) -> std::result::Result<u64, RpcEr
         })
 }
 
-/// Builds the table of every method this server implements.
-pub fn methods(orch: Ctx) -> Methods {
-    let mut t = Table::default();
+/// `authenticate`: the connection's identity, its share of the agent's and the tenant's
+/// connections.
+fn add_authenticate(t: &mut Table) {
     t.raw(
         names::AUTHENTICATE,
         |ctx: Ctx, session: Arc<Session>, call: Call| async move {
@@ -202,6 +202,12 @@ pub fn methods(orch: Ctx) -> Methods {
             serialized(&result)
         },
     );
+}
+
+/// Builds the table of every method this server implements.
+pub fn methods(orch: Ctx) -> Methods {
+    let mut t = Table::default();
+    add_authenticate(&mut t);
     // Each of these is `Orchestrator::$method(&who, params).await`.
     macro_rules! core {
         ($($name:ident => $method:ident),* $(,)?) => {$(

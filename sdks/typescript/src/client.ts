@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import WebSocket from "ws";
 
 import { AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError } from "./errors.js";
-import { Offers, Subscription } from "./streams.js";
+import { type Notification, Offers, route, Subscription } from "./streams.js";
 import type {
   AppendResult,
   ClaimTurnResult,
@@ -22,7 +22,7 @@ import type {
   CreateConversationResult,
   CreateTokenParams,
   CreateTokenResult,
-  EventNotification,
+  DeleteConversationResult,
   Finality,
   GetUpdatesResult,
   ListConversationsParams,
@@ -32,7 +32,6 @@ import type {
   ListTokensParams,
   ListTokensResult,
   MessagePayload,
-  RequestTurnNotification,
   RevokeTokenParams,
   RevokeTokenResult,
   Snapshot,
@@ -307,6 +306,11 @@ export class Client {
     );
   }
 
+  /** `deleteConversation` (its tenant's admins, or its creator): it and its sub-conversations. */
+  deleteConversation(conversationId: string): Promise<DeleteConversationResult> {
+    return this.call("deleteConversation", { conversationId }) as Promise<DeleteConversationResult>;
+  }
+
   /** `pauseConversation` (admins). */
   pauseConversation(conversationId: string): Promise<unknown> {
     return this.call("pauseConversation", { conversationId });
@@ -565,17 +569,7 @@ export class Client {
       }
       return;
     }
-    const params = msg.params as { subscription: number; result: unknown } | undefined;
-    if (!params) return;
-    if (msg.method === "event") {
-      for (const sub of this.subs) {
-        if (sub.serverId === params.subscription) sub.deliver(params.result as EventNotification);
-      }
-    } else if (msg.method === "request_turn") {
-      for (const offers of this.offers) {
-        if (offers.serverId === params.subscription) offers.push(params.result as RequestTurnNotification);
-      }
-    }
+    this.subs = route(msg.method, msg.params as Notification | undefined, this.subs, this.offers);
   }
 
   /** Fails every call waiting, and ends every subscription and registration. */

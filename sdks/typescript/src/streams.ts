@@ -4,7 +4,7 @@
  */
 
 import type { Json } from "./client.js";
-import { ConnectionClosed } from "./errors.js";
+import { ConnectionClosed, RpcError } from "./errors.js";
 import type { EventNotification, RequestTurnNotification } from "./wire.js";
 
 const END = Symbol("end");
@@ -15,11 +15,20 @@ class Stream<T> implements AsyncIterable<T> {
   private waiters: Array<(item: T | typeof END) => void> = [];
   /** True once the stream has ended (what it held may still be taken). */
   closed = false;
+  /** The error the server ended it with (its conversation was deleted, say), if any. */
+  error: Error | null = null;
 
   push(item: T): void {
     const w = this.waiters.shift();
     if (w) w(item);
     else this.items.push(item);
+  }
+
+  /** Ends it with `error`: thrown once what it held was taken. */
+  fail(error: Error): void {
+    if (this.closed) return;
+    this.error = error;
+    this.end();
   }
 
   end(): void {
@@ -54,14 +63,17 @@ class Stream<T> implements AsyncIterable<T> {
   /** The next item, waiting at most `timeoutMs`; `ConnectionClosed` once ended and drained. */
   async next(timeoutMs?: number): Promise<T> {
     const item = await this.pull(timeoutMs);
-    if (item === END) throw new ConnectionClosed("the stream has ended");
+    if (item === END) throw this.error ?? new ConnectionClosed("the stream has ended");
     return item;
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<T> {
     for (;;) {
       const item = await this.pull();
-      if (item === END) return;
+      if (item === END) {
+        if (this.error) throw this.error;
+        return;
+      }
       yield item;
     }
   }
@@ -110,4 +122,40 @@ export class Subscription extends Stream<EventNotification> {
 export class Offers extends Stream<RequestTurnNotification> {
   /** The server's id for the registration on the current connection. */
   serverId: number | null = null;
+}
+
+/** @internal A notification's params: its subscription, and its result or the error that ends it. */
+export interface Notification {
+  subscription: number;
+  result?: unknown;
+  error?: Json;
+}
+
+/**
+ * @internal Hands a notification to its subscription or registration; answers the
+ * subscriptions still held (one the server ended with an error, its conversation deleted say,
+ * is not subscribed again).
+ */
+export function route(
+  method: unknown,
+  params: Notification | undefined,
+  subs: Subscription[],
+  offers: Offers[],
+): Subscription[] {
+  if (!params) return subs;
+  if (method === "event") {
+    for (const sub of subs) {
+      if (sub.serverId !== params.subscription) continue;
+      if (params.error) {
+        sub.fail(RpcError.fromWire(params.error));
+        return subs.filter((s) => s !== sub);
+      }
+      sub.deliver(params.result as EventNotification);
+    }
+  } else if (method === "request_turn") {
+    for (const o of offers) {
+      if (o.serverId === params.subscription) o.push(params.result as RequestTurnNotification);
+    }
+  }
+  return subs;
 }

@@ -79,7 +79,10 @@ export interface ClaimTurnResult {
   turn: number;
 }
 
-/** Params naming one conversation: `getConversation`, `pauseConversation`, `resumeConversation`. */
+/**
+ * Params naming one conversation: `getConversation`, `pauseConversation`,
+ * `resumeConversation`, `deleteConversation`.
+ */
 export interface ConversationParams {
   /** The conversation. */
   conversationId: string;
@@ -178,6 +181,15 @@ export interface Created {
   policy?: unknown;
   /** The scenario it was made from: its library name, or an inline scenario's `name`. */
   scenario?: string | null;
+}
+
+/** `deleteConversation` result. */
+export interface DeleteConversationResult {
+  /**
+   * The conversations deleted: the one named, then its sub-conversations, each before those
+   * below it.
+   */
+  deleted: Array<string>;
 }
 
 /** How a document is written. */

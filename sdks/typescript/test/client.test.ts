@@ -130,6 +130,19 @@ test("every method, and typed errors", async () => {
     rest.map((_, i) => seen[seen.length - 1]! + 1 + i),
   );
 
+  // A deleted conversation: its subscription ends with the error, and it is gone.
+  const gone = await bob.subscribe("c1-fork", 0);
+  assert.equal((await gone.next(10_000)).event.seq, 1);
+  assert.deepEqual(await admin.deleteConversation("c1-fork"), { deleted: ["c1-fork"] });
+  const ended = await refusal(
+    (async () => {
+      for (;;) await gone.next(10_000);
+    })(),
+  );
+  assert.equal(ended.code, ErrorCode.ConversationNotFound);
+  assert.equal((ended.data as { deleted: boolean }).deleted, true);
+  assert.equal((await refusal(bob.tail("c1-fork", 0))).code, ErrorCode.ConversationNotFound);
+
   await assert.rejects(Client.connect(server.url, "oct_not-a-token"), AuthenticationFailed);
   for (const c of [admin, alice, bob]) await c.close();
 });

@@ -42,6 +42,7 @@ mod decide;
 mod delete;
 mod gather;
 mod pipeline;
+mod rebuild;
 mod rerun;
 mod tally;
 pub use appending::Appending;
@@ -51,6 +52,7 @@ use pipeline::{
     answer, fail_all, publish, publish_loop, sync, sync_loop, Committed, CommittedConv, Reply,
     SyncQueue, LOG_STOPPED,
 };
+use rebuild::{share_links, slot_from};
 pub use tally::OpenCaps;
 
 /// The most jobs one transaction takes (on a shared store, `cluster::MAX_SHARED_BATCH`).
@@ -276,65 +278,6 @@ struct Writer {
     /// queued behind it, or a batch is in flight already (a lone write left in flight would
     /// only gain a wake-up on its path).
     busy: bool,
-}
-
-/// Gives a conversation's view what its state knows once, from its `created` event: the policy
-/// and the parent.
-fn share_links(state: &ConvMachine, view: &ConvView) {
-    if let Some(p) = state.policy() {
-        view.set_policy(p.clone());
-    }
-    if let Some(p) = state.parent() {
-        view.set_parent(p.conversation_id.clone());
-    }
-    if let Some(m) = state.metadata() {
-        view.set_metadata(m.clone());
-    }
-    if let Some(s) = state.scenario() {
-        view.set_scenario(s.clone());
-    }
-}
-
-/// A conversation's slot, its state rebuilt from its events (at start, or when this node first
-/// meets a conversation another node created); not yet registered in the hub. A log that holds
-/// an idempotency key twice for one author is refused: on SQLite no index stops that, the
-/// writer does (its schema step 5), and a start is where a log written otherwise is found.
-fn slot_from(
-    record: crate::engine::store::ConversationRecord,
-    events: &[crate::engine::store::RecoveredEvent],
-) -> Result<Slot> {
-    let mut state = ConvMachine::new(record.id.clone(), record.participants.clone());
-    let mut turn_started = 0;
-    for e in events {
-        if let (Some(key), Some(_)) = (&e.draft.client_request_id, e.draft.hash) {
-            if state.knows_key(&e.draft.author, key) {
-                return Err(Error::Corrupt(format!(
-                    "conversation {}: seq {} repeats the idempotency key {key:?} of {}",
-                    record.id, e.draft.seq, e.draft.author
-                )));
-            }
-        }
-        state.observe(&e.draft);
-        if state.core.speaker_seq == e.draft.seq {
-            turn_started = e.ts_ms;
-        }
-    }
-    let shared = Hub::make(
-        &record.id,
-        state.participants().to_vec(),
-        state.core.clone(),
-    );
-    // Timers count from logged times, so they hold across a restart.
-    shared.set_turn_started(turn_started);
-    let created_ms = events.first().map_or(0, |e| e.ts_ms);
-    let active_ms = events
-        .iter()
-        .rev()
-        .find(|e| e.draft.author != proto_spec::ORCHESTRATOR_AUTHOR)
-        .map_or(created_ms, |e| e.ts_ms);
-    shared.set_clock(created_ms, active_ms);
-    share_links(&state, &shared);
-    Ok(Slot::new(record.num, state, shared, record.created_by))
 }
 
 impl WriterHandle {

@@ -4,7 +4,8 @@ calls again with their idempotency keys), the protocol's errors, typed, and the 
 `Agent`, `AgentContext`, `TurnOutcome`, and `ExternalExecutor` in pull or push-claim mode."""
 
 from .agent import Agent, AgentContext, TurnOutcome
-from .client import Client, Offers, Subscription
+from .client import Client
+from .streams import Offers, Subscription
 from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, OrchestratorError, RpcError
 from .executor import Assignment, ExecPolicy, ExecutorCore, ExternalExecutor, RunReport
 

@@ -18,13 +18,14 @@ import logging
 import random
 import ssl as ssl_module
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, cast
+from dataclasses import dataclass
+from typing import Any, Callable, cast
 
 import websockets
 
 from .errors import AuthenticationFailed, ConnectionClosed, ErrorCode, RpcError
 from .listing import ListingMethods
+from .streams import Offers, Subscription
 from .tokens import TokenMethods
 
 log = logging.getLogger("orchestrator_sdk.client")
@@ -32,20 +33,14 @@ from .wire import (
     AppendResult,
     ClaimTurnResult,
     CreateConversationResult,
-    EventNotification,
     GetUpdatesResult,
     ListScenariosResult,
-    RequestTurnNotification,
     Snapshot,
     TailResult,
     WaitForChangeResult,
 )
 
 Json = dict[str, Any]
-
-#: What ends a subscription's queue.
-_END: Any = object()
-
 
 @dataclass
 class _Call:
@@ -55,89 +50,6 @@ class _Call:
     #: Run by the reader as the answer arrives, before it reads on: a subscription's id is
     #: known before its first event is routed.
     on_result: Callable[[Any], None] | None = None
-
-
-@dataclass
-class Subscription:
-    """Events of one conversation, or of every conversation the caller takes part in, in seq
-    order per conversation with no gap and no duplicate across reconnects. Iterate it (`async
-    for item in sub`): each item is `{"conversationId", "event"}`."""
-
-    conversation_id: str | None
-    #: The last seq delivered (or to resume after), per conversation.
-    cursors: dict[str, int]
-    #: For every conversation: where a conversation with no cursor replays from.
-    since_all: int = 0
-    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    server_id: int | None = None
-    closed: bool = False
-
-    def __aiter__(self) -> AsyncIterator[EventNotification]:
-        return _items(self.queue)
-
-    async def next(self, timeout: float | None = None) -> EventNotification:
-        """The next item, waiting at most `timeout` seconds (`asyncio.TimeoutError` after);
-        `ConnectionClosed` once the subscription has ended and what it held was taken."""
-        return cast(EventNotification, await _next(self.queue, timeout, "the subscription has ended"))
-
-    def _end(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.queue.put_nowait(_END)
-
-    def _opened(self, server_id: Any) -> None:
-        self.server_id = server_id
-
-    def _take(self, result: Json) -> None:
-        conv, event = result["conversationId"], result["event"]
-        if event["seq"] <= self.cursors.get(conv, 0):
-            return  # delivered before a reconnect
-        self.cursors[conv] = event["seq"]
-        self.queue.put_nowait(result)
-
-
-@dataclass
-class Offers:
-    """The `request_turn` offers made to this connection as a push replica of its agent
-    (`Client.register_executor`); claim one with `Client.claim_turn`."""
-
-    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    server_id: int | None = None
-    closed: bool = False
-
-    def __aiter__(self) -> AsyncIterator[RequestTurnNotification]:
-        return _items(self.queue)
-
-    async def next(self, timeout: float | None = None) -> RequestTurnNotification:
-        """The next offer: `{conversationId, agentId, claimId, turn, deadlineMs, sinceSeq, mode}`;
-        `ConnectionClosed` once the registration has ended and what it held was taken."""
-        return cast(RequestTurnNotification, await _next(self.queue, timeout, "the registration has ended"))
-
-    def _end(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.queue.put_nowait(_END)
-
-    def _opened(self, server_id: Any) -> None:
-        self.server_id = server_id
-
-
-async def _items(queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
-    """A queue's items until its end."""
-    while True:
-        item = await queue.get()
-        if item is _END:
-            queue.put_nowait(_END)
-            return
-        yield item
-
-
-async def _next(queue: asyncio.Queue[Any], timeout: float | None, ended: str) -> Any:
-    item = await asyncio.wait_for(queue.get(), timeout)
-    if item is _END:
-        queue.put_nowait(_END)
-        raise ConnectionClosed(ended)
-    return item
 
 
 class Client(TokenMethods, ListingMethods):
@@ -312,6 +224,11 @@ class Client(TokenMethods, ListingMethods):
         await self._send(i, call)
         call.future.add_done_callback(lambda _: self._calls.pop(i, None))
         return cast("asyncio.Future[AppendResult]", call.future)
+
+    async def delete_conversation(self, conversation_id: str) -> Any:
+        """`deleteConversation` (its tenant's admins, or its creator): it and its
+        sub-conversations; `{"deleted": [ids]}`."""
+        return await self.call("deleteConversation", {"conversationId": conversation_id})
 
     async def pause_conversation(self, conversation_id: str) -> Any:
         """`pauseConversation` (admins)."""
@@ -548,8 +465,14 @@ class Client(TokenMethods, ListingMethods):
                         offers.queue.put_nowait(msg["params"]["result"])
 
     def _route_event(self, params: Json) -> None:
-        for sub in self._subs:
-            if sub.server_id == params["subscription"]:
+        for sub in list(self._subs):
+            if sub.server_id != params["subscription"]:
+                continue
+            if "error" in params:
+                # The server ended it (its conversation was deleted): not subscribed again.
+                self._subs.remove(sub)
+                sub._fail(RpcError.from_wire(params["error"]))
+            else:
                 sub._take(params["result"])
 
     def _fail_all(self, error: BaseException) -> None:

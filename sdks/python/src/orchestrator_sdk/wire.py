@@ -86,7 +86,9 @@ class ClaimTurnResult(TypedDict):
 
 
 class ConversationParams(TypedDict):
-    """Params naming one conversation: `getConversation`, `pauseConversation`, `resumeConversation`."""
+    """Params naming one conversation: `getConversation`, `pauseConversation`,
+    `resumeConversation`, `deleteConversation`.
+    """
     conversationId: str
     """The conversation."""
 
@@ -189,6 +191,14 @@ class Created(_CreatedRequired, total=False):
     """
     scenario: str | None
     """The scenario it was made from: its library name, or an inline scenario's `name`."""
+
+
+class DeleteConversationResult(TypedDict):
+    """`deleteConversation` result."""
+    deleted: list[str]
+    """The conversations deleted: the one named, then its sub-conversations, each before those
+    below it.
+    """
 
 
 DocFormat = Literal["markdown", "json"]
