@@ -210,3 +210,86 @@ async fn a_child_is_opened_through_a_node_that_has_not_met_its_parent() {
         assert_eq!(started[0]["child"], child.as_str());
     }
 }
+
+/// A deletion through one node reaches the others: a subscriber on node B is told, B answers
+/// `ConversationNotFound` after, and appends through B racing the deletion are each either
+/// acknowledged before it (and deleted with it) or refused: the database keeps no event of the
+/// deleted conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_on_one_node_reaches_the_others_and_races_no_append() {
+    let a = TestServer::on_postgres(test_limits(), HashMap::new()).await;
+    let b = a.another_node().await;
+    a.create("d", &["alice", "bob"]).await;
+    let alice_b = b.client("alice").await;
+    let mut sub = b.raw().await;
+    sub.authenticate(b.token("bob")).await;
+    let opened = sub.subscribe(1, "d", 0).await;
+    assert!(opened["result"].is_number(), "{opened}");
+    let appends = async {
+        let mut answers = Vec::new();
+        for i in 0..300 {
+            let r: Result<Value, _> = alice_b
+                .request(
+                    "sendMessage",
+                    tests::P(json!({"conversationId": "d", "payload": {"text": format!("m{i}")}, "finality": "none"})),
+                )
+                .await;
+            let refused = r.is_err();
+            answers.push(r);
+            if refused {
+                break;
+            }
+        }
+        answers
+    };
+    let deleting = async {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let admin = a.client("admin").await;
+        let r: Value = admin
+            .request(
+                "deleteConversation",
+                tests::P(json!({"conversationId": "d"})),
+            )
+            .await
+            .expect("delete");
+        r
+    };
+    let (answers, deleted) = tokio::join!(appends, deleting);
+    assert_eq!(deleted, json!({"deleted": ["d"]}));
+    let last = answers.last().expect("some appends");
+    match last
+        .as_ref()
+        .expect_err("appends end refused once the deletion landed")
+    {
+        jsonrpsee::core::ClientError::Call(e) => assert_eq!(e.code(), -32003, "{e:?}"),
+        other => panic!("{other}"),
+    }
+    // Every append before the last was acknowledged (and went with the conversation).
+    assert!(answers[..answers.len() - 1].iter().all(|r| r.is_ok()));
+    // Node B is told: its subscriber, and its reads.
+    let ended = loop {
+        let frame = sub.recv().await;
+        if frame["params"]["error"].is_object() {
+            break frame;
+        }
+    };
+    assert_eq!(ended["params"]["error"]["code"], -32003, "{ended}");
+    tests::eventually("node B lets go of d", || !b.holds("d")).await;
+    let gone: Result<Value, _> = alice_b
+        .request(
+            "tail",
+            tests::P(json!({"conversationId": "d", "sinceSeq": 0})),
+        )
+        .await;
+    assert!(gone.is_err(), "{gone:?}");
+    let db = tests::pg::connect(&a.db).await.expect("a connection");
+    let orphans: i64 = db
+        .query_one(
+            "SELECT count(*) FROM events WHERE conv NOT IN (SELECT num FROM conversations)",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(orphans, 0, "events of the deleted conversation were kept");
+}

@@ -63,6 +63,11 @@ pub enum Error {
     /// The writer catches up and runs the batch again.
     #[error("another node wrote first: {0}")]
     Conflict(String),
+    /// A batch wrote to a conversation another node deleted (number `0`) after this node last
+    /// looked: nothing of it was written; the writer lets go of the conversation and runs the
+    /// batch again.
+    #[error("conversation number {0} was deleted by another node")]
+    Deleted(i64),
     /// The writer thread is gone (the server is stopping).
     #[error("the log writer has stopped")]
     WriterGone,

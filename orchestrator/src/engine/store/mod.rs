@@ -102,6 +102,10 @@ pub struct ConvListing {
     pub closed: bool,
 }
 
+/// The head a notice of another node's commits names for a conversation it deleted (a real
+/// head is at least 1: the `created` event).
+pub const DELETED_HEAD: u64 = 0;
+
 /// What a list reads of the closed conversations a shared store keeps: one tenant's, in list
 /// order (newest activity first, then by key), after a place, looking at `limit` at most.
 #[derive(Debug, Clone, PartialEq, Eq)]

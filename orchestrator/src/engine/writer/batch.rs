@@ -234,6 +234,11 @@ impl Writer {
                 tracing::debug!(error = %e, "another node wrote first; the batch runs again");
                 BatchEnd::RunAgain(self.rolled_back(d, Why::Conflict))
             }
+            Err(Error::Deleted(num)) => {
+                let again = self.rolled_back(d, Why::Recheck);
+                self.let_go_of_deleted(num);
+                BatchEnd::RunAgain(again)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
                 let again = self.rolled_back(d, Why::Recheck);
@@ -316,7 +321,10 @@ impl Writer {
             match prior {
                 Some(p) => self.failed_pending(p, e),
                 None => {
-                    tracing::warn!(error = %e, "a batch could not be committed; it runs again")
+                    tracing::warn!(error = %e, "a batch could not be committed; it runs again");
+                    if let Error::Deleted(num) = e {
+                        self.let_go_of_deleted(num);
+                    }
                 }
             }
             return BatchEnd::RunAgain(again);

@@ -171,6 +171,14 @@ impl Batch {
             }
             Ok(())
         };
+        // After the locks and the new rows: none of the conversations written was deleted.
+        let written: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.heads.0];
+        let checked = async {
+            if !self.heads.0.is_empty() {
+                c.query(&st.check_convs, &written).await?;
+            }
+            Ok(())
+        };
         let declare = async {
             if !self.declared.is_empty() {
                 // Serialized with token creation for the same ids (`insert_token`).
@@ -209,7 +217,8 @@ impl Batch {
             Ok(())
         };
         let (.., claimed, _, _, ()) = futures::try_join!(
-            began, locked, convs, declare, inserted, closed, claimed, notified, recorded, committed
+            began, locked, convs, checked, declare, inserted, closed, claimed, notified, recorded,
+            committed
         )?;
         Ok(claimed
             .iter()

@@ -47,6 +47,7 @@ pub struct Statements {
     pub declare: Statement,
     pub insert_events: Statement,
     pub close_convs: Statement,
+    pub check_convs: Statement,
     pub notify: Statement,
     pub record_commit: Statement,
 }
@@ -75,6 +76,7 @@ impl Statements {
             declare: c.prepare(DECLARE).await?,
             insert_events: c.prepare(INSERT_EVENTS).await?,
             close_convs: c.prepare(&close_convs_sql()).await?,
+            check_convs: c.prepare(CHECK_CONVS).await?,
             notify: c.prepare(&notify_sql()).await?,
             record_commit: c.prepare(RECORD_COMMIT).await?,
         })
@@ -177,10 +179,24 @@ fn whole_events_of_sql() -> String {
 
 /// Folded in the database: each conversation written lately, once, with its
 /// latest head (not every batch's text to the writer thread).
+/// A head of 0 says the conversation was deleted
+/// ([`crate::engine::store::DELETED_HEAD`]): it wins.
 const CHANGED_SINCE: &str =
-    "SELECT split_part(p, ':', 1)::bigint, max(split_part(p, ':', 2)::bigint) \
-                     FROM commits, unnest(string_to_array(heads, ',')) AS p \
-                     WHERE at_ms > $1 GROUP BY 1";
+    "SELECT n, CASE WHEN min(h) = 0 THEN 0 ELSE max(h) END \
+                     FROM (SELECT split_part(p, ':', 1)::bigint AS n, split_part(p, ':', 2)::bigint AS h \
+                           FROM commits, unnest(string_to_array(heads, ',')) AS p WHERE at_ms > $1) c \
+                     GROUP BY 1";
+
+/// Fails the batch's transaction if a conversation it writes was deleted (by another node,
+/// after this one last looked): the error names it (`deleted:NUM`, [`deleted_num`]).
+const CHECK_CONVS: &str = "SELECT ('deleted:' || n)::bigint FROM unnest($1::bigint[]) n \
+                     WHERE NOT EXISTS (SELECT 1 FROM conversations c WHERE c.num = n)";
+
+/// The conversation number the error of [`CHECK_CONVS`] names (`… "deleted:NUM"`).
+pub fn deleted_num(error: &str) -> Option<i64> {
+    let (_, rest) = error.split_once("\"deleted:")?;
+    rest.split('"').next()?.parse().ok()
+}
 
 const TAKE_NUMS: &str = "SELECT nextval('conversation_num') FROM generate_series(1, $1::bigint)";
 

@@ -117,8 +117,11 @@ impl Writer {
     /// put back already): its state is put back, and its jobs run again after a conflict, or
     /// are refused.
     pub(in crate::engine::writer) fn failed_pending(&mut self, p: Pending, e: Error) {
-        let conflict = matches!(e, Error::Conflict(_));
+        let conflict = matches!(e, Error::Conflict(_) | Error::Deleted(_));
         self.roll_back(p.touched, p.slots_before, conflict);
+        if let Error::Deleted(num) = e {
+            self.let_go_of_deleted(num);
+        }
         if !conflict {
             tracing::error!(error = %e, "commit failed; the batch is refused and the state rolled back");
             fail_all(p.committed.replies, cluster::failure_message(&e));

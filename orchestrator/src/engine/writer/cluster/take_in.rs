@@ -123,6 +123,39 @@ impl Writer {
     /// it knows and is behind on, now counted as written lately by another node
     /// ([`CONTENDED`]): the batch reads them past its view with its locks, in one round trip
     /// however many notices it holds.
+    /// Takes out of `heads` the conversations another node deleted
+    /// ([`crate::engine::store::DELETED_HEAD`]) and lets go of those held here: their
+    /// readers are told (the deletion is durable already).
+    fn forget_deleted(&mut self, heads: &mut Vec<(i64, u64)>) {
+        let deleted: std::collections::HashSet<i64> = heads
+            .iter()
+            .filter(|h| h.1 == crate::engine::store::DELETED_HEAD)
+            .map(|h| h.0)
+            .collect();
+        if deleted.is_empty() {
+            return;
+        }
+        heads.retain(|h| !deleted.contains(&h.0));
+        if deleted.iter().any(|n| self.convs.by_num.contains_key(n)) {
+            // A batch in flight holds its conversations' places, which letting go moves.
+            self.settle();
+        }
+        for num in deleted {
+            self.let_go_of_deleted(num);
+        }
+    }
+
+    /// Lets go of conversation `num`, which another node deleted (durably): its readers here
+    /// are told. No batch may be in flight (letting go moves other conversations' places).
+    pub(in crate::engine::writer) fn let_go_of_deleted(&mut self, num: i64) {
+        if let Some(&at) = self.convs.by_num.get(&num) {
+            let view = self.convs.slots[at].shared.clone();
+            tracing::info!(conversation = %view.id, "deleted by another node");
+            self.convs.remove(at);
+            self.hub.remove_deleted(&view);
+        }
+    }
+
     pub(in crate::engine::writer) fn take_in_notices(&mut self, batch: &[Job]) -> Result<Vec<i64>> {
         let mut heads: Vec<(i64, u64)> = Vec::new();
         for job in batch {
@@ -140,6 +173,7 @@ impl Writer {
                 }
             }
         }
+        self.forget_deleted(&mut heads);
         // The highest head heard of each.
         heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         heads.dedup_by_key(|h| h.0);

@@ -1,8 +1,12 @@
 //! A deletion on the writer's connection: one transaction that locks the conversations as a
 //! batch that writes them does (so it commits wholly before or after such a batch), then
-//! deletes their events, their turn claims and their rows.
+//! deletes their events, their turn claims and their rows, and tells the other nodes as a
+//! commit does (a record in `commits` and a notification), each conversation with the head
+//! [`DELETED_HEAD`]. A batch of another node that still writes one fails its check
+//! (`check_convs`) and runs again once that node has heard.
 
 use super::*;
+use crate::engine::store::DELETED_HEAD;
 
 impl PgWriter {
     pub(super) fn delete_conversations(&mut self, keys: &[String]) -> Result<Vec<String>> {
@@ -27,6 +31,17 @@ impl PgWriter {
             .await?;
             c.execute("DELETE FROM conversations WHERE num = ANY($1)", &[&nums])
                 .await?;
+            if !nums.is_empty() {
+                let heads: Vec<String> =
+                    nums.iter().map(|n| format!("{n}:{DELETED_HEAD}")).collect();
+                let heads = heads.join(",");
+                let notice = match heads.len() > super::super::NOTIFY_MAX {
+                    true => "*".to_string(),
+                    false => heads.clone(),
+                };
+                c.execute(&st.record_commit, &[&now_ms(), &heads]).await?;
+                c.execute(&st.notify, &[&notice]).await?;
+            }
             c.batch_execute("COMMIT").await?;
             // In the order asked.
             Ok(keys.into_iter().filter(|k| ids.contains(k)).collect())

@@ -562,6 +562,18 @@ fn refused(e: Error) -> Error {
                 |d| d.detail().unwrap_or(d.message()).to_string(),
             ))
         }
+        Error::Postgres(p)
+            if p.code() == Some(&tokio_postgres::error::SqlState::INVALID_TEXT_REPRESENTATION) =>
+        {
+            // `check_convs`: a conversation the batch writes was deleted by another node.
+            match p
+                .as_db_error()
+                .and_then(|d| statements::deleted_num(d.message()))
+            {
+                Some(num) => Error::Deleted(num),
+                None => Error::Postgres(p),
+            }
+        }
         other => other,
     }
 }
