@@ -334,7 +334,8 @@ impl Turns {
         let mut tried = HashSet::new();
         let mut first = true;
         loop {
-            if *closing.borrow() || !conv.core().holds_turn(&agent, turn) {
+            // A deleted conversation keeps its last state in a view that readers may still hold.
+            if *closing.borrow() || conv.deleted() || !conv.core().holds_turn(&agent, turn) {
                 return;
             }
             let Some((replica, tx)) = self.pick(&principal, &tried) else {
