@@ -340,3 +340,43 @@ async fn a_restart_finds_the_deletion_and_the_log_goes_on() {
         .collect();
     assert_eq!(texts, ["right after", "after", "the restart"]);
 }
+
+/// Deletions asked at once share a transaction and each is answered with its own tree; the
+/// same conversation asked twice at once is deleted once (the other asker: not found).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_at_once_are_each_answered_and_a_conversation_goes_once() {
+    let server = TestServer::start().await;
+    for i in 0..40 {
+        server.create(&format!("m{i}"), &["alice"]).await;
+    }
+    let admin = server.client("admin").await;
+    let asks = (0..40)
+        .map(|i| format!("m{i}"))
+        .chain(["m7".to_string(), "m7".to_string()]);
+    let answers = futures::future::join_all(asks.map(|id| {
+        let admin = &admin;
+        async move {
+            let r = call(admin, "deleteConversation", json!({"conversationId": id})).await;
+            (id, r)
+        }
+    }))
+    .await;
+    let mut m7 = (0, 0);
+    for (id, r) in answers {
+        match r {
+            Ok(v) => {
+                assert_eq!(v, json!({"deleted": [id]}));
+                if id == "m7" {
+                    m7.0 += 1;
+                }
+            }
+            Err((c, _)) => {
+                assert_eq!((id.as_str(), c), ("m7", -32003));
+                m7.1 += 1;
+            }
+        }
+    }
+    assert_eq!(m7, (1, 2), "m7: deleted once, then not found twice");
+    let listed = call(&admin, "listConversations", json!({})).await.expect("list");
+    assert_eq!(listed["conversations"], json!([]));
+}

@@ -18,12 +18,16 @@ impl Writer {
             // Before any slot is looked up for the batch (forgetting moves slots).
             self.settle();
             let jobs = std::mem::take(batch);
+            let mut deletions = Vec::new();
             for job in jobs {
                 match job {
                     Job::Shared(job) if job.runs_apart() => self.run_apart(job),
-                    Job::Delete { keys, reply } => self.delete(keys, reply),
+                    Job::Delete { keys, reply } => deletions.push((keys, reply)),
                     other => batch.push(other),
                 }
+            }
+            if !deletions.is_empty() {
+                self.delete(deletions);
             }
         }
         self.attempts(batch, 1);
