@@ -30,8 +30,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn open(db: &str) -> anyhow::Result<Arc<Orchestrator>> {
     let store = orchestrator::engine::store::open(db, Synchronous::Full)?;
+    // One agent writes every message: no cap on its open conversations or its bytes.
     let limits = Limits {
         max_open_per_agent: 0,
+        max_append_bytes_per_minute: 0,
         ..Limits::default()
     };
     Ok(Orchestrator::open(store, limits)?)
