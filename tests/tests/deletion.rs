@@ -377,6 +377,8 @@ async fn deletions_at_once_are_each_answered_and_a_conversation_goes_once() {
         }
     }
     assert_eq!(m7, (1, 2), "m7: deleted once, then not found twice");
-    let listed = call(&admin, "listConversations", json!({})).await.expect("list");
+    let listed = call(&admin, "listConversations", json!({}))
+        .await
+        .expect("list");
     assert_eq!(listed["conversations"], json!([]));
 }
