@@ -125,25 +125,11 @@ impl Orchestrator {
         let mut messages = Vec::new();
         let mut timed_out = false;
         loop {
-            let head = conv.head();
-            while cursor < head && messages.len() < limit {
-                let evs = read_after(&self.store, &conv, cursor, PAGE).await?;
-                let Some(last) = evs.last() else { break };
-                let last_seq = last.seq;
-                for e in evs {
-                    cursor = e.seq;
-                    if e.kind == EventKind::Message {
-                        messages.push((*e).clone());
-                        if messages.len() == limit {
-                            break;
-                        }
-                    }
-                }
-                if cursor < last_seq {
-                    break;
-                }
-            }
-            let closed = conv.core().closed;
+            // The head and whether it is closed, as of one publication.
+            let core = conv.core();
+            self.read_messages(&conv, &mut cursor, core.head, &mut messages, limit)
+                .await?;
+            let closed = core.closed && cursor >= core.head;
             if !messages.is_empty() || closed || Instant::now() >= deadline {
                 break;
             }
@@ -153,6 +139,18 @@ impl Orchestrator {
             }
         }
         let snapshot = conv.snapshot(&who.agent_id);
+        if snapshot.status == ConversationStatus::Closed {
+            // Closed while this read: the messages up to its close come with the word `closed`
+            // (nothing follows them), as far as the limit allows.
+            self.read_messages(
+                &conv,
+                &mut cursor,
+                snapshot.latest_seq,
+                &mut messages,
+                limit,
+            )
+            .await?;
+        }
         Ok(GetUpdatesResult {
             messages,
             guidance: snapshot.guidance,
@@ -160,5 +158,35 @@ impl Orchestrator {
             status: snapshot.status,
             timed_out,
         })
+    }
+
+    /// Reads the messages of `conv` after `cursor` up to `head` into `messages` (at most
+    /// `limit` in all), moving `cursor` past what it read.
+    async fn read_messages(
+        &self,
+        conv: &ConvView,
+        cursor: &mut u64,
+        head: u64,
+        messages: &mut Vec<Event>,
+        limit: usize,
+    ) -> Result<()> {
+        while *cursor < head && messages.len() < limit {
+            let evs = read_after(&self.store, conv, *cursor, PAGE).await?;
+            let Some(last) = evs.last() else { break };
+            let last_seq = last.seq;
+            for e in evs {
+                *cursor = e.seq;
+                if e.kind == EventKind::Message {
+                    messages.push((*e).clone());
+                    if messages.len() == limit {
+                        break;
+                    }
+                }
+            }
+            if *cursor < last_seq {
+                break;
+            }
+        }
+        Ok(())
     }
 }
