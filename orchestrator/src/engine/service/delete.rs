@@ -75,11 +75,12 @@ impl Orchestrator {
     /// read from the log (the sub-conversations each one started), closed ones included.
     async fn tree_of(&self, key: &str) -> Result<Vec<String>> {
         let mut tree = vec![key.to_string()];
+        let mut seen: std::collections::HashSet<String> = tree.iter().cloned().collect();
         let mut at = 0;
         while at < tree.len() && tree.len() < MAX_TREE {
             let children = self.children_of(&tree[at]).await?;
             for child in children {
-                if !tree.contains(&child) {
+                if seen.insert(child.clone()) {
                     tree.push(child);
                 }
             }

@@ -199,9 +199,10 @@ impl Orchestrator {
         let stored = if self.store.shared() {
             // Right after a start, the open ones are all held first.
             self.writer.swept().await;
-            match filter.takes_closed() {
-                true => Some(self.stored_closed(who, &tenant, &filter).await?),
-                false => None,
+            if filter.takes_closed() {
+                Some(self.stored_closed(who, &tenant, &filter).await?)
+            } else {
+                None
             }
         } else {
             None
